@@ -1,0 +1,145 @@
+// The device interface: the few objects of Metal's model that the runtime needs, so that
+// the CPU device (software Metal) and the Metal device implement one contract.
+//
+// Lifetimes: objects are held by std::shared_ptr. Resources bound into a command buffer
+// (buffers, pipelines) are retained by it until it completes, so the runtime may drop its
+// own references right after encoding.
+//
+// Threading: Device and Library are thread-safe. A CommandBuffer and its encoder are
+// recorded by one thread at a time; completion handlers run on a device thread.
+// Errors: methods that can fail return a Status; none of them throws.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace etm::device {
+
+class Status {
+ public:
+  Status() = default;
+  static Status error(std::string message) { return Status(std::move(message)); }
+  bool ok() const { return message_.empty(); }
+  const std::string& message() const { return message_; }
+
+ private:
+  explicit Status(std::string message) : message_(std::move(message)) {
+    if (message_.empty()) message_ = "unknown device error";
+  }
+  std::string message_;
+};
+
+// Memory visible to both the host and the device (Metal's shared storage mode).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* contents() = 0;
+  virtual size_t length() const = 0;
+};
+
+struct Size3 {
+  uint64_t x = 1, y = 1, z = 1;
+  uint64_t volume() const { return x * y * z; }
+};
+
+// A compiled compute kernel, ready to dispatch (MTLComputePipelineState).
+class Pipeline {
+ public:
+  virtual ~Pipeline() = default;
+  virtual const std::string& name() const = 0;
+  virtual uint32_t max_total_threads_per_threadgroup() const = 0;
+  virtual uint32_t thread_execution_width() const = 0;
+  virtual size_t static_threadgroup_memory_length() const = 0;
+};
+
+// Compiled Metal Shading Language source (MTLLibrary).
+class Library {
+ public:
+  virtual ~Library() = default;
+  // Fails when the library has no kernel of that name.
+  virtual Status new_pipeline(const std::string& kernel_name,
+                              std::shared_ptr<Pipeline>* out) = 0;
+};
+
+// Records compute work into its command buffer (MTLComputeCommandEncoder). Dispatches in
+// one command buffer may overlap unless a memory_barrier() separates them; bindings persist
+// across dispatches until changed.
+class ComputeEncoder {
+ public:
+  virtual ~ComputeEncoder() = default;
+  virtual void set_pipeline(std::shared_ptr<Pipeline> pipeline) = 0;
+  virtual void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) = 0;
+  // Copies `length` bytes now (setBytes); at most 4 KiB.
+  virtual void set_bytes(const void* data, size_t length, uint32_t index) = 0;
+  virtual void set_threadgroup_memory_length(size_t length, uint32_t index) = 0;
+  // dispatchThreads: exactly `grid` threads; edge threadgroups are partial.
+  virtual void dispatch_threads(Size3 grid, Size3 threads_per_group) = 0;
+  // dispatchThreadgroups: `groups` whole threadgroups.
+  virtual void dispatch_threadgroups(Size3 groups, Size3 threads_per_group) = 0;
+  // Later dispatches observe every write of earlier ones.
+  virtual void memory_barrier() = 0;
+};
+
+enum class CommandBufferState { recording, committed, completed, failed };
+
+// An ordered batch of work (MTLCommandBuffer). Command buffers of one queue execute in
+// commit order.
+class CommandBuffer {
+ public:
+  virtual ~CommandBuffer() = default;
+  // The command buffer's one reusable compute encoder; a blit ends it and the next call
+  // begins a new one.
+  virtual ComputeEncoder& compute_encoder() = 0;
+  virtual void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
+                           std::shared_ptr<Buffer> destination, size_t destination_offset,
+                           size_t length) = 0;
+  virtual void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
+                           uint8_t value) = 0;
+  // Keeps `resource` alive until the command buffer completes.
+  virtual void retain(std::shared_ptr<void> resource) = 0;
+  // Runs after execution, on a device thread, with the outcome. Add before commit().
+  virtual void add_completed_handler(std::function<void(const Status&)> handler) = 0;
+  virtual void commit() = 0;
+  virtual void wait_until_completed() = 0;
+  virtual CommandBufferState state() const = 0;
+  // The failure of a failed command buffer, naming its cause; ok otherwise.
+  virtual Status error() const = 0;
+};
+
+class CommandQueue {
+ public:
+  virtual ~CommandQueue() = default;
+  virtual std::shared_ptr<CommandBuffer> new_command_buffer() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const std::string& name() const = 0;
+  // "cpu" or "metal".
+  virtual const char* kind() const = 0;
+  // GPU family for commit-policy defaults, e.g. "applegpu_g13s"; "cpu" for the CPU device.
+  virtual std::string architecture() const = 0;
+  virtual size_t recommended_max_working_set_size() const = 0;
+
+  virtual Status new_buffer(size_t length, std::shared_ptr<Buffer>* out) = 0;
+  // Wraps memory the caller owns and keeps alive. Returns ok with a null buffer when the
+  // device cannot use that memory in place (Metal requires page alignment).
+  virtual Status new_buffer_no_copy(void* pointer, size_t length,
+                                    std::shared_ptr<Buffer>* out) = 0;
+  // Compiles MSL source. The error names the failing source lines.
+  virtual Status new_library(const std::string& source, std::shared_ptr<Library>* out) = 0;
+  virtual std::shared_ptr<CommandQueue> new_command_queue() = 0;
+};
+
+// The device kinds this build has, in preference order.
+std::vector<std::string> available_device_kinds();
+// Creates the device of the given kind ("cpu", "metal").
+Status create_device(const std::string& kind, std::unique_ptr<Device>* out);
+
+}  // namespace etm::device
