@@ -1,0 +1,202 @@
+"""AOT-compile an "mps" ExportedProgram into a .pt2 package with stock Inductor.
+
+The package's model .so leaves every `aoti_torch_*` symbol undefined
+(`aot_inductor.link_libtorch=False`); libetmetal provides them when the package is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+import zipfile
+from typing import Any, Mapping
+
+import torch
+from torch.export import ExportedProgram
+
+from ._compat import check_torch_version, mps_available, mps_compile_patches, resolve_gpu_cores
+from .export import copy_program, move_program_to_mps, program_device_types, real_constants_of
+
+
+class CompileError(RuntimeError):
+    """AOTInductor could not compile the program for "mps"."""
+
+
+# Settings every etmetal package needs; a user config may not contradict them.
+_REQUIRED_CONFIGS = {"aot_inductor.link_libtorch": False}
+_SUPPORTED_WEIGHT_FORMATS = (None, "binary_blob")
+
+
+def custom_op_c_shims() -> dict:
+    """C-shim declarations of etmetal's custom ops, when `etmetal_py.ops` provides them.
+
+    The hook: `etmetal_py.ops.custom_ops_to_c_shims` is either a dict
+    {OpOverload: [C declaration, ...]} or a function returning one.
+    """
+    try:
+        ops = importlib.import_module("etmetal_py.ops")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("etmetal_py.ops", "etmetal_py"):
+            return {}
+        raise
+    shims = getattr(ops, "custom_ops_to_c_shims", None)
+    if shims is None:
+        return {}
+    if callable(shims):
+        shims = shims()
+    if not isinstance(shims, Mapping):
+        raise CompileError("etmetal_py.ops.custom_ops_to_c_shims must be a dict "
+                           f"(or return one), got {type(shims).__name__}")
+    return dict(shims)
+
+
+def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
+                           external_weights: bool) -> dict[str, Any]:
+    configs: dict[str, Any] = {}
+    if external_weights:
+        configs["aot_inductor.package_constants_in_so"] = False
+        configs["aot_inductor.package_constants_on_disk_format"] = "binary_blob"
+    configs.update(inductor_configs or {})
+    for key, required in _REQUIRED_CONFIGS.items():
+        if key in configs and configs[key] != required:
+            raise ValueError(f"{key}={configs[key]!r} is not supported: etmetal packages "
+                             f"need {key}={required!r} (libetmetal provides the shim ABI)")
+        configs[key] = required
+    weight_format = configs.get("aot_inductor.package_constants_on_disk_format")
+    if weight_format not in _SUPPORTED_WEIGHT_FORMATS:
+        raise ValueError(f"aot_inductor.package_constants_on_disk_format={weight_format!r} "
+                         "is not supported; use None (weights in the .so) or 'binary_blob'")
+    if configs.get("aot_inductor.package_constants_in_so", True) is False \
+            and weight_format is None:
+        raise ValueError("aot_inductor.package_constants_in_so=False needs "
+                         "aot_inductor.package_constants_on_disk_format='binary_blob'; "
+                         "otherwise the package holds no weights")
+    shims = dict(custom_op_c_shims())
+    shims.update(configs.get("aot_inductor.custom_ops_to_c_shims") or {})
+    if shims:
+        configs["aot_inductor.custom_ops_to_c_shims"] = shims
+    return configs
+
+
+def _failing_node(exc: BaseException) -> torch.fx.Node | None:
+    """The innermost FX node being processed when `exc` was raised, if any."""
+    found = None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for frame, _ in traceback.walk_tb(current.__traceback__):
+            for value in frame.f_locals.values():
+                if isinstance(value, torch.fx.Node) and value.op == "call_function":
+                    found = value
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    inner = getattr(exc, "inner_exception", None)
+    while inner is not None:
+        exc = inner
+        inner = getattr(exc, "inner_exception", None)
+    return exc
+
+
+def describe_compile_failure(exc: BaseException) -> str:
+    cause = _root_cause(exc)
+    text = str(cause).strip()
+    # Inductor appends long argument dumps and stack traces; the first lines carry the reason.
+    lines = [line for line in text.splitlines() if line.strip()]
+    reason = " ".join(lines[:3]) if lines else type(cause).__name__
+    message = f"{type(cause).__name__}: {reason}"
+    node = _failing_node(exc)
+    if node is not None and str(node.target) not in message:
+        message = f"while compiling op {node.target} (node {node.name}): {message}"
+    return message
+
+
+def _sign_package_libraries(package_path: str, identity: str) -> None:
+    """Sign every .so inside the package with `codesign -f -s identity` (macOS only)."""
+    if sys.platform != "darwin":
+        raise ValueError("codesign_identity is only supported on macOS")
+    if shutil.which("codesign") is None:
+        raise CompileError("codesign_identity given but the codesign tool is not installed")
+    with tempfile.TemporaryDirectory(prefix="etmetal-sign-") as work:
+        rewritten = os.path.join(work, "signed.pt2")
+        with zipfile.ZipFile(package_path) as source, \
+                zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as target:
+            for info in source.infolist():
+                data = source.read(info)
+                if info.filename.endswith(".so"):
+                    library = os.path.join(work, "model.so")
+                    with open(library, "wb") as f:
+                        f.write(data)
+                    result = subprocess.run(["codesign", "-f", "-s", identity, library],
+                                            capture_output=True, text=True)
+                    if result.returncode != 0:
+                        raise CompileError(f"codesign failed for {info.filename}: "
+                                           f"{result.stderr.strip() or result.stdout.strip()}")
+                    with open(library, "rb") as f:
+                        data = f.read()
+                target.writestr(info, data)
+        shutil.move(rewritten, package_path)
+
+
+def _program_for_mps(ep: ExportedProgram) -> ExportedProgram:
+    devices = program_device_types(ep)
+    if devices <= {"mps"}:
+        return ep
+    if devices <= {"cpu"}:
+        return move_program_to_mps(copy_program(ep))
+    raise CompileError(f"the program mixes devices {sorted(devices)}; export it with "
+                       "etmetal_py.export (on CPU tensors)")
+
+
+def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLike | None = None,
+                             inductor_configs: Mapping[str, Any] | None = None, *,
+                             external_weights: bool = False, gpu_cores: int | None = None,
+                             codesign_identity: str | None = None) -> str:
+    """Compile `ep` for device "mps" with AOTInductor and write a .pt2 package.
+
+    `ep` comes from `etmetal_py.export` (or is a CPU program, moved here). Weights go into the
+    model .so unless `external_weights` is set (or the configs ask for it): then they are a
+    separate binary blob in the package. `gpu_cores` (default $ETMETAL_GPU_CORES, else 10)
+    shapes the generated reductions. Returns the package path.
+    """
+    check_torch_version()
+    if not isinstance(ep, ExportedProgram):
+        raise TypeError(f"aoti_compile_and_package() needs an ExportedProgram, "
+                        f"got {type(ep).__name__}")
+    if package_path is not None:
+        package_path = os.fspath(package_path)
+        if not package_path.endswith(".pt2"):
+            raise ValueError(f"package path must end in .pt2: {package_path!r}")
+        parent = os.path.dirname(os.path.abspath(package_path))
+        if not os.path.isdir(parent):
+            raise ValueError(f"package directory does not exist: {parent}")
+    cores = resolve_gpu_cores(gpu_cores)
+    configs = build_inductor_configs(inductor_configs, external_weights)
+    if ep.example_inputs is None:
+        raise ValueError("the program has no example inputs; export it with etmetal_py.export")
+    program = _program_for_mps(ep)
+    real_constants = real_constants_of(program)
+    try:
+        if mps_available() and not real_constants:
+            # A program exported on a real MPS device holds real weights: no patches needed.
+            result = torch._inductor.aoti_compile_and_package(
+                program, package_path=package_path, inductor_configs=configs)
+        else:
+            with mps_compile_patches(real_constants, cores):
+                result = torch._inductor.aoti_compile_and_package(
+                    program, package_path=package_path, inductor_configs=configs)
+    except Exception as exc:
+        raise CompileError("AOTInductor could not compile the program for mps: "
+                           + describe_compile_failure(exc)) from exc
+    if codesign_identity:
+        _sign_package_libraries(result, codesign_identity)
+    return result
+
