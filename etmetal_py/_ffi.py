@@ -1,0 +1,80 @@
+"""cffi binding of libetmetal (ABI mode).
+
+The cdef is read from the public C headers at import time, so the binding and the library
+cannot disagree. The library is loaded with RTLD_GLOBAL: AOTInductor model libraries loaded
+later resolve their ``aoti_torch_*`` symbols from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import cffi
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_SOURCE_ROOT = _PACKAGE_DIR.parent
+_LIBRARY_NAME = "libetmetal.dylib" if sys.platform == "darwin" else "libetmetal.so"
+# Headers in dependency order; etmetal_decls.h holds only preprocessor definitions.
+_HEADERS = ("aoti_shim.h", "aoti_shim_mps.h", "metal_buffer.h", "etmetal.h")
+
+
+class EtmetalError(RuntimeError):
+    """A libetmetal call failed; the message is the runtime's."""
+
+
+def _header_dir() -> Path:
+    for candidate in (_PACKAGE_DIR / "include" / "etmetal", _SOURCE_ROOT / "native" / "include" / "etmetal"):
+        if (candidate / "etmetal.h").is_file():
+            return candidate
+    raise ImportError("etmetal_py: the etmetal C headers are missing (neither installed with the "
+                      "package nor in a source tree)")
+
+
+def library_path() -> Path:
+    """The libetmetal this process uses: $ETMETAL_LIBRARY, else the packaged one, else a
+    development build in the source tree's build/ folder."""
+    override = os.environ.get("ETMETAL_LIBRARY")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise ImportError(f"ETMETAL_LIBRARY={override} does not name a file")
+        return path.resolve()
+    for candidate in (_PACKAGE_DIR / _LIBRARY_NAME, _SOURCE_ROOT / "build" / "native" / _LIBRARY_NAME):
+        if candidate.is_file():
+            return candidate
+    raise ImportError(f"etmetal_py: {_LIBRARY_NAME} not found; install the package "
+                      "(pip install .) or set ETMETAL_LIBRARY")
+
+
+def cdef_source() -> str:
+    """The C declarations of the public headers, preprocessed for cffi."""
+    parts = []
+    for name in _HEADERS:
+        text = (_header_dir() / name).read_text()
+        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        lines = [
+            line for line in text.splitlines()
+            if not line.lstrip().startswith("#")
+            and line.strip() not in ("ETMETAL_BEGIN_DECLS", "ETMETAL_END_DECLS")
+        ]
+        parts.append("\n".join(lines).replace("ETMETAL_API ", ""))
+    return "\n".join(parts)
+
+
+ffi = cffi.FFI()
+ffi.cdef(cdef_source())
+lib = ffi.dlopen(str(library_path()), ffi.RTLD_GLOBAL | ffi.RTLD_NOW)
+
+
+def last_error() -> str:
+    return ffi.string(lib.etmetal_last_error()).decode("utf-8", "replace")
+
+
+def check(code: int, what: str = "") -> None:
+    """Raises EtmetalError with the runtime's message when a call returned non-zero."""
+    if code != 0:
+        message = last_error()
+        raise EtmetalError(f"{what}: {message}" if what else message)

@@ -1,0 +1,227 @@
+"""ABI tensors from Python: wrap numpy arrays and torch tensors as ``AtenTensorHandle``s and
+read them back.
+
+``Tensor`` owns one handle and deletes it when collected. Wrapping is zero-copy where the
+device can use the memory in place (always on the CPU device); otherwise the data is copied
+into device memory. Reading back synchronizes the calling thread's stream first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._ffi import EtmetalError, check, ffi, lib
+
+CPU = 0
+MPS = 13
+
+# c10::ScalarType codes of the dtypes numpy can hold directly.
+_NUMPY_BY_CODE = {
+    0: np.dtype(np.uint8), 1: np.dtype(np.int8), 2: np.dtype(np.int16), 3: np.dtype(np.int32),
+    4: np.dtype(np.int64), 5: np.dtype(np.float16), 6: np.dtype(np.float32),
+    7: np.dtype(np.float64), 11: np.dtype(np.bool_), 27: np.dtype(np.uint16),
+    28: np.dtype(np.uint32), 29: np.dtype(np.uint64),
+}
+_CODE_BY_NUMPY = {dtype: code for code, dtype in _NUMPY_BY_CODE.items()}
+BFLOAT16 = 15
+
+
+def dtype_code(dtype) -> int:
+    """c10 ScalarType code of a numpy dtype, torch dtype or code."""
+    if isinstance(dtype, int):
+        return dtype
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and isinstance(dtype, torch.dtype):
+        if dtype == torch.bfloat16:
+            return BFLOAT16
+        dtype = torch.empty((), dtype=dtype).numpy().dtype
+    code = _CODE_BY_NUMPY.get(np.dtype(dtype))
+    if code is None:
+        raise TypeError(f"dtype {dtype} has no etmetal equivalent")
+    return code
+
+
+def _storage_dtype(code: int) -> np.dtype:
+    """numpy dtype with the element's size and bits (bfloat16 travels as uint16)."""
+    if code == BFLOAT16:
+        return np.dtype(np.uint16)
+    try:
+        return _NUMPY_BY_CODE[code]
+    except KeyError:
+        raise TypeError(f"dtype code {code} has no numpy equivalent") from None
+
+
+class Tensor:
+    """Owner of one ABI tensor handle."""
+
+    def __init__(self, handle, keepalive=None):
+        if handle == ffi.NULL:
+            raise ValueError("null tensor handle")
+        self.handle = handle
+        self._keepalive = keepalive  # memory the tensor wraps without copying
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def empty(cls, sizes, dtype=np.float32, strides=None, device=MPS) -> "Tensor":
+        sizes = [int(s) for s in sizes]
+        out = ffi.new("AtenTensorHandle*")
+        c_strides = ffi.NULL if strides is None else ffi.new("int64_t[]", [int(s) for s in strides])
+        check(lib.aoti_torch_empty_strided(len(sizes), ffi.new("int64_t[]", sizes), c_strides,
+                                           dtype_code(dtype), device, 0, out),
+              "aoti_torch_empty_strided")
+        return cls(out[0])
+
+    @classmethod
+    def from_array(cls, array, device=MPS, copy=False) -> "Tensor":
+        """Wraps a numpy array or a CPU torch tensor, keeping its strides. Zero-copy unless
+        `copy` is true or the device cannot use the memory in place."""
+        array, code = _as_array(array)
+        if array.size and not copy:
+            wrapped = _wrap(array, code, device)
+            if wrapped is not None:
+                return wrapped
+        tensor = cls.empty(array.shape, code, device=device)
+        tensor.write(array)
+        return tensor
+
+    # -- properties -------------------------------------------------------------------
+    def _get(self, function, ctype):
+        out = ffi.new(ctype)
+        check(function(self.handle, out), function.__name__)
+        return out[0]
+
+    @property
+    def dim(self) -> int:
+        return self._get(lib.aoti_torch_get_dim, "int64_t*")
+
+    @property
+    def sizes(self) -> tuple:
+        pointer = self._get(lib.aoti_torch_get_sizes, "int64_t**")
+        return tuple(pointer[i] for i in range(self.dim))
+
+    @property
+    def strides(self) -> tuple:
+        pointer = self._get(lib.aoti_torch_get_strides, "int64_t**")
+        return tuple(pointer[i] for i in range(self.dim))
+
+    @property
+    def dtype(self) -> int:
+        return self._get(lib.aoti_torch_get_dtype, "int32_t*")
+
+    @property
+    def storage_offset(self) -> int:
+        return self._get(lib.aoti_torch_get_storage_offset, "int64_t*")
+
+    @property
+    def data_ptr(self) -> int:
+        return int(ffi.cast("uintptr_t", self._get(lib.aoti_torch_get_data_ptr, "void**")))
+
+    @property
+    def numel(self) -> int:
+        return self._get(lib.aoti_torch_get_numel, "int64_t*")
+
+    # -- data -------------------------------------------------------------------------
+    def _view(self) -> np.ndarray:
+        """A numpy view of the tensor's memory (no synchronization)."""
+        dtype = _storage_dtype(self.dtype)
+        sizes, strides = self.sizes, self.strides
+        if self.numel == 0:
+            return np.empty(sizes, dtype)
+        extent = 1 + sum((s - 1) * st for s, st in zip(sizes, strides))
+        flat = np.frombuffer(ffi.buffer(ffi.cast("char*", self.data_ptr), extent * dtype.itemsize),
+                             dtype=dtype)
+        return np.lib.stride_tricks.as_strided(
+            flat, shape=sizes, strides=[st * dtype.itemsize for st in strides])
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the contents, after the calling thread's stream has finished.
+        bfloat16 comes back as float32."""
+        synchronize()
+        data = np.array(self._view(), copy=True)
+        if self.dtype == BFLOAT16:
+            data = (data.astype(np.uint32) << 16).view(np.float32)
+        return data
+
+    def torch(self):
+        """A CPU torch tensor copy (bfloat16 preserved)."""
+        import torch
+
+        synchronize()
+        data = np.array(self._view(), copy=True)
+        if self.dtype == BFLOAT16:
+            return torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(data)
+
+    def write(self, array) -> None:
+        """Copies `array` (same shape) into the tensor, after the stream has finished."""
+        array, code = _as_array(array)
+        if tuple(array.shape) != self.sizes:
+            raise ValueError(f"shape {array.shape} does not match the tensor's {self.sizes}")
+        if code != self.dtype:
+            raise TypeError(f"dtype code {code} does not match the tensor's {self.dtype}")
+        synchronize()
+        self._view()[...] = array
+
+    def delete(self) -> None:
+        if self.handle is not None:
+            check(lib.aoti_torch_delete_tensor_object(self.handle), "aoti_torch_delete_tensor_object")
+            self.handle = None
+            self._keepalive = None
+
+    def release(self):
+        """Gives up ownership of the handle (for calls that take it over)."""
+        handle, self.handle = self.handle, None
+        return handle
+
+    def __del__(self):
+        if getattr(self, "handle", None) is not None:
+            try:
+                lib.aoti_torch_delete_tensor_object(self.handle)
+            except Exception:
+                pass
+
+    def __repr__(self):
+        return f"etmetal_py.Tensor(sizes={self.sizes}, strides={self.strides}, dtype={self.dtype})"
+
+
+def _as_array(value):
+    """(numpy array with the element bits, dtype code) of a numpy array or CPU torch tensor."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise ValueError("only CPU torch tensors can be wrapped")
+        tensor = value.detach()
+        if tensor.dtype == torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(np.uint16), BFLOAT16
+        return tensor.numpy(), dtype_code(tensor.dtype)
+    array = np.asarray(value)
+    return array, dtype_code(array.dtype)
+
+
+def _wrap(array: np.ndarray, code: int, device: int):
+    itemsize = array.dtype.itemsize
+    if any(s % itemsize for s in array.strides) or any(s < 0 for s in array.strides):
+        return None
+    sizes = ffi.new("int64_t[]", list(array.shape))
+    strides = ffi.new("int64_t[]", [s // itemsize for s in array.strides])
+    out = ffi.new("AtenTensorHandle*")
+    pointer = ffi.cast("void*", array.__array_interface__["data"][0])
+    if lib.aoti_torch_create_tensor_from_blob(pointer, array.ndim, sizes, strides, 0, code,
+                                              device, 0, out) != 0:
+        return None  # the device cannot use this memory in place: the caller copies
+    return Tensor(out[0], keepalive=array)
+
+
+def synchronize(sync_type: int = 2) -> None:
+    """Applies a sync type (default COMMIT_AND_WAIT) to the calling thread's stream; raises
+    EtmetalError with the sticky error if the stream has one."""
+    check(lib.etmetal_synchronize(sync_type), "etmetal_synchronize")
+
+
+__all__ = ["CPU", "MPS", "BFLOAT16", "EtmetalError", "Tensor", "dtype_code", "synchronize"]

@@ -1,0 +1,56 @@
+// etmetal_* functions (etmetal/etmetal.h).
+#include "abi/guard.h"
+#include "etmetal/etmetal.h"
+
+using namespace etm;
+using etm::abi::guarded;
+using etm::abi::require_out;
+
+extern "C" AOTITorchError etmetal_synchronize(int32_t sync_type) {
+  return guarded(__func__, [&] {
+    ETM_REQUIRE(sync_type >= ETMETAL_SYNC_NONE && sync_type <= ETMETAL_SYNC_COMMIT_ADAPTIVE,
+                "unknown sync type ", sync_type, " (0 to 4)");
+    Runtime::get().current_stream().synchronize(static_cast<SyncType>(sync_type));
+  });
+}
+
+extern "C" const char* etmetal_last_error(void) { return etm::last_error(); }
+
+extern "C" const char* etmetal_device_name(void) {
+  const char* name = "";
+  guarded(__func__, [&] { name = Runtime::get().device().name().c_str(); });
+  return name;
+}
+
+extern "C" const char* etmetal_device_kind(void) {
+  const char* kind = "";
+  guarded(__func__, [&] { kind = Runtime::get().device().kind(); });
+  return kind;
+}
+
+extern "C" const char* etmetal_version(void) { return ETMETAL_VERSION; }
+
+extern "C" AOTITorchError etmetal_allocator_stats(etmetal_allocator_stats_t* stats) {
+  return guarded(__func__, [&] {
+    require_out(stats, "stats");
+    const AllocatorStats current = Runtime::get().allocator().stats();
+    stats->live_bytes = current.live_bytes;
+    stats->live_allocations = current.live_allocations;
+    stats->pooled_bytes = current.pooled_bytes;
+  });
+}
+
+extern "C" AOTITorchError etmetal_stream_stats(etmetal_stream_stats_t* stats) {
+  return guarded(__func__, [&] {
+    require_out(stats, "stats");
+    Runtime& runtime = Runtime::get();
+    Stream& stream = runtime.current_stream();
+    const StreamStats current = stream.stats();
+    stats->pending_dispatches = current.pending_dispatches;
+    stats->pending_bytes = current.pending_bytes;
+    stats->committed_buffers = current.committed_buffers;
+    stats->completed_buffers = current.completed_buffers;
+    stats->max_ops_per_buffer = stream.policy().max_ops_per_buffer;
+    stats->max_mb_per_buffer = stream.policy().max_mb_per_buffer;
+  });
+}

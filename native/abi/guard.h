@@ -1,0 +1,70 @@
+// Every extern "C" entry point runs its body through one of these guards: exceptions become
+// return code 1 plus the thread's last-error message, and are logged. Nothing escapes.
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include "etmetal/aoti_shim.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::abi {
+
+inline AOTITorchError report_failure(const char* function, const char* what, bool poison) {
+  const std::string message = concat(function, ": ", what);
+  set_last_error(message);
+  log(LogLevel::error, message);
+  if (poison) {
+    try {
+      Runtime::get().current_stream().poison(message);
+    } catch (...) {
+      // No runtime, so no stream to poison: the returned code is all there is.
+    }
+  }
+  return 1;
+}
+
+template <typename Body>
+AOTITorchError guarded_call(const char* function, bool poison, Body&& body) noexcept {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& error) {
+    return report_failure(function, error.what(), poison);
+  } catch (...) {
+    return report_failure(function, "unknown exception", poison);
+  }
+}
+
+// For calls whose failure the caller sees through the return code.
+template <typename Body>
+AOTITorchError guarded(const char* function, Body&& body) noexcept {
+  return guarded_call(function, false, std::forward<Body>(body));
+}
+
+// For encoding calls whose return codes generated model code ignores: a failure also
+// poisons the calling thread's stream so the next synchronize reports it.
+template <typename Body>
+AOTITorchError guarded_encoding(const char* function, Body&& body) noexcept {
+  return guarded_call(function, true, std::forward<Body>(body));
+}
+
+template <typename T>
+T* require_out(T* pointer, const char* name) {
+  ETM_REQUIRE(pointer, name, " is null");
+  return pointer;
+}
+
+inline Tensor& tensor_of(AtenTensorHandle handle) { return *Runtime::get().tensors.get(handle); }
+
+inline AtenTensorHandle new_handle(std::unique_ptr<Tensor> tensor) {
+  return reinterpret_cast<AtenTensorHandle>(Runtime::get().tensors.add(std::move(tensor)));
+}
+
+// A new tensor with fresh storage sized for its layout (strides null: contiguous).
+std::unique_ptr<Tensor> make_empty_tensor(const std::vector<int64_t>& sizes,
+                                          const std::vector<int64_t>& strides, int32_t dtype,
+                                          int32_t device_type);
+
+}  // namespace etm::abi

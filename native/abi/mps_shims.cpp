@@ -1,0 +1,231 @@
+// aoti_torch_mps_* functions (etmetal/aoti_shim_mps.h).
+#include <cstring>
+#include <functional>
+
+#include "abi/guard.h"
+#include "etmetal/aoti_shim_mps.h"
+#include "runtime/dtype.h"
+
+using namespace etm;
+using etm::abi::guarded;
+using etm::abi::guarded_encoding;
+using etm::abi::require_out;
+using etm::abi::tensor_of;
+
+namespace {
+
+KernelFunction& kernel_of(AOTIMetalKernelFunctionHandle handle) {
+  return *Runtime::get().kernels.get(handle);
+}
+
+// The allocation holding `pointer`; throws when it is not device memory.
+BufferLocation device_location(const void* pointer, const char* what) {
+  ETM_REQUIRE(pointer, what, " is null");
+  BufferLocation location = Runtime::get().addresses().find(pointer);
+  ETM_REQUIRE(location.buffer, what, " ", pointer, " is not inside a live device allocation");
+  return location;
+}
+
+void dispatch(AOTIMetalKernelFunctionHandle func, device::Size3 grid,
+              const device::Size3* requested_group) {
+  KernelFunction& kernel = kernel_of(func);
+  const uint64_t max_threads = kernel.max_threads_per_group();
+  device::Size3 group = requested_group ? *requested_group : device::Size3{max_threads, 1, 1};
+  Runtime::get().current_stream().dispatch(&kernel, grid, group);
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_create_shader_library(
+    const char* metal_shader_source, AOTIMetalShaderLibraryHandle* library_handle) {
+  return guarded(__func__, [&] {
+    require_out(library_handle, "library_handle");
+    ETM_REQUIRE(metal_shader_source, "metal_shader_source is null");
+    std::shared_ptr<device::Library> library;
+    const device::Status status =
+        Runtime::get().device().new_library(metal_shader_source, &library);
+    ETM_REQUIRE(status.ok() && library, "cannot compile the shader library: ", status.message());
+    *library_handle = reinterpret_cast<AOTIMetalShaderLibraryHandle>(
+        Runtime::get().libraries.add(std::make_unique<ShaderLibrary>(std::move(library))));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_delete_shader_library(
+    AOTIMetalShaderLibraryHandle library_handle) {
+  return guarded(__func__, [&] {
+    Runtime& runtime = Runtime::get();
+    std::unique_ptr<ShaderLibrary> library = runtime.libraries.remove(library_handle);
+    for (KernelFunction* kernel : library->kernels()) runtime.kernels.remove(kernel);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_get_kernel_function(
+    AOTIMetalShaderLibraryHandle library_handle, const char* kernel_name,
+    AOTIMetalKernelFunctionHandle* function_handle) {
+  return guarded(__func__, [&] {
+    require_out(function_handle, "function_handle");
+    ETM_REQUIRE(kernel_name, "kernel_name is null");
+    Runtime& runtime = Runtime::get();
+    KernelFunction* kernel = runtime.libraries.get(library_handle)->kernel(kernel_name);
+    runtime.kernels.add(kernel);
+    *function_handle = reinterpret_cast<AOTIMetalKernelFunctionHandle>(kernel);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_start_encoding(AOTIMetalKernelFunctionHandle func) {
+  return guarded_encoding(__func__, [&] {
+    Runtime::get().current_stream().start_encoding(&kernel_of(func));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionHandle func,
+                                                        unsigned idx, AtenTensorHandle tensor) {
+  return guarded_encoding(__func__, [&] {
+    KernelFunction& kernel = kernel_of(func);
+    const Tensor& t = tensor_of(tensor);
+    Stream& stream = Runtime::get().current_stream();
+    if (t.dim() == 0 && t.device_type == kDeviceCpu) {
+      // A host scalar travels by value, as Metal's setBytes; MSL has no double.
+      unsigned char* data = t.data();
+      ETM_REQUIRE(data, "0-dim host tensor without data");
+      if (t.dtype == static_cast<int32_t>(DType::float64)) {
+        double value;
+        std::memcpy(&value, data, sizeof value);
+        const float narrowed = static_cast<float>(value);
+        stream.set_argument_bytes(&kernel, idx, &narrowed, sizeof narrowed);
+      } else {
+        stream.set_argument_bytes(&kernel, idx, data, t.itemsize());
+      }
+      return;
+    }
+    const size_t offset = t.storage->buffer_offset + t.storage_offset * t.itemsize();
+    stream.set_argument_buffer(&kernel, idx, t.storage->buffer, offset);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_set_arg_int(AOTIMetalKernelFunctionHandle func,
+                                                     unsigned idx, int64_t val) {
+  return guarded_encoding(__func__, [&] {
+    Runtime::get().current_stream().set_argument_bytes(&kernel_of(func), idx, &val, sizeof val);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_dispatch_single(AOTIMetalKernelFunctionHandle func,
+                                                         uint64_t length) {
+  return guarded_encoding(__func__, [&] {
+    const uint64_t group = std::min<uint64_t>(length, kernel_of(func).max_threads_per_group());
+    const device::Size3 group_size{group, 1, 1};
+    dispatch(func, device::Size3{length, 1, 1}, &group_size);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_dispatch_single_with_group_size(
+    AOTIMetalKernelFunctionHandle func, uint64_t length, uint64_t group_size) {
+  return guarded_encoding(__func__, [&] {
+    const device::Size3 group{group_size, 1, 1};
+    dispatch(func, device::Size3{length, 1, 1}, &group);
+  });
+}
+
+namespace {
+
+device::Size3 grid_from(const uint64_t* length, size_t length_size) {
+  ETM_REQUIRE(length, "length is null");
+  ETM_REQUIRE(length_size >= 1 && length_size <= 3, "a dispatch has 1 to 3 dimensions, not ",
+              length_size);
+  return device::Size3{length[0], length_size > 1 ? length[1] : 1, length_size > 2 ? length[2] : 1};
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_dispatch_array(AOTIMetalKernelFunctionHandle func,
+                                                        const uint64_t* length, size_t length_size) {
+  return guarded_encoding(__func__, [&] { dispatch(func, grid_from(length, length_size), nullptr); });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_dispatch_array_with_group_size(
+    AOTIMetalKernelFunctionHandle func, const uint64_t* length, size_t length_size,
+    const uint64_t* group_size, size_t group_size_size) {
+  return guarded_encoding(__func__, [&] {
+    const device::Size3 grid = grid_from(length, length_size);
+    if (group_size_size == 0) {
+      dispatch(func, grid, nullptr);
+      return;
+    }
+    ETM_REQUIRE(group_size, "group_size is null");
+    ETM_REQUIRE(group_size_size == length_size, "group_size has ", group_size_size,
+                " dimensions but the grid has ", length_size);
+    const device::Size3 group = grid_from(group_size, group_size_size);
+    dispatch(func, grid, &group);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_malloc(void** buffer, size_t num_bytes) {
+  return guarded(__func__, [&] {
+    require_out(buffer, "buffer");
+    *buffer = nullptr;
+    if (num_bytes == 0) return;
+    Runtime& runtime = Runtime::get();
+    BufferPtr allocation = runtime.allocator().allocate(num_bytes);
+    void* contents = allocation->contents();
+    runtime.addresses().add_owned(std::move(allocation));
+    *buffer = contents;
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_free(void* ptr) {
+  return guarded(__func__, [&] {
+    if (!ptr) return;
+    BufferPtr allocation = Runtime::get().addresses().release_owned(ptr);
+    ETM_REQUIRE(allocation, "pointer ", ptr, " was not returned by aoti_torch_mps_malloc (or was freed already)");
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_memcpy(void* buffer, size_t constant_offset,
+                                                size_t bytes_read, size_t data_size,
+                                                uint8_t* constants_start) {
+  return guarded(__func__, [&] {
+    if (data_size == 0) return;
+    ETM_REQUIRE(constants_start, "constants_start is null");
+    const BufferLocation target = device_location(buffer, "buffer");
+    const size_t available = target.buffer->length() - target.offset;
+    ETM_REQUIRE(constant_offset <= available && data_size <= available - constant_offset,
+                "copying ", data_size, " bytes at offset ", constant_offset,
+                " runs past the end of the allocation");
+    std::memcpy(static_cast<unsigned char*>(buffer) + constant_offset, constants_start + bytes_read,
+                data_size);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_copy_buffer(void* src_buffer, void* dst_buffer,
+                                                     size_t data_size, size_t src_offset,
+                                                     size_t dst_offset) {
+  return guarded_encoding(__func__, [&] {
+    const BufferLocation source = device_location(src_buffer, "src_buffer");
+    const BufferLocation destination = device_location(dst_buffer, "dst_buffer");
+    Runtime::get().current_stream().copy_buffer(source.buffer, source.offset + src_offset,
+                                                destination.buffer, destination.offset + dst_offset,
+                                                data_size);
+  });
+}
+
+extern "C" void aoti_torch_mps_shared_callback(AOTIMetalKernelFunctionHandle func,
+                                               void* user_data) {
+  guarded_encoding(__func__, [&] {
+    ETM_REQUIRE(user_data, "user_data is null");
+    auto* callback = static_cast<std::function<void(AOTIMetalKernelFunctionHandle)>*>(user_data);
+    (*callback)(func);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_run_command_block(
+    AOTIMetalKernelFunctionHandle func, aoti_torch_mps_command_block_callback_t callback,
+    void* user_data) {
+  return guarded_encoding(__func__, [&] {
+    kernel_of(func);
+    ETM_REQUIRE(callback, "callback is null");
+    // The calling thread owns its stream, so running the block here serializes it with the
+    // thread's other encoding.
+    callback(func, user_data);
+  });
+}

@@ -1,0 +1,339 @@
+#include "device/cpu/cpu_device.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include "device/cpu/cpu_pipeline.h"
+
+namespace etm::device::cpu {
+namespace {
+
+constexpr size_t kAlignment = 16384;  // matches Metal's page size on Apple silicon
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(void* memory, size_t length, bool owned)
+      : memory_(memory), length_(length), owned_(owned) {}
+  ~HostBuffer() override {
+    if (owned_) std::free(memory_);
+  }
+  void* contents() override { return memory_; }
+  size_t length() const override { return length_; }
+
+ private:
+  void* memory_;
+  size_t length_;
+  bool owned_;
+};
+
+struct BoundBuffer {
+  std::shared_ptr<Buffer> buffer;
+  size_t offset = 0;
+  std::vector<unsigned char> bytes;  // set_bytes data, when no buffer
+};
+
+struct DispatchCommand {
+  std::shared_ptr<CpuPipeline> pipeline;
+  std::vector<BoundBuffer> bindings;
+  std::vector<size_t> threadgroup_memory_lengths;
+  Size3 grid;
+  Size3 group;
+};
+
+struct CopyCommand {
+  std::shared_ptr<Buffer> source;
+  size_t source_offset;
+  std::shared_ptr<Buffer> destination;
+  size_t destination_offset;
+  size_t length;
+};
+
+struct FillCommand {
+  std::shared_ptr<Buffer> destination;
+  size_t offset;
+  size_t length;
+  uint8_t value;
+};
+
+using Command = std::variant<DispatchCommand, CopyCommand, FillCommand>;
+
+class HostCommandBuffer;
+
+// Records dispatches; bindings persist between dispatches like a Metal encoder's.
+class HostComputeEncoder final : public ComputeEncoder {
+ public:
+  explicit HostComputeEncoder(std::vector<Command>& commands) : commands_(commands) {}
+
+  void set_pipeline(std::shared_ptr<Pipeline> pipeline) override {
+    pipeline_ = std::static_pointer_cast<CpuPipeline>(std::move(pipeline));
+  }
+  void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) override {
+    slot(index) = BoundBuffer{std::move(buffer), offset, {}};
+  }
+  void set_bytes(const void* data, size_t length, uint32_t index) override {
+    BoundBuffer bound;
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    bound.bytes.assign(bytes, bytes + length);
+    slot(index) = std::move(bound);
+  }
+  void set_threadgroup_memory_length(size_t length, uint32_t index) override {
+    if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
+    threadgroup_lengths_[index] = length;
+  }
+  void dispatch_threads(Size3 grid, Size3 group) override {
+    commands_.push_back(DispatchCommand{pipeline_, bindings_, threadgroup_lengths_, grid, group});
+  }
+  void dispatch_threadgroups(Size3 groups, Size3 group) override {
+    dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
+  }
+  // Commands of a host command buffer run one after another: every write is already visible.
+  void memory_barrier() override {}
+
+ private:
+  BoundBuffer& slot(uint32_t index) {
+    if (bindings_.size() <= index) bindings_.resize(index + 1);
+    return bindings_[index];
+  }
+
+  std::vector<Command>& commands_;
+  std::shared_ptr<CpuPipeline> pipeline_;
+  std::vector<BoundBuffer> bindings_;
+  std::vector<size_t> threadgroup_lengths_;
+};
+
+Status run_dispatch(const DispatchCommand& command) {
+  if (!command.pipeline) return Status::error("dispatch without a pipeline");
+  DispatchArgs args;
+  args.buffers.resize(command.bindings.size(), nullptr);
+  args.buffer_lengths.resize(command.bindings.size(), 0);
+  for (size_t i = 0; i < command.bindings.size(); ++i) {
+    const BoundBuffer& bound = command.bindings[i];
+    if (bound.buffer) {
+      args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
+      args.buffer_lengths[i] = bound.buffer->length() - bound.offset;
+    } else if (!bound.bytes.empty()) {
+      args.buffers[i] = const_cast<unsigned char*>(bound.bytes.data());
+      args.buffer_lengths[i] = bound.bytes.size();
+    }
+  }
+  args.threadgroup_memory_lengths = command.threadgroup_memory_lengths;
+  args.threads_per_group = command.group;
+  args.grid = command.grid;
+  Status status = command.pipeline->execute(args);
+  if (!status.ok())
+    return Status::error("kernel '" + command.pipeline->name() + "': " + status.message());
+  return status;
+}
+
+Status run_command(const Command& command) {
+  if (const auto* dispatch = std::get_if<DispatchCommand>(&command)) return run_dispatch(*dispatch);
+  if (const auto* copy = std::get_if<CopyCommand>(&command)) {
+    std::memmove(static_cast<unsigned char*>(copy->destination->contents()) + copy->destination_offset,
+                 static_cast<unsigned char*>(copy->source->contents()) + copy->source_offset,
+                 copy->length);
+    return {};
+  }
+  const auto& fill = std::get<FillCommand>(command);
+  std::memset(static_cast<unsigned char*>(fill.destination->contents()) + fill.offset, fill.value,
+              fill.length);
+  return {};
+}
+
+class HostCommandQueue;
+
+class HostCommandBuffer final : public CommandBuffer,
+                                public std::enable_shared_from_this<HostCommandBuffer> {
+ public:
+  explicit HostCommandBuffer(std::weak_ptr<HostCommandQueue> queue)
+      : queue_(std::move(queue)), encoder_(commands_) {}
+
+  ComputeEncoder& compute_encoder() override { return encoder_; }
+  void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
+                   std::shared_ptr<Buffer> destination, size_t destination_offset,
+                   size_t length) override {
+    commands_.push_back(CopyCommand{std::move(source), source_offset, std::move(destination),
+                                    destination_offset, length});
+  }
+  void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
+                   uint8_t value) override {
+    commands_.push_back(FillCommand{std::move(destination), offset, length, value});
+  }
+  void retain(std::shared_ptr<void> resource) override { retained_.push_back(std::move(resource)); }
+  void add_completed_handler(std::function<void(const Status&)> handler) override {
+    handlers_.push_back(std::move(handler));
+  }
+  void commit() override;
+  void wait_until_completed() override {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return state_ == CommandBufferState::completed ||
+                                  state_ == CommandBufferState::failed ||
+                                  state_ == CommandBufferState::recording; });
+  }
+  CommandBufferState state() const override {
+    std::lock_guard lock(mutex_);
+    return state_;
+  }
+  Status error() const override {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+  // On the queue thread: run every command, stop at the first failure, then notify.
+  void execute() {
+    Status status;
+    for (const Command& command : commands_) {
+      status = run_command(command);
+      if (!status.ok()) break;
+    }
+    commands_.clear();
+    retained_.clear();
+    for (auto& handler : handlers_) handler(status);
+    handlers_.clear();
+    std::lock_guard lock(mutex_);
+    state_ = status.ok() ? CommandBufferState::completed : CommandBufferState::failed;
+    error_ = status;
+    done_.notify_all();
+  }
+
+ private:
+  // Weak: the queue thread must never hold the last reference to its own queue.
+  std::weak_ptr<HostCommandQueue> queue_;
+  std::vector<Command> commands_;
+  HostComputeEncoder encoder_;
+  std::vector<std::shared_ptr<void>> retained_;
+  std::vector<std::function<void(const Status&)>> handlers_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_;
+  CommandBufferState state_ = CommandBufferState::recording;
+  Status error_;
+};
+
+// One thread per queue runs committed command buffers in commit order.
+class HostCommandQueue final : public CommandQueue,
+                               public std::enable_shared_from_this<HostCommandQueue> {
+ public:
+  HostCommandQueue() : thread_([this] { run(); }) {}
+  ~HostCommandQueue() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+
+  std::shared_ptr<CommandBuffer> new_command_buffer() override {
+    return std::make_shared<HostCommandBuffer>(weak_from_this());
+  }
+
+  void submit(std::shared_ptr<HostCommandBuffer> buffer) {
+    {
+      std::lock_guard lock(mutex_);
+      pending_.push_back(std::move(buffer));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::shared_ptr<HostCommandBuffer> next;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+        if (pending_.empty()) return;
+        next = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      next->execute();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::shared_ptr<HostCommandBuffer>> pending_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+void HostCommandBuffer::commit() {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != CommandBufferState::recording) return;
+    state_ = CommandBufferState::committed;
+  }
+  if (auto queue = queue_.lock()) {
+    queue->submit(shared_from_this());
+    return;
+  }
+  for (auto& handler : handlers_) handler(Status::error("the command queue was destroyed"));
+  handlers_.clear();
+  std::lock_guard lock(mutex_);
+  state_ = CommandBufferState::failed;
+  error_ = Status::error("the command queue was destroyed");
+  done_.notify_all();
+}
+
+class HostDevice final : public Device {
+ public:
+  HostDevice() {
+    const long threads = sysconf(_SC_NPROCESSORS_ONLN);
+#if defined(__x86_64__)
+    const char* isa = "x86_64";
+#elif defined(__aarch64__)
+    const char* isa = "arm64";
+#else
+    const char* isa = "unknown";
+#endif
+    name_ = "CPU (" + std::string(isa) + ", " + std::to_string(threads > 0 ? threads : 1) +
+            " threads)";
+  }
+  const std::string& name() const override { return name_; }
+  const char* kind() const override { return "cpu"; }
+  std::string architecture() const override { return "cpu"; }
+  size_t recommended_max_working_set_size() const override {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return size_t{1} << 32;
+    return static_cast<size_t>(pages) * static_cast<size_t>(page_size) / 4 * 3;
+  }
+
+  Status new_buffer(size_t length, std::shared_ptr<Buffer>* out) override {
+    const size_t rounded = (length + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded < length) return Status::error("buffer length overflows");
+    void* memory = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (!memory) return Status::error("out of memory allocating " + std::to_string(length) + " bytes");
+    *out = std::make_shared<HostBuffer>(memory, rounded, true);
+    return {};
+  }
+  Status new_buffer_no_copy(void* pointer, size_t length, std::shared_ptr<Buffer>* out) override {
+    *out = std::make_shared<HostBuffer>(pointer, length, false);
+    return {};
+  }
+  Status new_library(const std::string& source, std::shared_ptr<Library>* out) override {
+    return compile_msl_library(source, out);
+  }
+  std::shared_ptr<CommandQueue> new_command_queue() override {
+    return std::make_shared<HostCommandQueue>();
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+Status create_cpu_device(std::unique_ptr<Device>* out) {
+  *out = std::make_unique<HostDevice>();
+  return {};
+}
+
+}  // namespace etm::device::cpu

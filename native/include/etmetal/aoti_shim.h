@@ -1,0 +1,130 @@
+/* Tensor functions of PyTorch AOTInductor's C shim (torch/csrc/inductor/aoti_torch/c/shim.h,
+ * torch 2.13), with the same names and signatures, so generated model code links to them.
+ *
+ * Lifetimes: a function that returns a tensor handle returns a new reference that the caller
+ * frees with aoti_torch_delete_tensor_object. Pointers returned by get_sizes/get_strides/
+ * get_data_ptr are borrowed and live as long as the handle (data: as long as its storage). */
+#ifndef ETMETAL_AOTI_SHIM_H
+#define ETMETAL_AOTI_SHIM_H
+
+#include "etmetal_decls.h"
+
+ETMETAL_BEGIN_DECLS
+
+typedef int32_t AOTITorchError;
+typedef struct AtenTensorOpaque* AtenTensorHandle;
+
+ETMETAL_API int32_t aoti_torch_device_type_cpu(void);
+ETMETAL_API int32_t aoti_torch_device_type_cuda(void);
+ETMETAL_API int32_t aoti_torch_device_type_meta(void);
+ETMETAL_API int32_t aoti_torch_device_type_xpu(void);
+ETMETAL_API int32_t aoti_torch_device_type_mps(void);
+ETMETAL_API int32_t aoti_torch_device_type_privateuse1(void);
+
+ETMETAL_API int32_t aoti_torch_dtype_float8_e5m2(void);
+ETMETAL_API int32_t aoti_torch_dtype_float8_e4m3fn(void);
+ETMETAL_API int32_t aoti_torch_dtype_float8_e5m2fnuz(void);
+ETMETAL_API int32_t aoti_torch_dtype_float8_e4m3fnuz(void);
+ETMETAL_API int32_t aoti_torch_dtype_float8_e8m0fnu(void);
+ETMETAL_API int32_t aoti_torch_dtype_float4_e2m1fn_x2(void);
+ETMETAL_API int32_t aoti_torch_dtype_bfloat16(void);
+ETMETAL_API int32_t aoti_torch_dtype_float16(void);
+ETMETAL_API int32_t aoti_torch_dtype_float32(void);
+ETMETAL_API int32_t aoti_torch_dtype_float64(void);
+ETMETAL_API int32_t aoti_torch_dtype_uint8(void);
+ETMETAL_API int32_t aoti_torch_dtype_uint16(void);
+ETMETAL_API int32_t aoti_torch_dtype_uint32(void);
+ETMETAL_API int32_t aoti_torch_dtype_uint64(void);
+ETMETAL_API int32_t aoti_torch_dtype_int8(void);
+ETMETAL_API int32_t aoti_torch_dtype_int16(void);
+ETMETAL_API int32_t aoti_torch_dtype_int32(void);
+ETMETAL_API int32_t aoti_torch_dtype_int64(void);
+ETMETAL_API int32_t aoti_torch_dtype_bool(void);
+ETMETAL_API int32_t aoti_torch_dtype_complex32(void);
+ETMETAL_API int32_t aoti_torch_dtype_complex64(void);
+ETMETAL_API int32_t aoti_torch_dtype_complex128(void);
+/* Bytes per element; 0 for an unknown dtype (and etmetal_last_error() says so). */
+ETMETAL_API size_t aoti_torch_dtype_element_size(int32_t dtype);
+
+ETMETAL_API int32_t aoti_torch_layout_strided(void);
+
+ETMETAL_API bool aoti_torch_grad_mode_is_enabled(void);
+ETMETAL_API void aoti_torch_grad_mode_set_enabled(bool enabled);
+
+/* A new tensor with fresh storage. device_type cpu (0) gives host memory, mps (13) device
+ * memory; the storage holds exactly what the sizes and strides reach. */
+ETMETAL_API AOTITorchError aoti_torch_empty_strided(
+    int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr, int32_t dtype,
+    int32_t device_type, int32_t device_index, AtenTensorHandle* ret_new_tensor);
+
+/* A tensor over memory the caller keeps alive. A pointer anywhere inside a live etmetal
+ * allocation shares that allocation; other memory is wrapped in place. The tensor's first
+ * element is at data + storage_offset elements. */
+ETMETAL_API AOTITorchError aoti_torch_create_tensor_from_blob(
+    void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+    int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index,
+    AtenTensorHandle* ret);
+/* As above; layout must be strided and opaque metadata is not supported. */
+ETMETAL_API AOTITorchError aoti_torch_create_tensor_from_blob_v2(
+    void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+    int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index,
+    AtenTensorHandle* ret, int32_t layout, const uint8_t* opaque_metadata,
+    int64_t opaque_metadata_size);
+
+/* A view of self's storage with new sizes and strides, its storage offset advanced by
+ * storage_offset elements. */
+ETMETAL_API AOTITorchError aoti_torch__reinterpret_tensor(
+    AtenTensorHandle self, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+    int64_t storage_offset, AtenTensorHandle* ret_new_tensor);
+
+ETMETAL_API AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+/* A second handle to the same tensor (same storage, sizes, strides, offset). */
+ETMETAL_API AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle,
+                                                        AtenTensorHandle* new_handle);
+
+/* Contiguous copy. */
+ETMETAL_API AOTITorchError aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret);
+/* Copy with the same strides and a storage of the same extent. */
+ETMETAL_API AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle self,
+                                                             AtenTensorHandle* ret);
+/* self <- src, element by element: any strides, src broadcast to self's shape, conversion
+ * between any two supported dtypes. Ordered after work already encoded on the calling
+ * thread's stream. */
+ETMETAL_API AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
+                                            int32_t non_blocking);
+
+ETMETAL_API AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr);
+ETMETAL_API AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle tensor, int64_t* ret_size);
+ETMETAL_API AOTITorchError aoti_torch_get_storage_numel(AtenTensorHandle tensor,
+                                                        int64_t* ret_numel);
+ETMETAL_API AOTITorchError aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret_dim);
+ETMETAL_API AOTITorchError aoti_torch_get_numel(AtenTensorHandle tensor, int64_t* ret_numel);
+ETMETAL_API AOTITorchError aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret_sizes);
+ETMETAL_API AOTITorchError aoti_torch_get_size(AtenTensorHandle tensor, int64_t d,
+                                               int64_t* ret_size);
+ETMETAL_API AOTITorchError aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret_strides);
+ETMETAL_API AOTITorchError aoti_torch_get_stride(AtenTensorHandle tensor, int64_t d,
+                                                 int64_t* ret_stride);
+ETMETAL_API AOTITorchError aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret_dtype);
+ETMETAL_API AOTITorchError aoti_torch_get_device_type(AtenTensorHandle tensor,
+                                                      int32_t* ret_device_type);
+ETMETAL_API AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor,
+                                                       int32_t* ret_device_index);
+ETMETAL_API AOTITorchError aoti_torch_get_layout(AtenTensorHandle tensor, int32_t* ret_layout);
+ETMETAL_API AOTITorchError aoti_torch_get_storage_offset(AtenTensorHandle tensor,
+                                                         int64_t* ret_storage_offset);
+ETMETAL_API AOTITorchError aoti_torch_is_contiguous(AtenTensorHandle tensor,
+                                                    bool* ret_is_contiguous);
+ETMETAL_API AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool* ret_is_defined);
+
+/* Logs msg as a warning, naming the caller. */
+ETMETAL_API void aoti_torch_warn(const char* func, const char* file, uint32_t line,
+                                 const char* msg);
+/* When cond is false, records msg as the thread's error and poisons the calling thread's
+ * stream, so the next synchronize fails with it. Never aborts. */
+ETMETAL_API void aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line,
+                                  const char* msg);
+
+ETMETAL_END_DECLS
+
+#endif

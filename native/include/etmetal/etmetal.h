@@ -1,0 +1,59 @@
+/* libetmetal: the runtime for AOTInductor models compiled for Apple GPUs (device "mps").
+ * Includes the whole public API. */
+#ifndef ETMETAL_H
+#define ETMETAL_H
+
+#include "aoti_shim.h"
+#include "aoti_shim_mps.h"
+#include "metal_buffer.h"
+
+ETMETAL_BEGIN_DECLS
+
+/* How etmetal_synchronize treats the calling thread's stream (ExecuTorch's SyncType). */
+typedef enum etmetal_sync_type {
+  /* Nothing: encoded work stays pending. */
+  ETMETAL_SYNC_NONE = 0,
+  /* Submit pending work; do not wait. */
+  ETMETAL_SYNC_COMMIT = 1,
+  /* Submit pending work and wait for everything submitted; reports the sticky error. */
+  ETMETAL_SYNC_COMMIT_AND_WAIT = 2,
+  /* Submit pending work and open a fresh command buffer at once, so the device starts while
+   * the host keeps encoding. */
+  ETMETAL_SYNC_COMMIT_AND_CONTINUE = 3,
+  /* Submit only when the commit policy's limits (dispatches or megabytes) are reached. */
+  ETMETAL_SYNC_COMMIT_ADAPTIVE = 4
+} etmetal_sync_type;
+
+/* Applies sync_type to the calling thread's stream. Fails, and clears the error, when the
+ * stream holds a sticky error (a failed command buffer or a failed call during encoding). */
+ETMETAL_API AOTITorchError etmetal_synchronize(int32_t sync_type);
+
+/* The calling thread's last error message; "" when none. Valid until the thread's next call. */
+ETMETAL_API const char* etmetal_last_error(void);
+/* Human-readable name of the device, e.g. "Apple M2 Pro" or "CPU (x86_64, 2 threads)". */
+ETMETAL_API const char* etmetal_device_name(void);
+/* "metal" or "cpu": the device chosen by ETMETAL_DEVICE, else Metal where it exists. */
+ETMETAL_API const char* etmetal_device_kind(void);
+ETMETAL_API const char* etmetal_version(void);
+
+typedef struct etmetal_allocator_stats_t {
+  int64_t live_bytes;       /* bytes of device memory held by live allocations */
+  int64_t live_allocations; /* count of those allocations */
+  int64_t pooled_bytes;     /* freed device memory cached for reuse */
+} etmetal_allocator_stats_t;
+ETMETAL_API AOTITorchError etmetal_allocator_stats(etmetal_allocator_stats_t* stats);
+
+typedef struct etmetal_stream_stats_t {
+  int64_t pending_dispatches;   /* encoded into the open command buffer */
+  int64_t pending_bytes;        /* distinct buffer bytes bound in the open command buffer */
+  int64_t committed_buffers;    /* command buffers submitted so far */
+  int64_t completed_buffers;    /* of those, finished */
+  int64_t max_ops_per_buffer;   /* commit policy in force */
+  int64_t max_mb_per_buffer;
+} etmetal_stream_stats_t;
+/* Counters of the calling thread's stream. */
+ETMETAL_API AOTITorchError etmetal_stream_stats(etmetal_stream_stats_t* stats);
+
+ETMETAL_END_DECLS
+
+#endif

@@ -1,0 +1,47 @@
+#include "runtime/error.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace etm {
+namespace {
+
+LogLevel configured_level() {
+  const char* value = std::getenv("ETMETAL_LOG");
+  if (!value) return LogLevel::warn;
+  if (!std::strcmp(value, "error")) return LogLevel::error;
+  if (!std::strcmp(value, "info")) return LogLevel::info;
+  if (!std::strcmp(value, "debug")) return LogLevel::debug;
+  return LogLevel::warn;
+}
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::error: return "error";
+    case LogLevel::warn: return "warning";
+    case LogLevel::info: return "info";
+    case LogLevel::debug: return "debug";
+  }
+  return "?";
+}
+
+thread_local std::string thread_last_error;
+
+}  // namespace
+
+bool log_enabled(LogLevel level) {
+  static const LogLevel threshold = configured_level();
+  return static_cast<int>(level) <= static_cast<int>(threshold);
+}
+
+void log(LogLevel level, const std::string& message) {
+  if (!log_enabled(level)) return;
+  std::fprintf(stderr, "etmetal %s: %s\n", level_name(level), message.c_str());
+}
+
+void set_last_error(const std::string& message) { thread_last_error = message; }
+void clear_last_error() { thread_last_error.clear(); }
+const char* last_error() { return thread_last_error.c_str(); }
+
+}  // namespace etm

@@ -1,0 +1,86 @@
+#include "runtime/runtime.h"
+
+#include <cstdlib>
+
+#include "runtime/error.h"
+
+namespace etm {
+namespace {
+
+size_t pool_limit_bytes(const device::Device& device) {
+  if (const char* text = std::getenv("ETMETAL_POOL_MB")) {
+    char* end = nullptr;
+    const long long megabytes = std::strtoll(text, &end, 10);
+    if (*end == '\0' && megabytes >= 0) return static_cast<size_t>(megabytes) << 20;
+    log(LogLevel::warn, concat("ignoring ETMETAL_POOL_MB=", text, ": expected megabytes >= 0"));
+  }
+  return device.recommended_max_working_set_size() / 4;
+}
+
+}  // namespace
+
+std::string selected_device_kind() {
+  const char* requested = std::getenv("ETMETAL_DEVICE");
+  if (requested && *requested) return requested;
+  const auto kinds = device::available_device_kinds();
+  return kinds.empty() ? std::string("cpu") : kinds.front();
+}
+
+Runtime::Runtime(std::unique_ptr<device::Device> device)
+    : device_(std::move(device)), policy_(commit_policy_for(device_->architecture())) {
+  allocator_ = std::make_unique<Allocator>(*device_, addresses_, pool_limit_bytes(*device_));
+}
+
+Runtime& Runtime::get() {
+  // A throwing initializer leaves the static uninitialized, so a later call retries.
+  static Runtime* runtime = [] {
+    const std::string kind = selected_device_kind();
+    std::unique_ptr<device::Device> device;
+    const device::Status status = device::create_device(kind, &device);
+    ETM_REQUIRE(status.ok() && device, "cannot create the ", kind, " device: ", status.message());
+    log(LogLevel::info, concat("device: ", device->name()));
+    return new Runtime(std::move(device));
+  }();
+  return *runtime;
+}
+
+Stream& Runtime::current_stream() {
+  thread_local std::unique_ptr<Stream> stream;
+  if (!stream) stream = std::make_unique<Stream>(*device_, policy_);
+  return *stream;
+}
+
+std::shared_ptr<Storage> Runtime::new_storage(size_t nbytes) {
+  auto storage = std::make_shared<Storage>();
+  storage->nbytes = nbytes;
+  if (nbytes > 0) storage->buffer = allocator_->allocate(nbytes);
+  return storage;
+}
+
+std::shared_ptr<Storage> Runtime::storage_for(void* data, size_t nbytes) {
+  auto storage = std::make_shared<Storage>();
+  storage->nbytes = nbytes;
+  if (!data) {
+    ETM_REQUIRE(nbytes == 0, "null data pointer for a tensor of ", nbytes, " bytes");
+    return storage;
+  }
+  BufferLocation location = addresses_.find(data);
+  if (location.buffer) {
+    ETM_REQUIRE(nbytes <= location.buffer->length() - location.offset,
+                "tensor of ", nbytes, " bytes at ", data, " runs past the end of its allocation");
+    storage->buffer = std::move(location.buffer);
+    storage->buffer_offset = location.offset;
+    return storage;
+  }
+  if (nbytes == 0) return storage;
+  BufferPtr wrapped;
+  const device::Status status = device_->new_buffer_no_copy(data, nbytes, &wrapped);
+  ETM_REQUIRE(status.ok(), "cannot use memory at ", data, " as device memory: ", status.message());
+  ETM_REQUIRE(wrapped, "memory at ", data, " is not an etmetal allocation and the ",
+              device_->kind(), " device cannot use it in place (it must be page-aligned); ",
+              "allocate it with aoti_torch_mps_malloc or metal_allocate_buffer");
+  storage->buffer = std::move(wrapped);
+  return storage;
+}
+
+}  // namespace etm

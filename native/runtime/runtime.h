@@ -1,0 +1,51 @@
+// The process-wide runtime: the device, its memory, the live handles, and each thread's
+// stream. Created on first use and never destroyed (worker threads and completion handlers
+// may still run while the process exits).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/device.h"
+#include "runtime/allocator.h"
+#include "runtime/handles.h"
+#include "runtime/library.h"
+#include "runtime/stream.h"
+#include "runtime/tensor.h"
+
+namespace etm {
+
+class Runtime {
+ public:
+  // Throws etm::Error when no device can be created (the message says why).
+  static Runtime& get();
+
+  device::Device& device() { return *device_; }
+  AddressMap& addresses() { return addresses_; }
+  Allocator& allocator() { return *allocator_; }
+  // The calling thread's stream, created on first use and finished when the thread exits.
+  Stream& current_stream();
+  const CommitPolicy& policy() const { return policy_; }
+
+  HandleRegistry<Tensor> tensors{"tensor"};
+  HandleRegistry<ShaderLibrary> libraries{"shader library"};
+  BorrowedHandles<KernelFunction> kernels{"kernel function"};
+
+  // Tensor storage over caller memory: inside a live allocation it shares that allocation,
+  // anywhere else the device wraps it in place.
+  std::shared_ptr<Storage> storage_for(void* data, size_t nbytes);
+  std::shared_ptr<Storage> new_storage(size_t nbytes);
+
+ private:
+  explicit Runtime(std::unique_ptr<device::Device> device);
+
+  std::unique_ptr<device::Device> device_;
+  AddressMap addresses_;
+  std::unique_ptr<Allocator> allocator_;
+  CommitPolicy policy_;
+};
+
+// The device kind ETMETAL_DEVICE asks for, else the preferred one this build has.
+std::string selected_device_kind();
+
+}  // namespace etm

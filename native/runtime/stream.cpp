@@ -1,0 +1,214 @@
+#include "runtime/stream.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/library.h"
+
+namespace etm {
+
+Stream::Stream(device::Device& device, CommitPolicy policy)
+    : device_(device),
+      queue_(device.new_command_queue()),
+      policy_(policy),
+      shared_(std::make_shared<Shared>()) {
+  ETM_REQUIRE(queue_, "the device could not create a command queue");
+}
+
+Stream::~Stream() {
+  try {
+    wait_idle();
+  } catch (...) {
+    // A thread exiting with unreported errors has nobody left to report them to.
+  }
+}
+
+device::CommandBuffer& Stream::open_command_buffer() {
+  if (!open_) {
+    open_ = queue_->new_command_buffer();
+    ETM_REQUIRE(open_, "the device could not create a command buffer");
+    open_dispatches_ = 0;
+    open_bytes_ = 0;
+    open_buffers_.clear();
+    since_barrier_.clear();
+  }
+  return *open_;
+}
+
+void Stream::note_buffer_use(const BufferPtr& buffer) {
+  if (open_buffers_.insert(buffer.get()).second)
+    open_bytes_ += static_cast<int64_t>(buffer->length());
+}
+
+void Stream::start_encoding(KernelFunction* kernel) {
+  encoding_kernel_ = kernel;
+  arguments_.clear();
+}
+
+static void check_encoding(KernelFunction* encoding, KernelFunction* kernel, unsigned index) {
+  ETM_REQUIRE(encoding == kernel, "kernel '", kernel->name(),
+              "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
+  ETM_REQUIRE(index < Stream::kMaxArguments, "argument index ", index, " of kernel '",
+              kernel->name(), "' is out of range (at most ", Stream::kMaxArguments - 1, ")");
+}
+
+void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
+                                 size_t offset) {
+  check_encoding(encoding_kernel_, kernel, index);
+  if (arguments_.size() <= index) arguments_.resize(index + 1);
+  KernelArgument& argument = arguments_[index];
+  argument.kind = KernelArgument::Kind::buffer;
+  argument.buffer = std::move(buffer);
+  argument.offset = offset;
+}
+
+void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
+                                size_t length) {
+  check_encoding(encoding_kernel_, kernel, index);
+  ETM_REQUIRE(length <= sizeof(KernelArgument::bytes), "argument of ", length, " bytes is too large");
+  if (arguments_.size() <= index) arguments_.resize(index + 1);
+  KernelArgument& argument = arguments_[index];
+  argument.kind = KernelArgument::Kind::bytes;
+  argument.buffer.reset();
+  std::memcpy(argument.bytes, data, length);
+  argument.byte_count = length;
+}
+
+void Stream::dispatch(KernelFunction* kernel, device::Size3 grid, device::Size3 group) {
+  ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
+              "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
+  for (size_t i = 0; i < arguments_.size(); ++i) {
+    ETM_REQUIRE(arguments_[i].kind != KernelArgument::Kind::unset, "argument ", i,
+                " of kernel '", kernel->name(), "' is not set");
+  }
+  if (grid.volume() == 0) return;  // nothing to run; Metal rejects empty grids
+  const uint64_t max_threads = kernel->max_threads_per_group();
+  ETM_REQUIRE(group.x > 0 && group.y > 0 && group.z > 0, "threadgroup size must be positive");
+  ETM_REQUIRE(group.volume() <= max_threads, "threadgroup of ", group.x, "x", group.y, "x",
+              group.z, " threads exceeds kernel '", kernel->name(), "''s maximum of ",
+              max_threads);
+
+  device::CommandBuffer& command_buffer = open_command_buffer();
+  device::ComputeEncoder& encoder = command_buffer.compute_encoder();
+  bool conflict = false;
+  for (const KernelArgument& argument : arguments_)
+    if (argument.buffer && since_barrier_.count(argument.buffer.get())) conflict = true;
+  if (conflict) {
+    encoder.memory_barrier();
+    since_barrier_.clear();
+  }
+  encoder.set_pipeline(kernel->pipeline());
+  for (size_t i = 0; i < arguments_.size(); ++i) {
+    const KernelArgument& argument = arguments_[i];
+    if (argument.kind == KernelArgument::Kind::buffer) {
+      encoder.set_buffer(argument.buffer, argument.offset, static_cast<uint32_t>(i));
+      if (!argument.buffer) continue;  // an empty tensor: bound as nil
+      note_buffer_use(argument.buffer);
+      since_barrier_.insert(argument.buffer.get());
+    } else {
+      encoder.set_bytes(argument.bytes, argument.byte_count, static_cast<uint32_t>(i));
+    }
+  }
+  encoder.dispatch_threads(grid, group);
+  ++open_dispatches_;
+  if (policy_.should_commit(open_dispatches_, open_bytes_)) commit_open();
+}
+
+void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr destination,
+                         size_t destination_offset, size_t length) {
+  ETM_REQUIRE(source_offset <= source->length() && length <= source->length() - source_offset,
+              "copy reads past the end of its source allocation");
+  ETM_REQUIRE(destination_offset <= destination->length() &&
+                  length <= destination->length() - destination_offset,
+              "copy writes past the end of its destination allocation");
+  if (length == 0) return;
+  device::CommandBuffer& command_buffer = open_command_buffer();
+  note_buffer_use(source);
+  note_buffer_use(destination);
+  command_buffer.copy_buffer(std::move(source), source_offset, std::move(destination),
+                             destination_offset, length);
+  since_barrier_.clear();  // a blit ends the compute encoder; the next one starts fresh
+}
+
+void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, uint8_t value) {
+  ETM_REQUIRE(offset <= destination->length() && length <= destination->length() - offset,
+              "fill writes past the end of its allocation");
+  if (length == 0) return;
+  device::CommandBuffer& command_buffer = open_command_buffer();
+  note_buffer_use(destination);
+  command_buffer.fill_buffer(std::move(destination), offset, length, value);
+  since_barrier_.clear();
+}
+
+void Stream::commit_open() {
+  if (!open_) return;
+  std::weak_ptr<Shared> shared = shared_;
+  open_->add_completed_handler([shared](const device::Status& status) {
+    auto state = shared.lock();
+    if (!state) return;
+    if (!status.ok()) {
+      std::lock_guard lock(state->mutex);
+      if (state->sticky_error.empty()) state->sticky_error = "command buffer failed: " + status.message();
+    }
+    state->completed.fetch_add(1);
+  });
+  open_->commit();
+  shared_->committed.fetch_add(1);
+  last_committed_ = std::move(open_);
+  open_.reset();
+}
+
+void Stream::wait_committed() {
+  // One queue runs its command buffers in order: the last one finishing means all did.
+  if (last_committed_) {
+    last_committed_->wait_until_completed();
+    last_committed_.reset();
+  }
+}
+
+void Stream::wait_idle() {
+  commit_open();
+  wait_committed();
+}
+
+void Stream::poison(const std::string& message) {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->sticky_error.empty()) shared_->sticky_error = message;
+}
+
+void Stream::synchronize(SyncType type) {
+  switch (type) {
+    case SyncType::none:
+      return;
+    case SyncType::commit:
+    case SyncType::commit_and_continue:
+      commit_open();
+      if (type == SyncType::commit_and_continue) open_command_buffer();
+      return;
+    case SyncType::commit_adaptive:
+      if (open_ && policy_.should_commit(open_dispatches_, open_bytes_)) commit_open();
+      return;
+    case SyncType::commit_and_wait: {
+      wait_idle();
+      std::string error;
+      {
+        std::lock_guard lock(shared_->mutex);
+        error.swap(shared_->sticky_error);
+      }
+      if (!error.empty()) fail(error);
+      return;
+    }
+  }
+  fail("unknown sync type ", static_cast<int32_t>(type));
+}
+
+StreamStats Stream::stats() const {
+  StreamStats stats;
+  stats.pending_dispatches = open_ ? open_dispatches_ : 0;
+  stats.pending_bytes = open_ ? open_bytes_ : 0;
+  stats.committed_buffers = shared_->committed.load();
+  stats.completed_buffers = shared_->completed.load();
+  return stats;
+}
+
+}  // namespace etm

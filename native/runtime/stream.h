@@ -1,0 +1,111 @@
+// A stream records work into command buffers on one command queue (ExecuTorch's
+// ETMetalStream). Each thread encodes into its own stream (Runtime::current_stream), so
+// streams need no lock for encoding; only what completion handlers touch is synchronized.
+//
+// Sync types (etmetal_sync_type): NONE does nothing; COMMIT submits the open command buffer;
+// COMMIT_AND_WAIT submits and waits for every submitted buffer, then reports and clears the
+// sticky error; COMMIT_AND_CONTINUE submits and opens the next buffer at once;
+// COMMIT_ADAPTIVE submits only when the commit policy says the open buffer is full.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "device/device.h"
+#include "runtime/allocator.h"
+#include "runtime/commit_policy.h"
+
+namespace etm {
+
+class KernelFunction;
+
+enum class SyncType : int32_t {
+  none = 0,
+  commit = 1,
+  commit_and_wait = 2,
+  commit_and_continue = 3,
+  commit_adaptive = 4,
+};
+
+// One argument slot of the kernel being encoded.
+struct KernelArgument {
+  enum class Kind { unset, buffer, bytes } kind = Kind::unset;
+  BufferPtr buffer;
+  size_t offset = 0;
+  unsigned char bytes[8] = {};
+  size_t byte_count = 0;
+};
+
+struct StreamStats {
+  int64_t pending_dispatches = 0;
+  int64_t pending_bytes = 0;
+  int64_t committed_buffers = 0;
+  int64_t completed_buffers = 0;
+};
+
+class Stream {
+ public:
+  static constexpr unsigned kMaxArguments = 31;  // Metal's buffer argument table
+
+  Stream(device::Device& device, CommitPolicy policy);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Kernel encoding (aoti_torch_mps_start_encoding / set_arg_* / dispatch_*).
+  void start_encoding(KernelFunction* kernel);
+  void set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
+                           size_t offset);
+  void set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
+                          size_t length);
+  void dispatch(KernelFunction* kernel, device::Size3 grid, device::Size3 group);
+
+  void copy_buffer(BufferPtr source, size_t source_offset, BufferPtr destination,
+                   size_t destination_offset, size_t length);
+  void fill_buffer(BufferPtr destination, size_t offset, size_t length, uint8_t value);
+
+  // Applies a sync type; throws etm::Error carrying the sticky error on a wait that finds one.
+  void synchronize(SyncType type);
+  // Submits and waits for everything, leaving the sticky error in place (for host reads).
+  void wait_idle();
+  // Records an error that the next waiting synchronize reports (first error wins).
+  void poison(const std::string& message);
+
+  StreamStats stats() const;
+  const CommitPolicy& policy() const { return policy_; }
+
+ private:
+  device::CommandBuffer& open_command_buffer();
+  void note_buffer_use(const BufferPtr& buffer);
+  void commit_open();
+  void wait_committed();
+
+  device::Device& device_;
+  std::shared_ptr<device::CommandQueue> queue_;
+  const CommitPolicy policy_;
+
+  std::shared_ptr<device::CommandBuffer> open_;
+  std::unordered_set<const device::Buffer*> open_buffers_;  // bound in the open buffer
+  std::unordered_set<const device::Buffer*> since_barrier_; // bound since the last barrier
+  int64_t open_dispatches_ = 0;
+  int64_t open_bytes_ = 0;
+  std::shared_ptr<device::CommandBuffer> last_committed_;
+
+  KernelFunction* encoding_kernel_ = nullptr;
+  std::vector<KernelArgument> arguments_;
+
+  struct Shared {
+    std::mutex mutex;
+    std::string sticky_error;
+    std::atomic<int64_t> committed{0};
+    std::atomic<int64_t> completed{0};
+  };
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace etm
