@@ -2,5 +2,7 @@
 
 from .compile import CompileError, aoti_compile_and_package
 from .export import ExportError, export
+from .runner import ModelRunner, PackageError, RunError, aoti_load_package
 
-__all__ = ["CompileError", "ExportError", "aoti_compile_and_package", "export"]
+__all__ = ["CompileError", "ExportError", "ModelRunner", "PackageError", "RunError",
+           "aoti_compile_and_package", "aoti_load_package", "export"]

@@ -7,6 +7,7 @@ The package's model .so leaves every `aoti_torch_*` symbol undefined
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -146,6 +147,65 @@ def _sign_package_libraries(package_path: str, identity: str) -> None:
         shutil.move(rewritten, package_path)
 
 
+SIGNATURE_FILE = "etmetal/signature.json"
+
+
+def _dimension_range(ep: ExportedProgram, size: Any) -> list[int | None] | None:
+    """[min, max] of a symbolic size from the program's range constraints (None: unbounded)."""
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    constraint = ep.range_constraints.get(expr) if expr is not None else None
+    if constraint is None:
+        return None
+
+    def bound(value: Any) -> int | None:
+        try:
+            number = int(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return number if abs(number) < 2**62 else None
+
+    return [bound(constraint.lower), bound(constraint.upper)]
+
+
+def _tensor_signature(ep: ExportedProgram, value: torch.Tensor) -> dict[str, Any]:
+    shape = [int(s) if isinstance(s, int) else None for s in value.shape]
+    ranges = {str(dim): _dimension_range(ep, s) for dim, s in enumerate(value.shape)
+              if not isinstance(s, int)}
+    strides = [int(s) for s in value.stride()] if all(isinstance(s, int) for s in value.stride()) \
+        and None not in shape else None
+    return {"dtype": str(value.dtype).removeprefix("torch."), "shape": shape,
+            "strides": strides, "ranges": {k: v for k, v in ranges.items() if v is not None}}
+
+
+def program_signature(ep: ExportedProgram, gpu_cores: int) -> dict[str, Any]:
+    """What the runner checks inputs against: dtype, shape (None for dynamic sizes, with the
+    exported range) and the strides the compiled code assumes, per flat tensor input."""
+    placeholders = {node.name: node for node in ep.graph.nodes if node.op == "placeholder"}
+    inputs = []
+    for name in ep.graph_signature.user_inputs:
+        node = placeholders.get(name)
+        value = node.meta.get("val") if node is not None else None
+        if isinstance(value, torch.Tensor):
+            inputs.append(_tensor_signature(ep, value))
+    from torch.export.graph_signature import OutputKind
+
+    output_node = next(node for node in ep.graph.nodes if node.op == "output")
+    outputs = []
+    for spec, node in zip(ep.graph_signature.output_specs, output_node.args[0]):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if spec.kind == OutputKind.USER_OUTPUT and isinstance(value, torch.Tensor):
+            outputs.append(_tensor_signature(ep, value))
+    return {"format": 1, "torch": torch.__version__, "gpu_cores": gpu_cores,
+            "inputs": inputs, "outputs": outputs}
+
+
+def _add_signature(package_path: str, signature: dict[str, Any]) -> None:
+    with zipfile.ZipFile(package_path, "a") as archive:
+        names = archive.namelist()
+        root = names[0].split("/")[0] if names else "model"
+        archive.writestr(f"{root}/{SIGNATURE_FILE}", json.dumps(signature, indent=1))
+
+
 def _program_for_mps(ep: ExportedProgram) -> ExportedProgram:
     devices = program_device_types(ep)
     if devices <= {"mps"}:
@@ -196,7 +256,9 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
     except Exception as exc:
         raise CompileError("AOTInductor could not compile the program for mps: "
                            + describe_compile_failure(exc)) from exc
-    if codesign_identity:
-        _sign_package_libraries(result, codesign_identity)
+    if isinstance(result, str):
+        _add_signature(result, program_signature(program, cores))
+        if codesign_identity:
+            _sign_package_libraries(result, codesign_identity)
     return result
 

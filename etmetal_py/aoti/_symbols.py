@@ -1,0 +1,134 @@
+"""Which symbols a shared library needs, and where the loaded process would find them.
+
+A model .so compiled with `link_libtorch=False` leaves every `aoti_torch_*` symbol undefined.
+Loading it with lazy binding would only fail when a missing function is first called (and
+then abort the process), so the loader checks the list up front.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import struct
+import subprocess
+
+_ELF_MAGIC = b"\x7fELF"
+_SHT_DYNSYM = 11
+_SHN_UNDEF = 0
+_STB_WEAK = 2
+
+
+class SymbolReadError(RuntimeError):
+    """The library's symbol table could not be read."""
+
+
+def _elf_undefined_symbols(data: bytes) -> tuple[set[str], set[str]]:
+    """(strong, weak) undefined dynamic symbols of an ELF shared object."""
+    elf_class, byte_order = data[4], data[5]
+    if elf_class not in (1, 2) or byte_order not in (1, 2):
+        raise SymbolReadError("unknown ELF class or byte order")
+    endian = "<" if byte_order == 1 else ">"
+    is64 = elf_class == 2
+    try:
+        if is64:
+            shoff, = struct.unpack_from(endian + "Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x3A)
+        else:
+            shoff, = struct.unpack_from(endian + "I", data, 0x20)
+            shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x2E)
+
+        def section(index: int) -> tuple[int, int, int, int, int]:
+            base = shoff + index * shentsize
+            if is64:
+                _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
+                    endian + "IIQQQQIIQQ", data, base)
+            else:
+                _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
+                    endian + "IIIIIIIIII", data, base)
+            return sh_type, offset, size, link, entsize
+
+        strong: set[str] = set()
+        weak: set[str] = set()
+        for index in range(shnum):
+            sh_type, offset, size, link, entsize = section(index)
+            if sh_type != _SHT_DYNSYM:
+                continue
+            _, str_offset, str_size, _, _ = section(link)
+            strings = data[str_offset:str_offset + str_size]
+            entsize = entsize or (24 if is64 else 16)
+            for sym in range(offset + entsize, offset + size, entsize):  # entry 0 is null
+                if is64:
+                    name_off, info, _, shndx, _, _ = struct.unpack_from(endian + "IBBHQQ", data, sym)
+                else:
+                    name_off, _, _, info, _, shndx = struct.unpack_from(endian + "IIIBBH", data, sym)
+                if shndx != _SHN_UNDEF or name_off == 0:
+                    continue
+                end = strings.find(b"\0", name_off)
+                name = strings[name_off:end if end >= 0 else None].decode("utf-8", "replace")
+                (weak if info >> 4 == _STB_WEAK else strong).add(name)
+        return strong, weak
+    except struct.error as exc:
+        raise SymbolReadError(f"truncated ELF file ({exc})") from None
+
+
+def _nm_undefined_symbols(path: str) -> tuple[set[str], set[str]]:
+    nm = shutil.which("nm")
+    if nm is None:
+        raise SymbolReadError("not an ELF file and no `nm` tool to read it")
+    result = subprocess.run([nm, "-u", path], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SymbolReadError(f"nm failed: {result.stderr.strip()}")
+    names = set()
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        name = parts[-1]
+        # Mach-O prefixes C symbols with an underscore.
+        names.add(name[1:] if name.startswith("_") else name)
+    return names, set()
+
+
+def undefined_symbols(path: str) -> tuple[set[str], set[str]]:
+    """(strong, weak) undefined dynamic symbols of the shared library at `path`."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] == _ELF_MAGIC:
+        return _elf_undefined_symbols(data)
+    return _nm_undefined_symbols(path)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _dladdr_function() -> ctypes._CFuncPtr | None:
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except AttributeError:
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    dladdr.restype = ctypes.c_int
+    return dladdr
+
+
+def library_of_address(address: int) -> str | None:
+    """Real path of the loaded library that contains `address`, when the loader knows it."""
+    dladdr = _dladdr_function()
+    if dladdr is None or not address:
+        return None
+    info = _DlInfo()
+    if dladdr(ctypes.c_void_p(address), ctypes.byref(info)) == 0 or not info.dli_fname:
+        return None
+    return os.path.realpath(os.fsdecode(info.dli_fname))
+
+
+def global_symbol_address(name: str) -> int:
+    """Address of `name` in the process's global symbol scope; 0 when it is not there."""
+    try:
+        symbol = getattr(ctypes.CDLL(None), name)
+    except AttributeError:
+        return 0
+    return ctypes.cast(symbol, ctypes.c_void_p).value or 0
