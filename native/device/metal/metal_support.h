@@ -1,0 +1,203 @@
+// The Metal device's decisions that need no Metal: error wording, size and alignment rules,
+// argument checks. Plain C++17 so that tests/test_metal_syntax.py can compile and run it on
+// any host; metal_device.mm checks the numeric values below against the SDK's enums.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "device/device.h"
+
+namespace etm::device::metal::support {
+
+// Metal's limits that the device checks before calling Metal, whose validation would
+// otherwise stop the process. Apple docs: "Metal feature set tables" (buffer argument table
+// entries) and MTLComputeCommandEncoder setBytes:length:atIndex: (4 KiB).
+inline constexpr uint32_t kBufferArgumentSlots = 31;
+inline constexpr size_t kMaxSetBytesLength = 4096;
+// MTLComputeCommandEncoder setThreadgroupMemoryLength:atIndex: wants multiples of 16 bytes.
+inline constexpr size_t kThreadgroupMemoryGranule = 16;
+// MTLBlitCommandEncoder copyFromBuffer:... and fillBuffer:range:value: want offsets and
+// lengths that are multiples of 4 on macOS; other ranges go through a compute kernel.
+inline constexpr size_t kBlitGranule = 4;
+
+// Values of MTLCommandBufferError (Apple docs: MTLCommandBufferError.Code).
+enum class CommandBufferErrorCode : long {
+  none = 0,
+  internal = 1,
+  timeout = 2,
+  page_fault = 3,
+  access_revoked = 4,  // formerly MTLCommandBufferErrorBlacklisted
+  not_permitted = 7,
+  out_of_memory = 8,
+  invalid_resource = 9,
+  memoryless = 10,
+  device_removed = 11,
+  stack_overflow = 12,
+};
+
+struct CommandBufferErrorInfo {
+  const char* name;      // short name, e.g. "page fault"
+  const char* constant;  // the SDK's constant, e.g. "MTLCommandBufferErrorPageFault"
+  const char* meaning;   // what it means for a compute workload
+};
+
+inline const CommandBufferErrorInfo* command_buffer_error_info(long code) {
+  static const CommandBufferErrorInfo kNone = {
+      "no error", "MTLCommandBufferErrorNone", "Metal reported an error without a cause"};
+  static const CommandBufferErrorInfo kInternal = {
+      "internal error", "MTLCommandBufferErrorInternal",
+      "the Metal driver failed internally"};
+  static const CommandBufferErrorInfo kTimeout = {
+      "timeout", "MTLCommandBufferErrorTimeout",
+      "the GPU ran the command buffer longer than the system allows and stopped it; split "
+      "the work into more command buffers or look for a kernel that does not terminate"};
+  static const CommandBufferErrorInfo kPageFault = {
+      "page fault", "MTLCommandBufferErrorPageFault",
+      "a kernel accessed memory outside its buffers (an out-of-bounds index, a wrong "
+      "offset or stride, or a buffer freed before the GPU finished)"};
+  static const CommandBufferErrorInfo kAccessRevoked = {
+      "access revoked", "MTLCommandBufferErrorAccessRevoked",
+      "the system revoked this process's GPU access after too many timeouts or hangs "
+      "(formerly MTLCommandBufferErrorBlacklisted); restart the process"};
+  static const CommandBufferErrorInfo kNotPermitted = {
+      "not permitted", "MTLCommandBufferErrorNotPermitted",
+      "the process may not use the GPU (for example a background process without GPU "
+      "access)"};
+  static const CommandBufferErrorInfo kOutOfMemory = {
+      "out of memory", "MTLCommandBufferErrorOutOfMemory",
+      "the GPU did not have enough memory to run the command buffer"};
+  static const CommandBufferErrorInfo kInvalidResource = {
+      "invalid resource", "MTLCommandBufferErrorInvalidResource",
+      "the command buffer referenced a buffer or pipeline that is no longer valid"};
+  static const CommandBufferErrorInfo kMemoryless = {
+      "memoryless", "MTLCommandBufferErrorMemoryless",
+      "the GPU ran out of memoryless render attachment storage"};
+  static const CommandBufferErrorInfo kDeviceRemoved = {
+      "device removed", "MTLCommandBufferErrorDeviceRemoved",
+      "the GPU was removed before the command buffer finished"};
+  static const CommandBufferErrorInfo kStackOverflow = {
+      "stack overflow", "MTLCommandBufferErrorStackOverflow",
+      "a kernel used more call stack frames than its pipeline allows"};
+  switch (static_cast<CommandBufferErrorCode>(code)) {
+    case CommandBufferErrorCode::none: return &kNone;
+    case CommandBufferErrorCode::internal: return &kInternal;
+    case CommandBufferErrorCode::timeout: return &kTimeout;
+    case CommandBufferErrorCode::page_fault: return &kPageFault;
+    case CommandBufferErrorCode::access_revoked: return &kAccessRevoked;
+    case CommandBufferErrorCode::not_permitted: return &kNotPermitted;
+    case CommandBufferErrorCode::out_of_memory: return &kOutOfMemory;
+    case CommandBufferErrorCode::invalid_resource: return &kInvalidResource;
+    case CommandBufferErrorCode::memoryless: return &kMemoryless;
+    case CommandBufferErrorCode::device_removed: return &kDeviceRemoved;
+    case CommandBufferErrorCode::stack_overflow: return &kStackOverflow;
+  }
+  return nullptr;
+}
+
+// The message for a failed command buffer whose NSError is in MTLCommandBufferErrorDomain:
+// the failure's name first, never a bare code.
+inline std::string describe_command_buffer_error(long code, const std::string& description) {
+  std::string message = "Metal command buffer failed: ";
+  if (const CommandBufferErrorInfo* info = command_buffer_error_info(code)) {
+    message += info->name;
+    message += " (";
+    message += info->constant;
+    message += "): ";
+    message += info->meaning;
+  } else {
+    message += "unknown MTLCommandBufferError code " + std::to_string(code);
+  }
+  if (!description.empty()) message += ". Metal says: " + description;
+  return message;
+}
+
+// The message for a failed command buffer whose error is outside MTLCommandBufferErrorDomain,
+// or that failed without an NSError.
+inline std::string describe_foreign_command_buffer_error(const std::string& domain, long code,
+                                                         const std::string& description) {
+  if (domain.empty()) return "Metal command buffer failed without reporting an error";
+  std::string message =
+      "Metal command buffer failed: " + domain + " error " + std::to_string(code);
+  if (!description.empty()) message += ": " + description;
+  return message;
+}
+
+// ETMETAL_FAST_MATH: unset, "" or "0" selects safe math, "1" fast math; anything else is an
+// error so that a typo does not silently change numerics.
+inline Status parse_fast_math_setting(const char* value, bool* fast_math) {
+  const std::string text = value ? value : "";
+  if (text.empty() || text == "0") {
+    *fast_math = false;
+    return Status();
+  }
+  if (text == "1") {
+    *fast_math = true;
+    return Status();
+  }
+  return Status::error("ETMETAL_FAST_MATH must be 0 or 1, not '" + text + "'");
+}
+
+// ETMETAL_CAPTURE names the trace to write; Metal writes only .gputrace documents.
+inline Status check_capture_path(const std::string& path) {
+  const std::string suffix = ".gputrace";
+  if (path.size() <= suffix.size() ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return Status::error("ETMETAL_CAPTURE must name a file ending in .gputrace, not '" + path +
+                         "'");
+  }
+  return Status();
+}
+
+// Rounds `value` up to a multiple of `multiple` (> 0); false when the result overflows.
+inline bool round_up(size_t value, size_t multiple, size_t* out) {
+  const size_t remainder = value % multiple;
+  if (remainder == 0) {
+    *out = value;
+    return true;
+  }
+  const size_t padding = multiple - remainder;
+  if (value > SIZE_MAX - padding) return false;
+  *out = value + padding;
+  return true;
+}
+
+// newBufferWithBytesNoCopy:length:options:deallocator: needs a page-aligned pointer and a
+// length that is a non-zero multiple of the page size.
+inline bool can_wrap_in_place(const void* pointer, size_t length, size_t page_size) {
+  return pointer != nullptr && length != 0 &&
+         reinterpret_cast<uintptr_t>(pointer) % page_size == 0 && length % page_size == 0;
+}
+
+// Whether [offset, offset + length) lies inside a buffer of `buffer_length` bytes.
+inline bool range_fits(size_t offset, size_t length, size_t buffer_length) {
+  return offset <= buffer_length && length <= buffer_length - offset;
+}
+
+inline bool blit_aligned(size_t first_offset, size_t second_offset, size_t length) {
+  return first_offset % kBlitGranule == 0 && second_offset % kBlitGranule == 0 &&
+         length % kBlitGranule == 0;
+}
+
+// Checks a threadgroup shape against a pipeline's limit; empty when it is valid.
+inline std::string check_threads_per_group(const Size3& threads_per_group,
+                                           uint32_t max_total_threads) {
+  const Size3& t = threads_per_group;
+  if (t.x == 0 || t.y == 0 || t.z == 0) {
+    return "threadgroup size " + std::to_string(t.x) + "x" + std::to_string(t.y) + "x" +
+           std::to_string(t.z) + " has a zero dimension";
+  }
+  // Each factor is checked before multiplying so that the product cannot overflow.
+  if (t.x > max_total_threads || t.y > max_total_threads || t.z > max_total_threads ||
+      t.x * t.y > max_total_threads || t.volume() > max_total_threads) {
+    return "threadgroup size " + std::to_string(t.x) + "x" + std::to_string(t.y) + "x" +
+           std::to_string(t.z) + " exceeds the pipeline's maximum of " +
+           std::to_string(max_total_threads) + " threads";
+  }
+  return std::string();
+}
+
+inline bool grid_is_empty(const Size3& grid) { return grid.x == 0 || grid.y == 0 || grid.z == 0; }
+
+}  // namespace etm::device::metal::support

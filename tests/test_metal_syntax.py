@@ -1,0 +1,419 @@
+"""Type-checks the Metal device's Objective-C++ on Linux, where no Apple SDK exists.
+
+clang compiles native/device/metal/metal_device.mm with -fsyntax-only against the stub SDK
+in tests/metal_stubs/ (declarations with Apple's documented signatures):
+  - for a Linux target with ARC, as the brief of the device asks;
+  - for a macOS target below the device's minimum, with availability warnings as errors, so
+    an API newer than macOS 14 used outside @available fails;
+  - with the stubs imitating the macOS 15 SDK and the macOS 14 SDK (Xcode 15), so the
+    SDK-conditional code compiles both ways.
+Negative cases prove the stubs reject what a real SDK rejects. The device's Metal-free rules
+(metal_support.h) are compiled with the host C++ compiler and run.
+"""
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "native"
+STUBS = ROOT / "tests" / "metal_stubs"
+DEVICE_SOURCE = NATIVE / "device" / "metal" / "metal_device.mm"
+
+CLANG = shutil.which("clang")
+requires_clang = pytest.mark.skipif(
+    CLANG is None, reason="clang is not installed (apt-get install clang); .ci/run installs it")
+
+SDK_VERSIONS = {"macOS 15 SDK": 150000, "macOS 14 SDK": 140000}
+OBJCXX = ["-x", "objective-c++", "-fobjc-arc", "-fblocks", "-std=c++17"]
+WARNINGS = ["-Wall", "-Wextra", "-Werror"]
+
+
+def linux_target_command(sdk_version=150000):
+    # The Linux default (GNU) Objective-C runtime has no ARC; the Apple runtime's rules apply.
+    return [CLANG, "-fsyntax-only", *OBJCXX, "-fobjc-runtime=macosx-14.0", *WARNINGS,
+            f"-DETM_STUB_SDK_VERSION={sdk_version}", "-isystem", str(STUBS), "-I", str(NATIVE)]
+
+
+def host_include_directories():
+    """The host compiler's system include directories, in search order."""
+    result = subprocess.run([CLANG, "-x", "c++", "-E", "-v", os.devnull],
+                            capture_output=True, text=True, check=True)
+    lines = result.stderr.splitlines()
+    start = lines.index("#include <...> search starts here:") + 1
+    end = lines.index("End of search list.")
+    return [line.strip() for line in lines[start:end]]
+
+
+def macos_target_command(deployment_target, sdk_version=150000):
+    """clang for a macOS target, with this host's C and C++ library headers.
+
+    Only the Objective-C++ semantics are checked, so the host's headers stand in for the
+    SDK's libc++. A Darwin target predefines __nonnull/__nullable (glibc uses the names) and
+    not _GNU_SOURCE (libstdc++ needs it).
+    """
+    arch = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower())
+    if arch is None:
+        pytest.skip(f"no macOS target for host architecture {platform.machine()}")
+    includes = []
+    for directory in host_include_directories():
+        includes += ["-isystem", directory]
+    return [CLANG, "-fsyntax-only", f"--target={arch}-apple-macos{deployment_target}",
+            "-nostdinc", "-nostdinc++", "-U__nonnull", "-U__nullable", "-D_GNU_SOURCE", *OBJCXX, *WARNINGS,
+            "-Werror=unguarded-availability-new", f"-DETM_STUB_SDK_VERSION={sdk_version}",
+            "-isystem", str(STUBS), *includes, "-I", str(NATIVE)]
+
+
+def compile_file(command, path):
+    return subprocess.run([*command, str(path)], capture_output=True, text=True, timeout=120)
+
+
+def compile_snippet(command, code, tmp_path):
+    path = tmp_path / "snippet.mm"
+    path.write_text(textwrap.dedent(code))
+    return compile_file(command, path)
+
+
+def assert_compiles(result):
+    assert result.returncode == 0, result.stderr
+
+
+def assert_rejected(result, *patterns):
+    assert result.returncode != 0, "clang accepted code that must not compile"
+    for pattern in patterns:
+        assert re.search(pattern, result.stderr), result.stderr
+
+
+# ----------------------------------------------------------------------------------------
+# The device compiles
+
+
+@requires_clang
+@pytest.mark.parametrize("sdk", SDK_VERSIONS.values(), ids=SDK_VERSIONS.keys())
+def test_metal_device_compiles_on_linux_target_with_arc(sdk):
+    assert_compiles(compile_file(linux_target_command(sdk), DEVICE_SOURCE))
+
+
+@requires_clang
+@pytest.mark.parametrize("deployment_target", ["13.0", "14.0", "15.0"])
+@pytest.mark.parametrize("sdk", SDK_VERSIONS.values(), ids=SDK_VERSIONS.keys())
+def test_metal_device_respects_api_availability(deployment_target, sdk):
+    # 13.0: every macOS 14/15 API must be guarded; 15.0: deprecated API must not warn.
+    assert_compiles(compile_file(macos_target_command(deployment_target, sdk), DEVICE_SOURCE))
+
+
+@requires_clang
+def test_metal_device_header_is_plain_cpp(tmp_path):
+    # registry.cpp includes it from a C++ translation unit.
+    source = tmp_path / "registry_like.cpp"
+    source.write_text(textwrap.dedent("""
+        #include "device/metal/metal_device.h"
+        etm::device::Status (*create)(std::unique_ptr<etm::device::Device>*) =
+            &etm::device::metal::create_metal_device;
+        void (*stop)() = &etm::device::metal::stop_capture;
+    """))
+    result = subprocess.run(
+        [CLANG, "-fsyntax-only", "-x", "c++", "-std=c++17", *WARNINGS, "-I", str(NATIVE),
+         str(source)], capture_output=True, text=True, timeout=120)
+    assert_compiles(result)
+
+
+# ----------------------------------------------------------------------------------------
+# The stubs and the check have teeth
+
+DEVICE_PRELUDE = """
+    #import <Foundation/Foundation.h>
+    #import <Metal/Metal.h>
+"""
+
+
+@requires_clang
+def test_arc_is_in_force(tmp_path):
+    code = DEVICE_PRELUDE + """
+        void* leak(NSString* text) { return (void*)text; }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), code, tmp_path),
+                    r"requires a bridged cast")
+    bridged = DEVICE_PRELUDE + """
+        void* view(NSString* text) { return (__bridge void*)text; }
+        void release(NSString* text) { [text release]; }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), bridged, tmp_path),
+                    r"ARC forbids explicit message send of 'release'")
+
+
+@requires_clang
+def test_stubs_accept_correct_use(tmp_path):
+    # The same calls as the negative cases below, spelled right: the rejections are theirs.
+    code = DEVICE_PRELUDE + """
+        id<MTLBuffer> make(id<MTLDevice> device) {
+          return [device newBufferWithLength:64 options:MTLResourceStorageModeShared];
+        }
+        void bind(id<MTLComputeCommandEncoder> encoder, id<MTLBuffer> buffer) {
+          [encoder setBuffer:buffer offset:0 atIndex:0];
+          [encoder dispatchThreads:MTLSizeMake(4, 1, 1) threadsPerThreadgroup:MTLSizeMake(4, 1, 1)];
+        }
+        void options(MTLCompileOptions* options) { options.languageVersion = MTLLanguageVersion3_1; }
+    """
+    assert_compiles(compile_snippet(linux_target_command(), code, tmp_path))
+
+
+@requires_clang
+def test_stubs_reject_misspelled_selector(tmp_path):
+    code = DEVICE_PRELUDE + """
+        id<MTLBuffer> make(id<MTLDevice> device) {
+          return [device newBufferWithLenght:64 options:MTLResourceStorageModeShared];
+        }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), code, tmp_path),
+                    r"newBufferWithLenght:options:")
+
+
+@requires_clang
+def test_stubs_reject_wrong_argument_types(tmp_path):
+    wrong_object = DEVICE_PRELUDE + """
+        void bind(id<MTLComputeCommandEncoder> encoder, id<MTLComputePipelineState> state) {
+          [encoder setBuffer:state offset:0 atIndex:0];
+        }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), wrong_object, tmp_path),
+                    r"id<MTLComputePipelineState>")
+    wrong_struct = DEVICE_PRELUDE + """
+        void dispatch(id<MTLComputeCommandEncoder> encoder) {
+          [encoder dispatchThreads:64 threadsPerThreadgroup:MTLSizeMake(4, 1, 1)];
+        }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), wrong_struct, tmp_path),
+                    r"MTLSize")
+    wrong_enum = DEVICE_PRELUDE + """
+        void options(MTLCompileOptions* options) { options.languageVersion = 0x30001; }
+    """
+    assert_rejected(compile_snippet(linux_target_command(), wrong_enum, tmp_path),
+                    r"MTLLanguageVersion")
+
+
+@requires_clang
+def test_stubs_reject_unguarded_newer_api(tmp_path):
+    code = DEVICE_PRELUDE + """
+        void attach(id<MTLCommandQueue> queue, id<MTLResidencySet> set) {
+          [queue addResidencySet:set];
+        }
+    """
+    assert_rejected(compile_snippet(macos_target_command("14.0"), code, tmp_path),
+                    r"only available on macOS 15\.0 or newer")
+    guarded = DEVICE_PRELUDE + """
+        void attach(id<MTLCommandQueue> queue, id set) {
+          if (@available(macOS 15.0, *)) {
+            id<MTLResidencySet> residency = set;
+            [queue addResidencySet:residency];
+          }
+        }
+    """
+    assert_compiles(compile_snippet(macos_target_command("14.0"), guarded, tmp_path))
+
+
+@requires_clang
+def test_older_sdk_stub_lacks_macos15_api(tmp_path):
+    code = DEVICE_PRELUDE + """
+        void configure(MTLCompileOptions* options) { options.mathMode = MTLMathModeSafe; }
+    """
+    assert_compiles(compile_snippet(linux_target_command(150000), code, tmp_path))
+    assert_rejected(compile_snippet(linux_target_command(140000), code, tmp_path),
+                    r"MTLMathModeSafe|mathMode")
+
+
+# ----------------------------------------------------------------------------------------
+# The device's Metal-free rules, run on the host
+
+SUPPORT_PROGRAM = r"""
+#include <cstdio>
+#include <string>
+#include "device/metal/metal_builtin_kernels.h"
+#include "device/metal/metal_support.h"
+
+using namespace etm::device;
+using namespace etm::device::metal;
+
+static std::string quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+int main() {
+  std::string json = "{";
+  auto add = [&json](const std::string& key, const std::string& value) {
+    if (json.size() > 1) json += ",";
+    json += quote(key) + ":" + value;
+  };
+  for (long code : {0L, 1L, 2L, 3L, 4L, 5L, 7L, 8L, 9L, 10L, 11L, 12L, 99L})
+    add("error " + std::to_string(code),
+        quote(support::describe_command_buffer_error(code, "GPU said so")));
+  add("foreign", quote(support::describe_foreign_command_buffer_error("NSPOSIXErrorDomain", 12,
+                                                                      "Cannot allocate")));
+  add("no error object", quote(support::describe_foreign_command_buffer_error("", 0, "")));
+  for (const char* value : {"", "0", "1", "yes", "2"}) {
+    bool fast = false;
+    Status status = support::parse_fast_math_setting(value, &fast);
+    add(std::string("fast math '") + value + "'",
+        status.ok() ? (fast ? "true" : "false") : quote(status.message()));
+  }
+  bool fast = true;
+  support::parse_fast_math_setting(nullptr, &fast);
+  add("fast math unset", fast ? "true" : "false");
+  for (const char* path : {"/tmp/run.gputrace", "/tmp/run.trace", ".gputrace"}) {
+    Status status = support::check_capture_path(path);
+    add(std::string("capture ") + path, status.ok() ? "null" : quote(status.message()));
+  }
+  struct RoundCase { size_t value, multiple; };
+  for (RoundCase c : {RoundCase{0, 16384}, RoundCase{1, 16384}, RoundCase{16384, 16384},
+                      RoundCase{16385, 16384}, RoundCase{17, 16}, RoundCase{SIZE_MAX, 16},
+                      RoundCase{SIZE_MAX - 15, 16}}) {
+    size_t out = 0;
+    bool ok = support::round_up(c.value, c.multiple, &out);
+    add("round " + std::to_string(c.value) + " " + std::to_string(c.multiple),
+        ok ? quote(std::to_string(out)) : "null");
+  }
+  alignas(16384) static char page[3 * 16384];
+  add("wrap aligned", support::can_wrap_in_place(page, 2 * 16384, 16384) ? "true" : "false");
+  add("wrap short", support::can_wrap_in_place(page, 16384 + 1, 16384) ? "true" : "false");
+  add("wrap offset", support::can_wrap_in_place(page + 64, 16384, 16384) ? "true" : "false");
+  add("wrap empty", support::can_wrap_in_place(page, 0, 16384) ? "true" : "false");
+  add("wrap null", support::can_wrap_in_place(nullptr, 16384, 16384) ? "true" : "false");
+  add("fits inside", support::range_fits(8, 8, 16) ? "true" : "false");
+  add("fits past end", support::range_fits(8, 9, 16) ? "true" : "false");
+  add("fits overflow", support::range_fits(8, SIZE_MAX, 16) ? "true" : "false");
+  add("fits offset past end", support::range_fits(17, 0, 16) ? "true" : "false");
+  add("blit aligned", support::blit_aligned(4, 8, 12) ? "true" : "false");
+  add("blit odd length", support::blit_aligned(4, 8, 13) ? "true" : "false");
+  add("blit odd offset", support::blit_aligned(2, 8, 12) ? "true" : "false");
+  struct GroupCase { Size3 group; uint32_t max; };
+  for (GroupCase c : {GroupCase{{256, 1, 1}, 1024}, GroupCase{{32, 32, 1}, 1024},
+                      GroupCase{{32, 32, 2}, 1024}, GroupCase{{0, 1, 1}, 1024},
+                      GroupCase{{uint64_t{1} << 32, uint64_t{1} << 32, 1}, 1024}}) {
+    add("group " + std::to_string(c.group.x) + "x" + std::to_string(c.group.y) + "x" +
+            std::to_string(c.group.z),
+        quote(support::check_threads_per_group(c.group, c.max)));
+  }
+  add("empty grid", support::grid_is_empty(Size3{4, 0, 1}) ? "true" : "false");
+  add("full grid", support::grid_is_empty(Size3{4, 1, 1}) ? "true" : "false");
+  add("builtin source", quote(kBuiltinKernelSource));
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def support_results(tmp_path_factory):
+    compiler = shutil.which("c++") or shutil.which("g++") or CLANG
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    directory = tmp_path_factory.mktemp("metal_support")
+    source = directory / "support_check.cpp"
+    binary = directory / "support_check"
+    source.write_text(SUPPORT_PROGRAM)
+    subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE),
+                    str(source), "-o", str(binary)], check=True, capture_output=True,
+                   timeout=120)
+    output = subprocess.run([str(binary)], check=True, capture_output=True, text=True,
+                            timeout=60).stdout
+    return json.loads(output)
+
+
+def test_command_buffer_errors_are_named(support_results):
+    expected = {
+        1: ("internal error", "MTLCommandBufferErrorInternal"),
+        2: ("timeout", "MTLCommandBufferErrorTimeout"),
+        3: ("page fault", "MTLCommandBufferErrorPageFault"),
+        4: ("access revoked", "MTLCommandBufferErrorAccessRevoked"),
+        7: ("not permitted", "MTLCommandBufferErrorNotPermitted"),
+        8: ("out of memory", "MTLCommandBufferErrorOutOfMemory"),
+        9: ("invalid resource", "MTLCommandBufferErrorInvalidResource"),
+        10: ("memoryless", "MTLCommandBufferErrorMemoryless"),
+        11: ("device removed", "MTLCommandBufferErrorDeviceRemoved"),
+        12: ("stack overflow", "MTLCommandBufferErrorStackOverflow"),
+    }
+    for code, (name, constant) in expected.items():
+        message = support_results[f"error {code}"]
+        assert message.startswith(f"Metal command buffer failed: {name} ({constant}): "), message
+        assert message.endswith(". Metal says: GPU said so"), message
+    assert "out-of-bounds" in support_results["error 3"]
+    assert "blacklisted" in support_results["error 4"].lower()
+    # Codes Metal does not define (5, 6) or may add later still carry the number.
+    assert support_results["error 5"] == (
+        "Metal command buffer failed: unknown MTLCommandBufferError code 5. "
+        "Metal says: GPU said so")
+    assert "code 99" in support_results["error 99"]
+    assert support_results["foreign"] == (
+        "Metal command buffer failed: NSPOSIXErrorDomain error 12: Cannot allocate")
+    assert support_results["no error object"] == (
+        "Metal command buffer failed without reporting an error")
+
+
+def test_fast_math_setting(support_results):
+    assert support_results["fast math ''"] is False
+    assert support_results["fast math '0'"] is False
+    assert support_results["fast math unset"] is False
+    assert support_results["fast math '1'"] is True
+    assert support_results["fast math 'yes'"] == "ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
+    assert support_results["fast math '2'"] == "ETMETAL_FAST_MATH must be 0 or 1, not '2'"
+
+
+def test_capture_path_must_be_a_gputrace(support_results):
+    assert support_results["capture /tmp/run.gputrace"] is None
+    assert "ending in .gputrace" in support_results["capture /tmp/run.trace"]
+    assert "ending in .gputrace" in support_results["capture .gputrace"]
+
+
+def test_sizes_and_alignment(support_results):
+    size_max = 2**64 - 1
+    assert support_results["round 0 16384"] == "0"
+    assert support_results["round 1 16384"] == "16384"
+    assert support_results["round 16384 16384"] == "16384"
+    assert support_results["round 16385 16384"] == "32768"
+    assert support_results["round 17 16"] == "32"
+    assert support_results[f"round {size_max} 16"] is None  # would overflow
+    assert support_results[f"round {size_max - 15} 16"] == str(size_max - 15)
+    assert support_results["wrap aligned"] is True
+    for case in ("wrap short", "wrap offset", "wrap empty", "wrap null"):
+        assert support_results[case] is False, case
+    assert support_results["fits inside"] is True
+    for case in ("fits past end", "fits overflow", "fits offset past end"):
+        assert support_results[case] is False, case
+    assert support_results["blit aligned"] is True
+    assert support_results["blit odd length"] is False
+    assert support_results["blit odd offset"] is False
+
+
+def test_threadgroup_checks(support_results):
+    assert support_results["group 256x1x1"] == ""
+    assert support_results["group 32x32x1"] == ""
+    assert support_results["group 32x32x2"] == (
+        "threadgroup size 32x32x2 exceeds the pipeline's maximum of 1024 threads")
+    assert support_results["group 0x1x1"] == "threadgroup size 0x1x1 has a zero dimension"
+    # 2^32 x 2^32 would wrap a 64-bit product to 0; it must still be refused.
+    assert "exceeds" in support_results["group 4294967296x4294967296x1"]
+    assert support_results["empty grid"] is True
+    assert support_results["full grid"] is False
+
+
+def test_builtin_kernel_source_declares_both_kernels(support_results):
+    source = support_results["builtin source"]
+    assert "kernel void etm_copy_bytes(" in source
+    assert "kernel void etm_fill_bytes(" in source
