@@ -84,7 +84,7 @@ class Tensor:
             if wrapped is not None:
                 return wrapped
         tensor = cls.empty(array.shape, code, device=device)
-        tensor.write(array)
+        tensor._write(array, code)
         return tensor
 
     # -- properties -------------------------------------------------------------------
@@ -157,7 +157,9 @@ class Tensor:
 
     def write(self, array) -> None:
         """Copies `array` (same shape) into the tensor, after the stream has finished."""
-        array, code = _as_array(array)
+        self._write(*_as_array(array))
+
+    def _write(self, array: np.ndarray, code: int) -> None:
         if tuple(array.shape) != self.sizes:
             raise ValueError(f"shape {array.shape} does not match the tensor's {self.sizes}")
         if code != self.dtype:

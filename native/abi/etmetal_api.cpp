@@ -46,7 +46,7 @@ extern "C" AOTITorchError etmetal_stream_stats(etmetal_stream_stats_t* stats) {
     Runtime& runtime = Runtime::get();
     Stream& stream = runtime.current_stream();
     const StreamStats current = stream.stats();
-    stats->pending_dispatches = current.pending_dispatches;
+    stats->pending_commands = current.pending_commands;
     stats->pending_bytes = current.pending_bytes;
     stats->committed_buffers = current.committed_buffers;
     stats->completed_buffers = current.completed_buffers;

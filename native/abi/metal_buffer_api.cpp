@@ -82,7 +82,8 @@ extern "C" bool metal_buffer_nocopy(void* ptr, size_t nbytes, bool map_ptr_to_bu
     const device::Status status = runtime.device().new_buffer_no_copy(ptr, nbytes, &wrapped);
     ETM_REQUIRE(status.ok(), status.message());
     if (!wrapped) return;  // the device cannot use this memory in place
-    if (map_ptr_to_buffer) runtime.addresses().add_owned(std::move(wrapped));
+    if (map_ptr_to_buffer)
+      runtime.addresses().add_owned(runtime.addresses().removing_on_release(std::move(wrapped)));
     usable = true;
   });
   return usable;

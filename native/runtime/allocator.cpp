@@ -19,6 +19,11 @@ void AddressMap::add_observed(const BufferPtr& buffer) {
   entries_[reinterpret_cast<uintptr_t>(buffer->contents())] = Entry{buffer->length(), buffer, {}};
 }
 
+BufferPtr AddressMap::removing_on_release(BufferPtr buffer) {
+  device::Buffer* raw = buffer.get();
+  return BufferPtr(raw, [this, buffer = std::move(buffer)](device::Buffer*) { remove(buffer->contents()); });
+}
+
 void AddressMap::add_owned(BufferPtr buffer) {
   std::unique_lock lock(mutex_);
   const auto base = reinterpret_cast<uintptr_t>(buffer->contents());

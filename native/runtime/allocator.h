@@ -25,6 +25,8 @@ struct BufferLocation {
 class AddressMap {
  public:
   void add_observed(const BufferPtr& buffer);
+  // A reference to `buffer` whose last copy removes the buffer's entry from this map.
+  BufferPtr removing_on_release(BufferPtr buffer);
   void add_owned(BufferPtr buffer);
   void remove(const void* base);
   // The buffer whose [contents, contents + length) holds `pointer`, or a null buffer.

@@ -27,7 +27,7 @@ device::CommandBuffer& Stream::open_command_buffer() {
   if (!open_) {
     open_ = queue_->new_command_buffer();
     ETM_REQUIRE(open_, "the device could not create a command buffer");
-    open_dispatches_ = 0;
+    open_commands_ = 0;
     open_bytes_ = 0;
     open_buffers_.clear();
     since_barrier_.clear();
@@ -110,8 +110,12 @@ void Stream::dispatch(KernelFunction* kernel, device::Size3 grid, device::Size3 
     }
   }
   encoder.dispatch_threads(grid, group);
-  ++open_dispatches_;
-  if (policy_.should_commit(open_dispatches_, open_bytes_)) commit_open();
+  count_command();
+}
+
+void Stream::count_command() {
+  ++open_commands_;
+  if (policy_.should_commit(open_commands_, open_bytes_)) commit_open();
 }
 
 void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr destination,
@@ -128,6 +132,7 @@ void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr desti
   command_buffer.copy_buffer(std::move(source), source_offset, std::move(destination),
                              destination_offset, length);
   since_barrier_.clear();  // a blit ends the compute encoder; the next one starts fresh
+  count_command();
 }
 
 void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, uint8_t value) {
@@ -138,10 +143,11 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
   note_buffer_use(destination);
   command_buffer.fill_buffer(std::move(destination), offset, length, value);
   since_barrier_.clear();
+  count_command();
 }
 
 void Stream::commit_open() {
-  if (!open_) return;
+  if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
   std::weak_ptr<Shared> shared = shared_;
   open_->add_completed_handler([shared](const device::Status& status) {
     auto state = shared.lock();
@@ -186,7 +192,7 @@ void Stream::synchronize(SyncType type) {
       if (type == SyncType::commit_and_continue) open_command_buffer();
       return;
     case SyncType::commit_adaptive:
-      if (open_ && policy_.should_commit(open_dispatches_, open_bytes_)) commit_open();
+      if (open_ && policy_.should_commit(open_commands_, open_bytes_)) commit_open();
       return;
     case SyncType::commit_and_wait: {
       wait_idle();
@@ -204,7 +210,7 @@ void Stream::synchronize(SyncType type) {
 
 StreamStats Stream::stats() const {
   StreamStats stats;
-  stats.pending_dispatches = open_ ? open_dispatches_ : 0;
+  stats.pending_commands = open_ ? open_commands_ : 0;
   stats.pending_bytes = open_ ? open_bytes_ : 0;
   stats.committed_buffers = shared_->committed.load();
   stats.completed_buffers = shared_->completed.load();

@@ -42,7 +42,7 @@ struct KernelArgument {
 };
 
 struct StreamStats {
-  int64_t pending_dispatches = 0;
+  int64_t pending_commands = 0;
   int64_t pending_bytes = 0;
   int64_t committed_buffers = 0;
   int64_t completed_buffers = 0;
@@ -82,6 +82,7 @@ class Stream {
  private:
   device::CommandBuffer& open_command_buffer();
   void note_buffer_use(const BufferPtr& buffer);
+  void count_command();
   void commit_open();
   void wait_committed();
 
@@ -92,7 +93,7 @@ class Stream {
   std::shared_ptr<device::CommandBuffer> open_;
   std::unordered_set<const device::Buffer*> open_buffers_;  // bound in the open buffer
   std::unordered_set<const device::Buffer*> since_barrier_; // bound since the last barrier
-  int64_t open_dispatches_ = 0;
+  int64_t open_commands_ = 0;
   int64_t open_bytes_ = 0;
   std::shared_ptr<device::CommandBuffer> last_committed_;
 

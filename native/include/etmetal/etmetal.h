@@ -44,7 +44,7 @@ typedef struct etmetal_allocator_stats_t {
 ETMETAL_API AOTITorchError etmetal_allocator_stats(etmetal_allocator_stats_t* stats);
 
 typedef struct etmetal_stream_stats_t {
-  int64_t pending_dispatches;   /* encoded into the open command buffer */
+  int64_t pending_commands;     /* dispatches and copies in the open command buffer */
   int64_t pending_bytes;        /* distinct buffer bytes bound in the open command buffer */
   int64_t committed_buffers;    /* command buffers submitted so far */
   int64_t completed_buffers;    /* of those, finished */

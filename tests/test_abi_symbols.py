@@ -1,0 +1,151 @@
+"""The exported ABI: exactly the expected symbols, with torch 2.13's C signatures."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import etmetal_py
+from etmetal_py import ffi, lib
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = ROOT / "native" / "abi" / "exported_symbols.txt"
+ABI_PREFIXES = ("aoti_", "metal_", "etmetal_", "etm_cpu_", "synchronize_metal_stream")
+
+
+def exported_symbols():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(etmetal_py.library_path())],
+                         check=True, capture_output=True, text=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    return {n for n in names if n.startswith(ABI_PREFIXES)}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm (binutils) is not installed")
+def test_exported_symbols_match_the_list():
+    expected = set(EXPECTED.read_text().split())
+    actual = exported_symbols()
+    assert actual - expected == set(), "exported but not in exported_symbols.txt"
+    assert expected - actual == set(), "listed in exported_symbols.txt but not exported"
+
+
+def torch_declarations():
+    """name -> (return type, [parameter types]) from the torch wheel's C shim headers."""
+    torch = pytest.importorskip("torch")
+    base = Path(torch.__file__).parent / "include" / "torch" / "csrc" / "inductor" / "aoti_torch"
+    text = ""
+    for header in ("c/shim.h", "c/shim_mps.h", "generated/c_shim_mps.h"):
+        text += (base / header).read_text()
+    text = re.sub(r"//[^\n]*", "", text)
+    declarations = {}
+    pattern = re.compile(r"AOTI_TORCH_EXPORT\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^;{]*?)\)\s*;", re.S)
+    for ret, name, params in pattern.findall(text):
+        types = []
+        for param in params.split(","):
+            param = " ".join(param.split())
+            if not param or param == "void":
+                continue
+            param = re.sub(r"\s*//.*", "", param)
+            # Drop the parameter name: the last identifier unless the type ends in '*'.
+            param = re.sub(r"\s*\b\w+$", "", param) if not param.endswith("*") else param
+            types.append(param)
+        declarations[name] = (" ".join(ret.split()), types)
+    return declarations
+
+
+TYPE_ALIASES = {
+    "AOTITorchError": "int32_t",
+    "AtenTensorHandle": "struct AtenTensorOpaque *",
+    "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",
+    "AOTIMetalShaderLibraryHandle": "struct AOTIMetalShaderLibraryOpaque *",
+    "aoti_torch_mps_command_block_callback_t":
+        "void(*)(struct AOTIMetalKernelFunctionOpaque *, void *)",
+}
+
+
+def normalize(ctype: str) -> str:
+    # cffi reports types without const qualifiers; const does not change the ABI.
+    ctype = re.sub(r"\bconst\b", "", ctype).replace("_Bool", "bool")
+    ctype = re.sub(r"\bunsigned\b(?! int)", "unsigned int", ctype)
+    for alias, real in TYPE_ALIASES.items():
+        ctype = re.sub(rf"\b{alias}\b", real, ctype)
+    ctype = ctype.replace("*", " * ")
+    return " ".join(ctype.split())
+
+
+def test_signatures_match_torch_headers():
+    declarations = torch_declarations()
+    for name in EXPECTED.read_text().split():
+        if name not in declarations:
+            continue
+        ret, params = declarations[name]
+        ctype = ffi.typeof(getattr(lib, name))
+        ours = [normalize(ffi.getctype(arg)) for arg in ctype.args]
+        assert ours == [normalize(p) for p in params], name
+        assert normalize(ffi.getctype(ctype.result)) == normalize(ret), name
+    # Every aoti_torch_* function etmetal exports exists in torch's headers.
+    missing = [n for n in EXPECTED.read_text().split()
+               if n.startswith("aoti_torch") and n not in declarations]
+    assert missing == []
+
+
+def test_every_dtype_and_device_getter_of_torch_is_exported():
+    declarations = torch_declarations()
+    getters = {n for n in declarations if re.match(r"aoti_torch_(dtype|device_type)_\w+$", n)}
+    getters.discard("aoti_torch_dtype_element_size")
+    exported = set(EXPECTED.read_text().split())
+    assert getters - exported == set()
+
+
+def test_getter_values_are_c10_codes():
+    import torch
+
+    assert lib.aoti_torch_device_type_cpu() == 0
+    assert lib.aoti_torch_device_type_cuda() == 1
+    assert lib.aoti_torch_device_type_mps() == 13
+    assert lib.aoti_torch_layout_strided() == 0
+    names = ["uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+             "bool", "bfloat16", "uint16", "uint32", "uint64", "complex64", "complex128",
+             "float8_e5m2", "float8_e4m3fn"]
+    for name in names:
+        dtype = getattr(torch, name)
+        # torch has no public code accessor; element sizes and the known c10 order pin them.
+        code = getattr(lib, f"aoti_torch_dtype_{name}")()
+        if name in ("complex64", "complex128", "float8_e5m2", "float8_e4m3fn"):
+            continue
+        assert lib.aoti_torch_dtype_element_size(code) == dtype.itemsize, name
+    expected_codes = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5,
+                      "float32": 6, "float64": 7, "complex32": 8, "complex64": 9,
+                      "complex128": 10, "bool": 11, "bfloat16": 15, "float8_e5m2": 23,
+                      "float8_e4m3fn": 24, "float8_e5m2fnuz": 25, "float8_e4m3fnuz": 26,
+                      "uint16": 27, "uint32": 28, "uint64": 29, "float8_e8m0fnu": 44,
+                      "float4_e2m1fn_x2": 45}
+    for name, code in expected_codes.items():
+        assert getattr(lib, f"aoti_torch_dtype_{name}")() == code, name
+
+
+def test_element_size_of_unknown_dtype_is_zero_with_message():
+    assert lib.aoti_torch_dtype_element_size(99) == 0
+    assert "dtype" in etmetal_py.last_error()
+    assert lib.aoti_torch_dtype_element_size(9) == 0  # complex64: not a tensor dtype here
+
+
+def test_version_and_device():
+    assert re.match(r"^\d+\.\d+\.\d+$", etmetal_py.__version__)
+    assert etmetal_py.device_kind() in ("cpu", "metal")
+    assert etmetal_py.device_name()
+
+
+def test_grad_mode_is_per_thread():
+    import threading
+
+    assert lib.aoti_torch_grad_mode_is_enabled()
+    lib.aoti_torch_grad_mode_set_enabled(False)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(lib.aoti_torch_grad_mode_is_enabled()))
+    thread.start()
+    thread.join()
+    assert not lib.aoti_torch_grad_mode_is_enabled()
+    lib.aoti_torch_grad_mode_set_enabled(True)
+    assert seen == [True]
