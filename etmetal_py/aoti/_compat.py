@@ -27,6 +27,7 @@ Why each patch exists (measured with torch 2.13.0+cpu):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -356,6 +357,24 @@ def _patch_uniform_value_folder(patcher: _AttributePatcher, real: RealConstants)
     patcher.set(folder, "_add_peephole_patterns", add_peephole_patterns)
 
 
+class _DropGpuSizeWarning(logging.Filter):
+    """Inductor's "Not enough SMs" warning compares the MPS core count with CUDA SM counts."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Not enough SMs" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_gpu_size_warning() -> Iterator[None]:
+    logger = logging.getLogger("torch._inductor.utils")
+    log_filter = _DropGpuSizeWarning()
+    logger.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(log_filter)
+
+
 @contextlib.contextmanager
 def mps_compile_patches(real_constants: Mapping[str, torch.Tensor] | None = None,
                         gpu_cores: int | None = None) -> Iterator[None]:
@@ -378,4 +397,5 @@ def mps_compile_patches(real_constants: Mapping[str, torch.Tensor] | None = None
             _patch_constant_values(patcher, real)
             _patch_uniform_value_folder(patcher, real)
             stack.enter_context(_sdpa_kernel_installed())
+            stack.enter_context(_quiet_gpu_size_warning())
             yield

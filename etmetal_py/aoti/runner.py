@@ -299,7 +299,7 @@ class ModelRunner:
             self._container, in_spec, out_spec), "reading the call spec", PackageError)
         self._in_spec = self._load_spec(in_spec[0])
         self._out_spec = self._load_spec(out_spec[0])
-        self._input_specs = self._input_specs_from(contents.signature)
+        self.input_signature = self._input_specs_from(contents.signature)
 
     def _load_weights(self, blob_path: str) -> None:
         expected = self._ffi.new("uint64_t*")
@@ -383,9 +383,9 @@ class ModelRunner:
 
     def _check_input(self, position: int, tensor: torch.Tensor) -> tuple[int, ...] | None:
         """Validates an input against the recorded signature; returns the strides to use."""
-        if self._input_specs is None:
+        if self.input_signature is None:
             return None
-        spec = self._input_specs[position]
+        spec = self.input_signature[position]
         name = self.input_names[position] if position < len(self.input_names) else position
         if tensor.dtype != spec["dtype"]:
             raise TypeError(f"input {name}: dtype {tensor.dtype}, the model expects "
