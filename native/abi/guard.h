@@ -62,9 +62,4 @@ inline AtenTensorHandle new_handle(std::unique_ptr<Tensor> tensor) {
   return reinterpret_cast<AtenTensorHandle>(Runtime::get().tensors.add(std::move(tensor)));
 }
 
-// A new tensor with fresh storage sized for its layout (strides null: contiguous).
-std::unique_ptr<Tensor> make_empty_tensor(const std::vector<int64_t>& sizes,
-                                          const std::vector<int64_t>& strides, int32_t dtype,
-                                          int32_t device_type);
-
 }  // namespace etm::abi

@@ -36,21 +36,6 @@ std::vector<int64_t> layout_strides(int64_t ndim, const int64_t* sizes, const in
 
 }  // namespace
 
-std::unique_ptr<Tensor> make_empty_tensor(const std::vector<int64_t>& sizes,
-                                          const std::vector<int64_t>& strides, int32_t dtype,
-                                          int32_t device_type) {
-  ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
-  const int64_t ndim = static_cast<int64_t>(sizes.size());
-  const int64_t extent = checked_extent(ndim, sizes.data(), strides.data(), 0);
-  auto tensor = std::make_unique<Tensor>();
-  tensor->storage = Runtime::get().new_storage(storage_bytes(extent, dtype));
-  tensor->dtype = dtype;
-  tensor->device_type = device_type;
-  tensor->sizes = sizes;
-  tensor->strides = strides;
-  return tensor;
-}
-
 std::unique_ptr<Tensor> make_blob_tensor(void* data, int64_t ndim, const int64_t* sizes,
                                          const int64_t* strides, int64_t storage_offset,
                                          int32_t dtype, int32_t device_type, int32_t device_index) {
@@ -126,7 +111,7 @@ extern "C" AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* 
     require_out(ret_new_tensor, "ret_new_tensor");
     abi::check_device(device_type, device_index);
     checked_extent(ndim, sizes_ptr, strides_ptr, 0);
-    *ret_new_tensor = abi::new_handle(abi::make_empty_tensor(
+    *ret_new_tensor = abi::new_handle(Runtime::get().empty_tensor(
         std::vector<int64_t>(sizes_ptr, sizes_ptr + ndim),
         abi::layout_strides(ndim, sizes_ptr, strides_ptr), dtype, device_type));
   });
@@ -224,7 +209,7 @@ extern "C" AOTITorchError aoti_torch_clone(AtenTensorHandle self, AtenTensorHand
   return guarded(__func__, [&] {
     require_out(ret, "ret");
     const Tensor& source = tensor_of(self);
-    auto copy = abi::make_empty_tensor(source.sizes, contiguous_strides(source.sizes), source.dtype,
+    auto copy = Runtime::get().empty_tensor(source.sizes, contiguous_strides(source.sizes), source.dtype,
                                        source.device_type);
     copy_tensor(*copy, source);
     *ret = abi::new_handle(std::move(copy));
@@ -236,7 +221,7 @@ extern "C" AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle sel
   return guarded(__func__, [&] {
     require_out(ret, "ret");
     const Tensor& source = tensor_of(self);
-    auto copy = abi::make_empty_tensor(source.sizes, source.strides, source.dtype,
+    auto copy = Runtime::get().empty_tensor(source.sizes, source.strides, source.dtype,
                                        source.device_type);
     const size_t bytes = source.reach_bytes();
     if (bytes > 0) {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "runtime/dtype.h"
 #include "runtime/error.h"
 
 namespace etm {
@@ -55,6 +56,25 @@ std::shared_ptr<Storage> Runtime::new_storage(size_t nbytes) {
   storage->nbytes = nbytes;
   if (nbytes > 0) storage->buffer = allocator_->allocate(nbytes);
   return storage;
+}
+
+std::unique_ptr<Tensor> Runtime::empty_tensor(const std::vector<int64_t>& sizes,
+                                              const std::vector<int64_t>& strides, int32_t dtype,
+                                              int32_t device_type) {
+  ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
+  ETM_REQUIRE(sizes.size() == strides.size(), "sizes and strides differ in length");
+  const int64_t extent =
+      checked_extent(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0);
+  size_t nbytes;
+  ETM_REQUIRE(!__builtin_mul_overflow(static_cast<size_t>(extent), element_size(dtype), &nbytes),
+              "tensor size computation overflows");
+  auto tensor = std::make_unique<Tensor>();
+  tensor->storage = new_storage(nbytes);
+  tensor->dtype = dtype;
+  tensor->device_type = device_type;
+  tensor->sizes = sizes;
+  tensor->strides = strides;
+  return tensor;
 }
 
 std::shared_ptr<Storage> Runtime::storage_for(void* data, size_t nbytes) {

@@ -35,6 +35,11 @@ class Runtime {
   // anywhere else the device wraps it in place.
   std::shared_ptr<Storage> storage_for(void* data, size_t nbytes);
   std::shared_ptr<Storage> new_storage(size_t nbytes);
+  // A tensor with fresh storage sized for its layout. Throws for unsupported dtypes and
+  // invalid layouts.
+  std::unique_ptr<Tensor> empty_tensor(const std::vector<int64_t>& sizes,
+                                       const std::vector<int64_t>& strides, int32_t dtype,
+                                       int32_t device_type = kDeviceMps);
 
  private:
   explicit Runtime(std::unique_ptr<device::Device> device);

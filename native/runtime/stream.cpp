@@ -42,21 +42,32 @@ void Stream::note_buffer_use(const BufferPtr& buffer) {
 
 void Stream::start_encoding(KernelFunction* kernel) {
   encoding_kernel_ = kernel;
-  arguments_.clear();
+  for (size_t i = 0; i < argument_count_; ++i) {
+    arguments_[i].kind = KernelArgument::Kind::unset;
+    arguments_[i].buffer.reset();
+  }
+  argument_count_ = 0;
+  threadgroup_memory_.clear();
 }
 
-static void check_encoding(KernelFunction* encoding, KernelFunction* kernel, unsigned index) {
+namespace {
+
+KernelArgument& argument_slot(std::vector<KernelArgument>& arguments, size_t& count,
+                              KernelFunction* encoding, KernelFunction* kernel, unsigned index) {
   ETM_REQUIRE(encoding == kernel, "kernel '", kernel->name(),
               "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
   ETM_REQUIRE(index < Stream::kMaxArguments, "argument index ", index, " of kernel '",
               kernel->name(), "' is out of range (at most ", Stream::kMaxArguments - 1, ")");
+  if (arguments.size() <= index) arguments.resize(index + 1);
+  count = std::max<size_t>(count, index + 1);
+  return arguments[index];
 }
+
+}  // namespace
 
 void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
                                  size_t offset) {
-  check_encoding(encoding_kernel_, kernel, index);
-  if (arguments_.size() <= index) arguments_.resize(index + 1);
-  KernelArgument& argument = arguments_[index];
+  KernelArgument& argument = argument_slot(arguments_, argument_count_, encoding_kernel_, kernel, index);
   argument.kind = KernelArgument::Kind::buffer;
   argument.buffer = std::move(buffer);
   argument.offset = offset;
@@ -64,52 +75,83 @@ void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferP
 
 void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
                                 size_t length) {
-  check_encoding(encoding_kernel_, kernel, index);
-  ETM_REQUIRE(length <= sizeof(KernelArgument::bytes), "argument of ", length, " bytes is too large");
-  if (arguments_.size() <= index) arguments_.resize(index + 1);
-  KernelArgument& argument = arguments_[index];
+  ETM_REQUIRE(length > 0 && length <= kMaxBytesArgument, "argument of ", length,
+              " bytes: by-value arguments hold 1 to ", kMaxBytesArgument, " bytes");
+  KernelArgument& argument = argument_slot(arguments_, argument_count_, encoding_kernel_, kernel, index);
   argument.kind = KernelArgument::Kind::bytes;
   argument.buffer.reset();
-  std::memcpy(argument.bytes, data, length);
-  argument.byte_count = length;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  argument.bytes.assign(bytes, bytes + length);
+}
+
+void Stream::set_threadgroup_memory(KernelFunction* kernel, unsigned index, size_t length) {
+  ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
+              "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
+  ETM_REQUIRE(index < kMaxArguments, "threadgroup memory index ", index, " is out of range");
+  ETM_REQUIRE(length <= kMaxThreadgroupMemory, "threadgroup memory of ", length,
+              " bytes exceeds the ", kMaxThreadgroupMemory, "-byte limit");
+  if (threadgroup_memory_.size() <= index) threadgroup_memory_.resize(index + 1, 0);
+  threadgroup_memory_[index] = length;
 }
 
 void Stream::dispatch(KernelFunction* kernel, device::Size3 grid, device::Size3 group) {
+  encode_dispatch(kernel, grid, group, false);
+}
+
+void Stream::dispatch_groups(KernelFunction* kernel, device::Size3 groups, device::Size3 group) {
+  encode_dispatch(kernel, groups, group, true);
+}
+
+void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
+                             bool whole_groups) {
   ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
               "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
-  for (size_t i = 0; i < arguments_.size(); ++i) {
+  for (size_t i = 0; i < argument_count_; ++i) {
     ETM_REQUIRE(arguments_[i].kind != KernelArgument::Kind::unset, "argument ", i,
                 " of kernel '", kernel->name(), "' is not set");
   }
-  if (grid.volume() == 0) return;  // nothing to run; Metal rejects empty grids
+  if (size.volume() == 0) return;  // nothing to run; Metal rejects empty grids
   const uint64_t max_threads = kernel->max_threads_per_group();
   ETM_REQUIRE(group.x > 0 && group.y > 0 && group.z > 0, "threadgroup size must be positive");
   ETM_REQUIRE(group.volume() <= max_threads, "threadgroup of ", group.x, "x", group.y, "x",
               group.z, " threads exceeds kernel '", kernel->name(), "''s maximum of ",
               max_threads);
+  size_t threadgroup_bytes = kernel->pipeline()->static_threadgroup_memory_length();
+  for (size_t length : threadgroup_memory_) threadgroup_bytes += length;
+  ETM_REQUIRE(threadgroup_bytes <= kMaxThreadgroupMemory, "kernel '", kernel->name(), "' needs ",
+              threadgroup_bytes, " bytes of threadgroup memory, more than the ",
+              kMaxThreadgroupMemory, "-byte limit");
 
   device::CommandBuffer& command_buffer = open_command_buffer();
   device::ComputeEncoder& encoder = command_buffer.compute_encoder();
   bool conflict = false;
-  for (const KernelArgument& argument : arguments_)
-    if (argument.buffer && since_barrier_.count(argument.buffer.get())) conflict = true;
+  for (size_t i = 0; i < argument_count_; ++i) {
+    const BufferPtr& buffer = arguments_[i].buffer;
+    if (buffer && since_barrier_.count(buffer.get())) conflict = true;
+  }
   if (conflict) {
     encoder.memory_barrier();
     since_barrier_.clear();
   }
   encoder.set_pipeline(kernel->pipeline());
-  for (size_t i = 0; i < arguments_.size(); ++i) {
+  for (size_t i = 0; i < argument_count_; ++i) {
     const KernelArgument& argument = arguments_[i];
-    if (argument.kind == KernelArgument::Kind::buffer) {
-      encoder.set_buffer(argument.buffer, argument.offset, static_cast<uint32_t>(i));
-      if (!argument.buffer) continue;  // an empty tensor: bound as nil
-      note_buffer_use(argument.buffer);
-      since_barrier_.insert(argument.buffer.get());
-    } else {
-      encoder.set_bytes(argument.bytes, argument.byte_count, static_cast<uint32_t>(i));
+    const auto index = static_cast<uint32_t>(i);
+    if (argument.kind == KernelArgument::Kind::bytes) {
+      encoder.set_bytes(argument.bytes.data(), argument.bytes.size(), index);
+      continue;
     }
+    encoder.set_buffer(argument.buffer, argument.offset, index);
+    if (!argument.buffer) continue;  // an empty tensor: bound as nil
+    note_buffer_use(argument.buffer);
+    since_barrier_.insert(argument.buffer.get());
   }
-  encoder.dispatch_threads(grid, group);
+  for (size_t i = 0; i < threadgroup_memory_.size(); ++i)
+    encoder.set_threadgroup_memory_length(threadgroup_memory_[i], static_cast<uint32_t>(i));
+  if (whole_groups)
+    encoder.dispatch_threadgroups(size, group);
+  else
+    encoder.dispatch_threads(size, group);
   count_command();
 }
 

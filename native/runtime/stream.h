@@ -37,8 +37,7 @@ struct KernelArgument {
   enum class Kind { unset, buffer, bytes } kind = Kind::unset;
   BufferPtr buffer;
   size_t offset = 0;
-  unsigned char bytes[8] = {};
-  size_t byte_count = 0;
+  std::vector<unsigned char> bytes;  // keeps its capacity across dispatches
 };
 
 struct StreamStats {
@@ -51,6 +50,8 @@ struct StreamStats {
 class Stream {
  public:
   static constexpr unsigned kMaxArguments = 31;  // Metal's buffer argument table
+  static constexpr size_t kMaxBytesArgument = 4096;  // Metal's setBytes limit
+  static constexpr size_t kMaxThreadgroupMemory = 32768;
 
   Stream(device::Device& device, CommitPolicy policy);
   ~Stream();
@@ -63,7 +64,12 @@ class Stream {
                            size_t offset);
   void set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
                           size_t length);
+  // Dynamic [[threadgroup(index)]] memory for the next dispatches of the kernel.
+  void set_threadgroup_memory(KernelFunction* kernel, unsigned index, size_t length);
+  // dispatchThreads: exactly `grid` threads, partial threadgroups at the edges.
   void dispatch(KernelFunction* kernel, device::Size3 grid, device::Size3 group);
+  // dispatchThreadgroups: `groups` whole threadgroups of `group` threads.
+  void dispatch_groups(KernelFunction* kernel, device::Size3 groups, device::Size3 group);
 
   void copy_buffer(BufferPtr source, size_t source_offset, BufferPtr destination,
                    size_t destination_offset, size_t length);
@@ -82,6 +88,8 @@ class Stream {
  private:
   device::CommandBuffer& open_command_buffer();
   void note_buffer_use(const BufferPtr& buffer);
+  void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
+                       bool whole_groups);
   void count_command();
   void commit_open();
   void wait_committed();
@@ -98,7 +106,9 @@ class Stream {
   std::shared_ptr<device::CommandBuffer> last_committed_;
 
   KernelFunction* encoding_kernel_ = nullptr;
-  std::vector<KernelArgument> arguments_;
+  std::vector<KernelArgument> arguments_;  // the first argument_count_ are in use
+  size_t argument_count_ = 0;
+  std::vector<size_t> threadgroup_memory_;
 
   struct Shared {
     std::mutex mutex;
