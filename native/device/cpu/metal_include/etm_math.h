@@ -17,6 +17,9 @@
 namespace etm_msl {
 
 constexpr float quiet_nan = __builtin_nanf("");
+// Long double literal: kernels are compiled with -fsingle-precision-constant, which would turn
+// an unsuffixed double literal into a float.
+constexpr double pi_double = double(3.14159265358979323846264338327950288L);
 
 // sin/cos/tan of pi*x with the argument reduced exactly first, so that integers and halves
 // give exact zeros and ones instead of sin(pi * 1.0f) ~ -8.7e-8.
@@ -24,20 +27,20 @@ inline float sinpi(float x) {
   if (!__builtin_isfinite(x)) return quiet_nan;
   const float reduced = __builtin_fmodf(x, 2.0f);  // exact, in (-2, 2)
   if (reduced == __builtin_truncf(reduced)) return __builtin_copysignf(0.0f, x);
-  return float(__builtin_sin(3.14159265358979323846 * double(reduced)));
+  return float(__builtin_sin(pi_double * double(reduced)));
 }
 inline float cospi(float x) {
   if (!__builtin_isfinite(x)) return quiet_nan;
   const float reduced = __builtin_fabsf(__builtin_fmodf(x, 2.0f));  // exact, in [0, 2)
   if (reduced == 0.5f || reduced == 1.5f) return 0.0f;
-  return float(__builtin_cos(3.14159265358979323846 * double(reduced)));
+  return float(__builtin_cos(pi_double * double(reduced)));
 }
 inline float tanpi(float x) {
   if (!__builtin_isfinite(x)) return quiet_nan;
   const float reduced = __builtin_fmodf(x, 1.0f);  // tan has period pi
   if (reduced == 0.0f) return __builtin_copysignf(0.0f, x);
   if (__builtin_fabsf(reduced) == 0.5f) return __builtin_copysignf(__builtin_inff(), reduced);
-  return float(__builtin_tan(3.14159265358979323846 * double(reduced)));
+  return float(__builtin_tan(pi_double * double(reduced)));
 }
 inline float fract(float x) { return __builtin_fminf(x - __builtin_floorf(x), 0x1.fffffep-1f); }
 inline float sign(float x) {
