@@ -17,8 +17,10 @@ import cffi
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE_DIR.parent
 _LIBRARY_NAME = "libetmetal.dylib" if sys.platform == "darwin" else "libetmetal.so"
-# Headers in dependency order; etmetal_decls.h holds only preprocessor definitions.
-_HEADERS = ("aoti_shim.h", "aoti_shim_mps.h", "metal_buffer.h", "etmetal.h")
+# The headers that declare types others use come first; etmetal_decls.h holds only
+# preprocessor definitions.
+_FIRST_HEADERS = ("aoti_shim.h", "aoti_shim_mps.h")
+_SKIPPED_HEADERS = ("etmetal_decls.h",)
 
 
 class EtmetalError(RuntimeError):
@@ -52,8 +54,11 @@ def library_path() -> Path:
 def cdef_source() -> str:
     """The C declarations of the public headers, preprocessed for cffi."""
     parts = []
-    for name in _HEADERS:
-        text = (_header_dir() / name).read_text()
+    directory = _header_dir()
+    rest = sorted(p.name for p in directory.glob("*.h")
+                  if p.name not in _FIRST_HEADERS + _SKIPPED_HEADERS)
+    for name in _FIRST_HEADERS + tuple(rest):
+        text = (directory / name).read_text()
         text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         lines = [
             line for line in text.splitlines()
