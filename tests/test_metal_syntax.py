@@ -488,3 +488,123 @@ def test_builtin_fill_handles_unaligned_ranges(builtin_kernels):
     expected = destination.copy()
     expected[7:308] = 0xAB
     np.testing.assert_array_equal(tensors[0].numpy(), expected)
+
+
+# ----------------------------------------------------------------------------------------
+# The Metal device run against a fake Metal (tests/metal_stubs/fake/): its logic on Linux,
+# with the GNUstep Objective-C runtime (libobjc2, which has ARC and blocks), where one is
+# installed. Debian's libobjc (GCC's runtime) has no ARC; build libobjc2 from
+# github.com/gnustep/libobjc2 with cmake and point ETMETAL_LIBOBJC2 at its install prefix.
+
+FAKE = STUBS / "fake"
+FAKE_SCENARIOS = ["device_properties", "buffers", "no_copy", "compile_options", "libraries",
+                  "dispatches", "blits", "encoding_errors", "gpu_failure", "lifetimes",
+                  "completion"]
+
+
+def find_libobjc2():
+    candidates = [os.environ.get("ETMETAL_LIBOBJC2", ""), "/usr/local", "/usr"]
+    for prefix in filter(None, candidates):
+        prefix = Path(prefix)
+        # objc-arc.h is libobjc2's; GCC's libobjc has no ARC.
+        if (prefix / "include" / "objc" / "objc-arc.h").exists():
+            for lib in ("lib", "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"):
+                if list((prefix / lib).glob("libobjc.so*")):
+                    return prefix, prefix / lib
+    return None
+
+
+@pytest.fixture(scope="module")
+def fake_device_binary(tmp_path_factory):
+    if CLANG is None:
+        pytest.skip("clang is not installed")
+    found = find_libobjc2()
+    if found is None:
+        pytest.skip("libobjc2 (GNUstep Objective-C runtime with ARC) not found; set "
+                    "ETMETAL_LIBOBJC2 to its install prefix")
+    _, library_dir = found
+    clangxx = shutil.which("clang++") or CLANG
+    directory = tmp_path_factory.mktemp("fake_metal")
+    objc = ["-x", "objective-c++", "-fobjc-runtime=gnustep-2.0", "-fblocks", "-std=c++17",
+            "-Wall", "-Wextra", "-Werror", "-isystem", str(STUBS), "-I", str(NATIVE), "-I",
+            str(FAKE)]
+    units = [
+        (FAKE / "fake_foundation_root.mm", [*objc, "-fno-objc-arc"]),
+        (FAKE / "fake_metal.mm", [*objc, "-fobjc-arc"]),
+        (DEVICE_SOURCE, [*objc, "-fobjc-arc"]),
+        (FAKE / "device_scenarios.cpp",
+         ["-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE), "-I",
+          str(FAKE)]),
+    ]
+    objects = []
+    for source, flags in units:
+        target = directory / (source.stem + ".o")
+        result = subprocess.run([clangxx, "-c", *flags, str(source), "-o", str(target)],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        objects.append(str(target))
+    binary = directory / "device_scenarios"
+    result = subprocess.run([clangxx, *objects, f"-L{library_dir}", "-lobjc",
+                             f"-Wl,-rpath,{library_dir}", "-pthread", "-o", str(binary)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return binary
+
+
+def run_scenario(binary, scenario, **environment):
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ETMETAL_", "MTL_CAPTURE", "FAKE_METAL"))}
+    env.update(environment)
+    return subprocess.run([str(binary), scenario], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("scenario", FAKE_SCENARIOS)
+def test_metal_device_on_fake_metal(fake_device_binary, scenario):
+    result = run_scenario(fake_device_binary, scenario)
+    assert result.returncode == 0 and result.stdout.endswith("done\n"), (
+        result.stdout + result.stderr)
+
+
+def test_metal_device_fast_math_on_fake_metal(fake_device_binary):
+    result = run_scenario(fake_device_binary, "compile_options", ETMETAL_FAST_MATH="1")
+    assert result.returncode == 0 and result.stdout.endswith("done\n"), (
+        result.stdout + result.stderr)
+
+
+def creation_report(binary, **environment):
+    result = run_scenario(binary, "capture", **environment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines()
+
+
+def test_metal_device_creation_errors_on_fake_metal(fake_device_binary):
+    lines = creation_report(fake_device_binary, FAKE_METAL_NO_DEVICE="1")
+    assert lines[0].startswith("create: no Metal GPU: MTLCreateSystemDefaultDevice returned nil")
+    lines = creation_report(fake_device_binary, ETMETAL_FAST_MATH="yes")
+    assert lines[0] == "create: ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
+
+
+def test_gpu_capture_on_fake_metal(fake_device_binary, tmp_path):
+    trace = tmp_path / "run.gputrace"
+    lines = creation_report(fake_device_binary, ETMETAL_CAPTURE=str(trace))
+    assert "run it with MTL_CAPTURE_ENABLED=1" in lines[0]
+    lines = creation_report(fake_device_binary, ETMETAL_CAPTURE=str(tmp_path / "run.trace"),
+                            MTL_CAPTURE_ENABLED="1")
+    assert "must name a file ending in .gputrace" in lines[0]
+
+    lines = creation_report(fake_device_binary, ETMETAL_CAPTURE=str(trace),
+                            MTL_CAPTURE_ENABLED="1")
+    assert lines[:3] == ["create: ok", "capturing: 1", "capturing after stop: 0"]
+    assert (trace / "stopped").exists()
+    # Metal will not overwrite a trace; the device reports Metal's reason.
+    lines = creation_report(fake_device_binary, ETMETAL_CAPTURE=str(trace),
+                            MTL_CAPTURE_ENABLED="1")
+    assert lines[0].startswith(f"create: ETMETAL_CAPTURE: cannot start a GPU capture to '{trace}'")
+    assert lines[0].endswith("Capture file already exists")
+
+    at_exit = tmp_path / "exit.gputrace"
+    result = run_scenario(fake_device_binary, "capture_at_exit", ETMETAL_CAPTURE=str(at_exit),
+                          MTL_CAPTURE_ENABLED="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (at_exit / "stopped").exists(), "the capture is stopped at process exit"

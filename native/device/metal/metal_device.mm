@@ -72,10 +72,22 @@ static_assert(sizeof(ByteCopyArguments) == 24 && sizeof(ByteFillArguments) == 24
 constexpr MTLResourceOptions kBufferOptions =
     MTLResourceStorageModeShared | MTLResourceHazardTrackingModeTracked;
 
+// UTF8String and MTLBuffer.contents return inner pointers: ARC retains and autoreleases
+// the receiver around such a call. The device's callers are plain C++ threads without an
+// autorelease pool of their own, so each such call sits in a local pool; otherwise every
+// buffer would stay allocated until its thread exits.
 std::string to_string(NSString* text) {
   if (text == nil) return std::string();
-  const char* utf8 = text.UTF8String;
-  return utf8 ? std::string(utf8) : std::string();
+  @autoreleasepool {
+    const char* utf8 = text.UTF8String;
+    return utf8 ? std::string(utf8) : std::string();
+  }
+}
+
+void* contents_of(id<MTLBuffer> buffer) {
+  @autoreleasepool {
+    return buffer.contents;
+  }
 }
 
 // nil when `text` is not valid UTF-8.
@@ -338,7 +350,7 @@ class ETM_NEEDS_MACOS_14 MetalBuffer final : public Buffer {
   MetalBuffer(std::shared_ptr<DeviceContext> context, id<MTLBuffer> buffer, size_t length)
       : context_(std::move(context)),
         buffer_(buffer),
-        contents_(buffer.contents),
+        contents_(contents_of(buffer)),
         length_(length),
         resident_(context_->residency.add(buffer, buffer.length)) {}
 
@@ -348,7 +360,8 @@ class ETM_NEEDS_MACOS_14 MetalBuffer final : public Buffer {
 
   void* contents() override { return contents_; }
   size_t length() const override { return length_; }
-  id<MTLBuffer> metal_buffer() const { return buffer_; }
+  // By reference, so that the encoding hot path neither retains nor autoreleases.
+  const id<MTLBuffer>& metal_buffer() const { return buffer_; }
 
  private:
   const std::shared_ptr<DeviceContext> context_;
@@ -373,7 +386,7 @@ class ETM_NEEDS_MACOS_14 MetalPipeline final : public Pipeline {
   size_t static_threadgroup_memory_length() const override {
     return static_threadgroup_memory_length_;
   }
-  id<MTLComputePipelineState> state() const { return state_; }
+  const id<MTLComputePipelineState>& state() const { return state_; }
 
  private:
   const std::string name_;

@@ -1,0 +1,459 @@
+// Runs the Metal device (native/device/metal/metal_device.mm) against the fake Metal of
+// fake_metal.mm: `device_scenarios <scenario>` exercises one part of the device through the
+// device interface and prints one line per broken expectation, then "done". The scenarios
+// are driven by tests/test_metal_syntax.py.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "device/device.h"
+#include "device/metal/metal_device.h"
+#include "fake_metal.h"
+
+using namespace etm::device;
+
+namespace {
+
+int g_failures = 0;
+
+void expect(bool condition, const std::string& what) {
+  if (!condition) {
+    std::printf("FAILED: %s\n", what.c_str());
+    ++g_failures;
+  }
+}
+
+void expect_equal(const std::string& actual, const std::string& expected, const std::string& what) {
+  expect(actual == expected, what + ": got '" + actual + "', expected '" + expected + "'");
+}
+
+void expect_contains(const std::string& text, const std::string& part, const std::string& what) {
+  expect(text.find(part) != std::string::npos, what + ": '" + text + "' lacks '" + part + "'");
+}
+
+bool log_has(const std::string& entry) {
+  for (const std::string& line : fake_metal::command_log())
+    if (line == entry) return true;
+  return false;
+}
+
+void expect_no_violations(const std::string& what) {
+  for (const std::string& violation : fake_metal::violations())
+    expect(false, what + ": Metal validation would fail: " + violation);
+}
+
+std::unique_ptr<Device> make_device() {
+  std::unique_ptr<Device> device;
+  Status status = metal::create_metal_device(&device);
+  expect(status.ok(), "create_metal_device: " + status.message());
+  if (!device) std::exit(1);
+  return device;
+}
+
+const char* kKernels = R"(
+kernel void add_one(device float* data [[buffer(0)]], constant float& addend [[buffer(1)]],
+                    uint i [[thread_position_in_grid]]) { data[i] += addend; }
+kernel void fault(device float* data [[buffer(0)]]) {}
+kernel void slow(device float* data [[buffer(0)]]) {}
+)";
+
+std::shared_ptr<Pipeline> pipeline(Device& device, const std::string& name) {
+  std::shared_ptr<Library> library;
+  Status status = device.new_library(kKernels, &library);
+  expect(status.ok(), "new_library: " + status.message());
+  std::shared_ptr<Pipeline> result;
+  status = library->new_pipeline(name, &result);
+  expect(status.ok(), "new_pipeline " + name + ": " + status.message());
+  return result;
+}
+
+std::shared_ptr<Buffer> buffer(Device& device, size_t length) {
+  std::shared_ptr<Buffer> result;
+  Status status = device.new_buffer(length, &result);
+  expect(status.ok(), "new_buffer: " + status.message());
+  return result;
+}
+
+// Encodes with `record`, commits, waits; returns the outcome the completion handler saw.
+Status run(CommandQueue& queue, const std::function<void(CommandBuffer&)>& record) {
+  auto command_buffer = queue.new_command_buffer();
+  record(*command_buffer);
+  auto seen = std::make_shared<std::vector<Status>>();
+  command_buffer->add_completed_handler([seen](const Status& status) { seen->push_back(status); });
+  command_buffer->commit();
+  command_buffer->wait_until_completed();
+  expect(seen->size() == 1, "the completed handler ran once before wait_until_completed returned");
+  const Status outcome = seen->empty() ? Status::error("no handler") : seen->front();
+  expect_equal(command_buffer->error().message(), outcome.message(), "error() matches the handler");
+  expect(command_buffer->state() ==
+             (outcome.ok() ? CommandBufferState::completed : CommandBufferState::failed),
+         "state after completion");
+  return outcome;
+}
+
+void device_properties() {
+  auto device = make_device();
+  expect_equal(device->name(), "Fake Apple M1 Max", "name");
+  expect_equal(device->kind(), "metal", "kind");
+  expect_equal(device->architecture(), "applegpu_g13s", "architecture");
+  expect(device->recommended_max_working_set_size() == (size_t{1} << 20), "working set");
+  expect(fake_metal::queues_with_residency() == 0, "no queue yet");
+  auto queue = device->new_command_queue();
+  expect(fake_metal::queues_with_residency() == 1, "the residency set is attached to the queue");
+}
+
+void buffers() {
+  auto device = make_device();
+  const size_t live = fake_metal::live_buffers();
+  {
+    auto small = buffer(*device, 100);
+    expect(small->length() == 100, "length is the requested length");
+    auto* bytes = static_cast<unsigned char*>(small->contents());
+    expect(bytes != nullptr, "contents");
+    bool zero = true;
+    for (int i = 0; i < 100; ++i) zero = zero && bytes[i] == 0;
+    expect(zero, "new buffers are zeroed");
+    auto empty = buffer(*device, 0);
+    expect(empty && empty->length() == 0 && empty->contents() != nullptr, "zero-length buffer");
+    expect(fake_metal::residency_allocations() == 2, "both joined the residency set");
+    // Allocations are whole pages; the set holds up to the 1 MiB working set.
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t fitting = 2 + ((size_t{1} << 20) - 2 * page) / 16384;
+    std::vector<std::shared_ptr<Buffer>> many;
+    for (int i = 0; i < 70; ++i) many.push_back(buffer(*device, 16384));
+    expect(fake_metal::residency_allocations() == fitting, "the set stops at the working set");
+    many.clear();
+    expect(fake_metal::residency_allocations() == 2, "freed buffers leave the set");
+    std::shared_ptr<Buffer> huge;
+    Status status = device->new_buffer(size_t{1} << 25, &huge);
+    expect(!status.ok() && !huge, "a buffer over maxBufferLength fails");
+    expect_contains(status.message(), "largest buffer is 16777216 bytes", "huge buffer message");
+    status = device->new_buffer(SIZE_MAX, &huge);
+    expect(!status.ok(), "SIZE_MAX fails instead of overflowing");
+  }
+  expect(fake_metal::residency_allocations() == 0, "all buffers left the set");
+  expect(fake_metal::live_buffers() == live, "all Metal buffers were released");
+  expect_no_violations("buffers");
+}
+
+void no_copy() {
+  auto device = make_device();
+  void* memory = std::aligned_alloc(16384, 4 * 16384);
+  std::shared_ptr<Buffer> wrapped;
+  Status status = device->new_buffer_no_copy(memory, 2 * 16384, &wrapped);
+  expect(status.ok() && wrapped, "page-aligned memory is wrapped");
+  expect(wrapped && wrapped->contents() == memory && wrapped->length() == 2 * 16384,
+         "wrapped in place");
+  for (auto [offset, length] : {std::pair<size_t, size_t>{64, 16384}, {0, 100}, {0, 0}}) {
+    std::shared_ptr<Buffer> other = wrapped;
+    status = device->new_buffer_no_copy(static_cast<char*>(memory) + offset, length, &other);
+    expect(status.ok() && !other, "unaligned memory gives ok and no buffer");
+  }
+  wrapped.reset();
+  std::free(memory);
+  expect_no_violations("no_copy");
+}
+
+void compile_options() {
+  auto device = make_device();
+  pipeline(*device, "add_one");
+  const fake_metal::CompileRecord record = fake_metal::last_compile();
+  expect(record.language_version == ((3u << 16) + 1), "MSL 3.1");
+  const bool fast = std::getenv("ETMETAL_FAST_MATH") != nullptr;
+  expect(record.math_mode_set, "mathMode is set (macOS 15 API)");
+  expect(record.math_mode == (fast ? 2 : 0), "mathMode Safe, or Fast with ETMETAL_FAST_MATH=1");
+  expect(record.floating_point_functions == (fast ? 0 : 1),
+         "precise functions, or fast with ETMETAL_FAST_MATH=1");
+}
+
+void libraries() {
+  auto device = make_device();
+  std::shared_ptr<Library> library;
+  Status status = device->new_library("kernel void broken() {}\n#error oops\n", &library);
+  expect(!status.ok() && !library, "a compile error fails");
+  expect_contains(status.message(), "Metal shader compilation failed",
+                  "compile error names the failure");
+  expect_contains(status.message(), "program_source:2:2: error: fake failure",
+                  "compile error carries Metal's message");
+  status = device->new_library(std::string("kernel void a() {} \xff\xfe"), &library);
+  expect_equal(status.message(), "MSL source is not valid UTF-8", "invalid UTF-8");
+  status = device->new_library(std::string(kKernels) + "void helper() {}", &library);
+  expect(status.ok(), "library compiles");
+  std::shared_ptr<Pipeline> result;
+  status = library->new_pipeline("missing", &result);
+  expect_equal(status.message(),
+               "the Metal library has no function named 'missing' (it has: add_one, fault, "
+               "slow, helper)",
+               "missing kernel");
+  status = library->new_pipeline("helper", &result);
+  expect_equal(status.message(), "'helper' is not a kernel function", "non-kernel function");
+  status = library->new_pipeline("add_one", &result);
+  expect(status.ok() && result, "pipeline");
+  expect_equal(result->name(), "add_one", "pipeline name");
+  expect(result->max_total_threads_per_threadgroup() == 1024, "max threads");
+  expect(result->thread_execution_width() == 32, "execution width");
+  expect(result->static_threadgroup_memory_length() == 64, "static threadgroup memory");
+}
+
+void dispatches() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  auto add_one = pipeline(*device, "add_one");
+  auto data = buffer(*device, 64);
+  auto* values = static_cast<float*>(data->contents());
+  for (int i = 0; i < 16; ++i) values[i] = static_cast<float>(i);
+  fake_metal::clear_logs();
+  Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+    ComputeEncoder& encoder = command_buffer.compute_encoder();
+    const float addend = 1.5f;
+    encoder.set_pipeline(add_one);
+    encoder.set_buffer(data, 16, 0);  // elements 4..11
+    encoder.set_bytes(&addend, sizeof(addend), 1);
+    encoder.set_threadgroup_memory_length(20, 0);
+    encoder.dispatch_threads(Size3{8, 1, 1}, Size3{4, 1, 1});
+    encoder.memory_barrier();
+    encoder.dispatch_threadgroups(Size3{2, 1, 1}, Size3{4, 1, 1});
+    encoder.dispatch_threads(Size3{0, 1, 1}, Size3{4, 1, 1});  // empty: skipped
+  });
+  expect(outcome.ok(), "dispatches complete: " + outcome.message());
+  for (int i = 0; i < 16; ++i) {
+    const float expected = static_cast<float>(i) + ((i >= 4 && i < 12) ? 3.0f : 0.0f);
+    expect(values[i] == expected, "element " + std::to_string(i));
+  }
+  for (const char* entry :
+       {"compute concurrent", "pipeline add_one", "buffer 0 +16", "bytes 1 4", "threadgroup 0 32",
+        "dispatch_threads 8x1x1 4x1x1", "barrier", "dispatch_threadgroups 8x1x1 4x1x1", "end",
+        "commit"}) {
+    expect(log_has(entry), std::string("encoded: ") + entry);
+  }
+  expect(!log_has("dispatch_threads 0x1x1 4x1x1"), "an empty grid is not dispatched");
+  expect_no_violations("dispatches");
+}
+
+void blits() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  auto source = buffer(*device, 64);
+  auto destination = buffer(*device, 64);
+  auto* from = static_cast<unsigned char*>(source->contents());
+  auto* to = static_cast<unsigned char*>(destination->contents());
+  for (int i = 0; i < 64; ++i) from[i] = static_cast<unsigned char>(i + 1);
+  fake_metal::clear_logs();
+  Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+    command_buffer.copy_buffer(source, 4, destination, 8, 16);   // blit
+    command_buffer.copy_buffer(source, 1, destination, 33, 5);   // unaligned: kernel
+    command_buffer.fill_buffer(destination, 40, 8, 0xAB);        // blit
+    command_buffer.fill_buffer(destination, 49, 3, 0xCD);        // unaligned: kernel
+    command_buffer.copy_buffer(source, 0, destination, 0, 0);    // empty: nothing
+  });
+  expect(outcome.ok(), "copies complete: " + outcome.message());
+  std::vector<unsigned char> expected(64, 0);
+  for (int i = 0; i < 16; ++i) expected[8 + i] = from[4 + i];
+  for (int i = 0; i < 5; ++i) expected[33 + i] = from[1 + i];
+  for (int i = 40; i < 48; ++i) expected[i] = 0xAB;
+  for (int i = 49; i < 52; ++i) expected[i] = 0xCD;
+  for (int i = 0; i < 64; ++i) expect(to[i] == expected[i], "byte " + std::to_string(i));
+  for (const char* entry : {"blit", "copy 4->8 16", "compute serial", "pipeline etm_copy_bytes",
+                            "fill 40 8 171", "pipeline etm_fill_bytes"}) {
+    expect(log_has(entry), std::string("encoded: ") + entry);
+  }
+  // A blit ends the compute encoder: a dispatch after it needs its pipeline again.
+  auto add_one = pipeline(*device, "add_one");
+  outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+    ComputeEncoder& encoder = command_buffer.compute_encoder();
+    encoder.set_pipeline(add_one);
+    command_buffer.fill_buffer(destination, 0, 4, 0);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+  });
+  expect_equal(outcome.message(),
+               "Metal encoding error: dispatch without a pipeline set in this compute encoder",
+               "dispatch after a blit without rebinding");
+  expect_no_violations("blits");
+}
+
+void encoding_errors() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  auto add_one = pipeline(*device, "add_one");
+  auto data = buffer(*device, 64);
+  const std::vector<char> big(5000, 0);
+  std::shared_ptr<Buffer> null_buffer;
+  const std::map<std::string, std::function<void(CommandBuffer&)>> cases = {
+      {"set_bytes: needs 1 to 4096 bytes of data, got 5000",
+       [&](CommandBuffer& cb) { cb.compute_encoder().set_bytes(big.data(), big.size(), 0); }},
+      {"set_buffer: index 31 is outside Metal's argument table (0 to 30)",
+       [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(data, 0, 31); }},
+      {"set_buffer: null buffer",
+       [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(null_buffer, 0, 0); }},
+      {"set_buffer: offset 65 is past the end of a 64-byte buffer",
+       [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(data, 65, 0); }},
+      {"dispatch: threadgroup size 64x32x1 exceeds the pipeline's maximum of 1024 threads",
+       [&](CommandBuffer& cb) {
+         cb.compute_encoder().set_pipeline(add_one);
+         cb.compute_encoder().dispatch_threads(Size3{64, 32, 1}, Size3{64, 32, 1});
+       }},
+      {"set_threadgroup_memory_length: 40000 bytes exceed the device's 32768 bytes of "
+       "threadgroup memory",
+       [&](CommandBuffer& cb) { cb.compute_encoder().set_threadgroup_memory_length(40000, 0); }},
+      {"copy_buffer: range outside its buffers",
+       [&](CommandBuffer& cb) { cb.copy_buffer(data, 60, data, 0, 8); }},
+      {"fill_buffer: range outside its buffer",
+       [&](CommandBuffer& cb) { cb.fill_buffer(data, 0, 65, 1); }},
+  };
+  for (const auto& entry : cases) {
+    const std::string& message = entry.first;
+    const auto& record = entry.second;
+    Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+      record(command_buffer);
+      // Later valid work still runs; the first error is what the buffer reports.
+      command_buffer.compute_encoder().set_bytes(big.data(), big.size(), 1);
+    });
+    expect_equal(outcome.message(), "Metal encoding error: " + message, "encoding error");
+  }
+  expect_no_violations("encoding_errors");
+}
+
+void gpu_failure() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  auto fault = pipeline(*device, "fault");
+  auto data = buffer(*device, 64);
+  Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+    ComputeEncoder& encoder = command_buffer.compute_encoder();
+    encoder.set_pipeline(fault);
+    encoder.set_buffer(data, 0, 0);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+  });
+  expect_contains(outcome.message(),
+                  "Metal command buffer failed: page fault (MTLCommandBufferErrorPageFault): ",
+                  "GPU failure is named");
+  expect_contains(outcome.message(), "Metal says: Discarded (victim of GPU error/recovery)",
+                  "GPU failure keeps Metal's description");
+  expect_no_violations("gpu_failure");
+}
+
+void lifetimes() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  const size_t live = fake_metal::live_buffers();
+  auto command_buffer = queue->new_command_buffer();
+  {
+    // The caller drops buffers, pipeline and queue right after encoding (device.h allows it).
+    auto slow = pipeline(*device, "slow");
+    auto data = buffer(*device, 64);
+    auto source = buffer(*device, 64);
+    auto kept = std::make_shared<int>(7);
+    ComputeEncoder& encoder = command_buffer->compute_encoder();
+    encoder.set_pipeline(slow);
+    encoder.set_buffer(data, 0, 0);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+    command_buffer->copy_buffer(source, 0, data, 0, 64);
+    command_buffer->copy_buffer(source, 1, data, 3, 7);
+    command_buffer->retain(kept);
+    std::weak_ptr<int> watch = kept;
+    kept.reset();
+    expect(!watch.expired(), "retain() keeps a resource while recording");
+  }
+  queue.reset();
+  command_buffer->commit();
+  expect(fake_metal::live_buffers() > live, "buffers stay alive while the GPU runs");
+  command_buffer->wait_until_completed();
+  expect(command_buffer->state() == CommandBufferState::completed, "completed");
+  expect(fake_metal::live_buffers() == live, "buffers are released once the GPU is done");
+  command_buffer.reset();
+  expect_no_violations("lifetimes");
+}
+
+void completion() {
+  auto device = make_device();
+  auto queue = device->new_command_queue();
+  auto slow = pipeline(*device, "slow");
+  auto data = buffer(*device, 64);
+  // Waiting on a command buffer that was never committed returns at once.
+  auto idle = queue->new_command_buffer();
+  idle->wait_until_completed();
+  expect(idle->state() == CommandBufferState::recording, "uncommitted stays recording");
+  // Dropping a command buffer with an open encoder must end the encoder (Metal asserts).
+  {
+    auto abandoned = queue->new_command_buffer();
+    abandoned->compute_encoder().set_pipeline(slow);
+  }
+  auto first = queue->new_command_buffer();
+  auto second = queue->new_command_buffer();
+  std::atomic<int> order{0};
+  int first_seen = -1, second_seen = -1;
+  for (auto* command_buffer : {first.get(), second.get()}) {
+    ComputeEncoder& encoder = command_buffer->compute_encoder();
+    encoder.set_pipeline(slow);
+    encoder.set_buffer(data, 0, 0);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+  }
+  first->add_completed_handler([&](const Status&) { first_seen = order++; });
+  second->add_completed_handler([&](const Status&) { second_seen = order++; });
+  first->commit();
+  second->commit();
+  second->commit();  // a second commit is ignored
+  expect(first->state() == CommandBufferState::committed ||
+             first->state() == CommandBufferState::completed,
+         "committed");
+  second->wait_until_completed();
+  expect(first_seen == 0 && second_seen == 1, "command buffers complete in commit order");
+  bool late = false;
+  second->add_completed_handler([&](const Status& status) { late = status.ok(); });
+  expect(late, "a handler added after completion runs at once with the outcome");
+  first->wait_until_completed();
+  expect_no_violations("completion");
+}
+
+void capture() {
+  // Run under different environments by the test; prints what happened.
+  std::unique_ptr<Device> device;
+  Status status = metal::create_metal_device(&device);
+  std::printf("create: %s\n", status.ok() ? "ok" : status.message().c_str());
+  std::printf("capturing: %d\n", fake_metal::capture_running() ? 1 : 0);
+  metal::stop_capture();
+  metal::stop_capture();
+  std::printf("capturing after stop: %d\n", fake_metal::capture_running() ? 1 : 0);
+}
+
+// Creates the device under ETMETAL_CAPTURE and exits normally: the capture must be stopped
+// by the device's exit handler.
+void capture_at_exit() {
+  std::unique_ptr<Device> device;
+  Status status = metal::create_metal_device(&device);
+  expect(status.ok(), "create_metal_device: " + status.message());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, void (*)()> scenarios = {
+      {"device_properties", device_properties}, {"buffers", buffers},
+      {"no_copy", no_copy},                     {"compile_options", compile_options},
+      {"libraries", libraries},                 {"dispatches", dispatches},
+      {"blits", blits},                         {"encoding_errors", encoding_errors},
+      {"gpu_failure", gpu_failure},             {"lifetimes", lifetimes},
+      {"completion", completion},               {"capture", capture},
+      {"capture_at_exit", capture_at_exit},
+  };
+  if (argc != 2 || !scenarios.count(argv[1])) {
+    std::printf("usage: device_scenarios <scenario>\n");
+    return 2;
+  }
+  scenarios.at(argv[1])();
+  std::printf("done\n");
+  std::fflush(stdout);
+  if (std::string(argv[1]) == "capture_at_exit") return g_failures == 0 ? 0 : 1;
+  // Skip static destructors: the fake's queue worker threads run until the process ends.
+  std::_Exit(g_failures == 0 ? 0 : 1);
+}

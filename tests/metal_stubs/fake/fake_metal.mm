@@ -1,0 +1,1024 @@
+// A fake Metal.framework and Foundation for running native/device/metal/ on Linux (GNUstep
+// Objective-C runtime, libobjc2): the classes and protocols of the stub headers implemented
+// on the CPU, with the checks real Metal makes as validation assertions recorded as
+// violations instead. Command buffers execute on one worker thread per queue, in commit
+// order; kernels are a few known names run in C++:
+//   etm_copy_bytes / etm_fill_bytes  the device's own byte kernels (metal_builtin_kernels.h)
+//   add_one    buffer(0) float[] += setBytes float at index 1, one element per grid thread
+//   fault      makes the command buffer fail with MTLCommandBufferErrorPageFault
+//   slow       sleeps 50 ms
+// Source containing "#error" fails to compile. This is a model of Metal's documented
+// behaviour, written for the tests; it is no substitute for running on a Mac.
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <vector>
+
+#include "device/metal/metal_builtin_kernels.h"
+#include "fake_metal.h"
+
+namespace {
+
+std::mutex g_mutex;
+std::vector<std::string> g_violations;
+std::vector<std::string> g_log;
+fake_metal::CompileRecord g_last_compile;
+size_t g_residency_allocations = 0;
+size_t g_residency_commits = 0;
+size_t g_queues_with_residency = 0;
+size_t g_live_buffers = 0;
+bool g_capture_running = false;
+uint64_t g_next_buffer_serial = 1;
+std::set<uint64_t> g_live_buffer_serials;
+
+void violation(const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_violations.push_back(what);
+}
+
+void log(const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_log.push_back(what);
+}
+
+std::string size_text(MTLSize size) {
+  return std::to_string(size.width) + "x" + std::to_string(size.height) + "x" +
+         std::to_string(size.depth);
+}
+
+}  // namespace
+
+namespace fake_metal {
+CompileRecord last_compile() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_last_compile;
+}
+std::vector<std::string> violations() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_violations;
+}
+std::vector<std::string> command_log() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_log;
+}
+void clear_logs() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_log.clear();
+  g_violations.clear();
+}
+size_t residency_allocations() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_residency_allocations;
+}
+size_t residency_commits() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_residency_commits;
+}
+size_t queues_with_residency() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_queues_with_residency;
+}
+size_t live_buffers() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_live_buffers;
+}
+bool capture_running() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_capture_running;
+}
+}  // namespace fake_metal
+
+// ---------------------------------------------------------------------------------------
+// Foundation
+
+@interface FakeString : NSString
+- (instancetype)initWithText:(std::string)text;
+@end
+
+@implementation FakeString {
+  std::string text_;
+}
+- (instancetype)initWithText:(std::string)text {
+  text_ = std::move(text);
+  return self;
+}
+- (const char*)UTF8String {
+  return text_.c_str();
+}
+@end
+
+static NSString* make_string(const std::string& text) {
+  return [[FakeString alloc] initWithText:text];
+}
+
+@implementation NSString
+- (instancetype)initWithBytes:(const void*)bytes
+                       length:(NSUInteger)len
+                     encoding:(NSStringEncoding)encoding {
+  if (encoding != NSUTF8StringEncoding) return nil;
+  std::string text(static_cast<const char*>(bytes), len);
+  // Enough UTF-8 validation for the tests: no stray continuation or truncated lead bytes.
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t extra = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : 9;
+    if (extra == 9 || i + extra >= text.size() + (extra ? 0 : 1)) return nil;
+    for (size_t k = 1; k <= extra; ++k)
+      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 2) return nil;
+    i += extra + 1;
+  }
+  return [[FakeString alloc] initWithText:text];
+}
+- (const char*)UTF8String {
+  return nullptr;
+}
+- (BOOL)isEqualToString:(NSString*)other {
+  return std::strcmp(self.UTF8String, other.UTF8String) == 0;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface FakeArray : NSArray
+- (instancetype)initWithObjects:(std::vector<id>)objects;
+@end
+
+@implementation FakeArray {
+  std::vector<id> objects_;
+}
+- (instancetype)initWithObjects:(std::vector<id>)objects {
+  objects_ = std::move(objects);
+  return self;
+}
+- (NSUInteger)count {
+  return objects_.size();
+}
+- (id)objectAtIndex:(NSUInteger)index {
+  return objects_.at(index);
+}
+- (NSUInteger)countByEnumeratingWithState:(NSFastEnumerationState*)state
+                                  objects:(id __unsafe_unretained _Nullable[_Nonnull])buffer
+                                    count:(NSUInteger)len {
+  NSUInteger n = 0;
+  while (state->state < objects_.size() && n < len) buffer[n++] = objects_[state->state++];
+  state->itemsPtr = buffer;
+  state->mutationsPtr = &state->extra[0];
+  return n;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@implementation NSArray
+- (NSUInteger)count {
+  return 0;
+}
+- (id)objectAtIndex:(NSUInteger)index {
+  (void)index;
+  return nil;
+}
+- (NSUInteger)countByEnumeratingWithState:(NSFastEnumerationState*)state
+                                  objects:(id __unsafe_unretained _Nullable[_Nonnull])buffer
+                                    count:(NSUInteger)len {
+  (void)state;
+  (void)buffer;
+  (void)len;
+  return 0;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@implementation NSDictionary
+- (NSUInteger)count {
+  return 0;
+}
+- (id)objectForKey:(id)key {
+  (void)key;
+  return nil;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface NSError (Fake)
++ (NSError*)fakeErrorWithDomain:(NSString*)domain
+                           code:(NSInteger)code
+                    description:(const std::string&)description;
+@end
+
+@implementation NSError {
+  NSString* domain_;
+  NSInteger code_;
+  NSString* description_;
+}
++ (NSError*)fakeErrorWithDomain:(NSString*)domain
+                           code:(NSInteger)code
+                    description:(const std::string&)description {
+  NSError* error = [[NSError alloc] init];
+  error->domain_ = domain;
+  error->code_ = code;
+  error->description_ = make_string(description);
+  return error;
+}
+- (NSErrorDomain)domain {
+  return domain_;
+}
+- (NSInteger)code {
+  return code_;
+}
+- (NSDictionary*)userInfo {
+  return [[NSDictionary alloc] init];
+}
+- (NSString*)localizedDescription {
+  return description_;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface NSURL (FakePath)
+- (NSString*)path;
+@end
+
+@implementation NSURL {
+  NSString* path_;
+}
++ (NSURL*)fileURLWithPath:(NSString*)path {
+  NSURL* url = [[NSURL alloc] init];
+  url->path_ = path;
+  return url;
+}
+- (NSString*)path {
+  return path_;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+// ---------------------------------------------------------------------------------------
+// Metal
+
+extern "C" NSErrorDomain const MTLCommandBufferErrorDomain = @"MTLCommandBufferErrorDomain";
+
+@interface FakeBuffer : NSObject <MTLBuffer>
+- (instancetype)initWithLength:(NSUInteger)length memory:(void*)memory owned:(bool)owned;
+@property(readonly) uint64_t serial;
+@end
+
+@implementation FakeBuffer {
+  void* memory_;
+  NSUInteger length_;
+  bool owned_;
+  uint64_t serial_;
+}
+- (instancetype)initWithLength:(NSUInteger)length memory:(void*)memory owned:(bool)owned {
+  memory_ = memory;
+  length_ = length;
+  owned_ = owned;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  serial_ = g_next_buffer_serial++;
+  g_live_buffer_serials.insert(serial_);
+  ++g_live_buffers;
+  return self;
+}
+- (void)dealloc {
+  if (owned_) std::free(memory_);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_live_buffer_serials.erase(serial_);
+  --g_live_buffers;
+}
+- (uint64_t)serial {
+  return serial_;
+}
+- (NSUInteger)length {
+  return length_;
+}
+- (void*)contents {
+  return memory_;
+}
+- (NSUInteger)allocatedSize {
+  return length_;
+}
+- (id<MTLDevice>)device {
+  return nil;
+}
+@end
+
+@interface FakeFunction : NSObject <MTLFunction>
+- (instancetype)initWithName:(NSString*)name;
+@end
+
+@implementation FakeFunction {
+  NSString* name_;
+}
+- (instancetype)initWithName:(NSString*)name {
+  name_ = name;
+  return self;
+}
+- (MTLFunctionType)functionType {
+  return std::string(name_.UTF8String) == "helper" ? MTLFunctionTypeVertex : MTLFunctionTypeKernel;
+}
+- (NSString*)name {
+  return name_;
+}
+@end
+
+@interface FakeLibrary : NSObject <MTLLibrary>
+- (instancetype)initWithNames:(std::vector<std::string>)names;
+@end
+
+@implementation FakeLibrary {
+  std::vector<std::string> names_;
+}
+- (instancetype)initWithNames:(std::vector<std::string>)names {
+  names_ = std::move(names);
+  return self;
+}
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName {
+  for (const std::string& name : names_)
+    if (name == functionName.UTF8String) return [[FakeFunction alloc] initWithName:functionName];
+  return nil;
+}
+- (NSArray<NSString*>*)functionNames {
+  std::vector<id> names;
+  for (const std::string& name : names_) names.push_back(make_string(name));
+  return [[FakeArray alloc] initWithObjects:names];
+}
+@end
+
+@interface FakePipeline : NSObject <MTLComputePipelineState>
+- (instancetype)initWithName:(std::string)name;
+@property(readonly) std::string kernelName;
+@end
+
+@implementation FakePipeline {
+  std::string name_;
+}
+- (instancetype)initWithName:(std::string)name {
+  name_ = std::move(name);
+  return self;
+}
+- (std::string)kernelName {
+  return name_;
+}
+- (NSUInteger)maxTotalThreadsPerThreadgroup {
+  return 1024;
+}
+- (NSUInteger)threadExecutionWidth {
+  return 32;
+}
+- (NSUInteger)staticThreadgroupMemoryLength {
+  return name_ == "add_one" ? 64 : 0;
+}
+@end
+
+@interface MTLCompileOptions (FakeRecord)
+- (fake_metal::CompileRecord)record;
+@end
+
+@implementation MTLCompileOptions {
+  MTLLanguageVersion languageVersion_;
+  MTLMathMode mathMode_;
+  MTLMathFloatingPointFunctions mathFloatingPointFunctions_;
+  BOOL fastMathEnabled_;
+  bool mathModeSet_;
+}
+- (instancetype)init {
+  languageVersion_ = MTLLanguageVersion3_0;
+  mathMode_ = MTLMathModeFast;
+  mathFloatingPointFunctions_ = MTLMathFloatingPointFunctionsFast;
+  fastMathEnabled_ = YES;
+  mathModeSet_ = false;
+  return self;
+}
+- (MTLLanguageVersion)languageVersion {
+  return languageVersion_;
+}
+- (void)setLanguageVersion:(MTLLanguageVersion)version {
+  languageVersion_ = version;
+}
+- (MTLMathMode)mathMode {
+  return mathMode_;
+}
+- (void)setMathMode:(MTLMathMode)mode {
+  mathMode_ = mode;
+  mathModeSet_ = true;
+}
+- (MTLMathFloatingPointFunctions)mathFloatingPointFunctions {
+  return mathFloatingPointFunctions_;
+}
+- (void)setMathFloatingPointFunctions:(MTLMathFloatingPointFunctions)functions {
+  mathFloatingPointFunctions_ = functions;
+}
+- (BOOL)fastMathEnabled {
+  return fastMathEnabled_;
+}
+- (void)setFastMathEnabled:(BOOL)enabled {
+  fastMathEnabled_ = enabled;
+}
+- (fake_metal::CompileRecord)record {
+  fake_metal::CompileRecord record;
+  record.language_version = languageVersion_;
+  record.math_mode_set = mathModeSet_;
+  record.math_mode = mathMode_;
+  record.floating_point_functions = mathFloatingPointFunctions_;
+  record.fast_math_enabled = fastMathEnabled_;
+  return record;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+// One bound argument of a dispatch, captured at encoding time (unretained, like Metal's
+// command buffers without retained references).
+struct FakeBinding {
+  char* address = nullptr;
+  uint64_t buffer_serial = 0;  // 0 for setBytes
+  std::vector<char> bytes;
+};
+
+struct FakeCommandBufferState {
+  std::vector<std::function<void(std::string* failure)>> commands;
+  std::vector<MTLCommandBufferHandler> handlers;
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+};
+
+@interface FakeComputeEncoder : NSObject <MTLComputeCommandEncoder>
+- (instancetype)initWithState:(std::shared_ptr<FakeCommandBufferState>)state;
+@property(readonly) bool ended;
+@end
+
+@implementation FakeComputeEncoder {
+  std::shared_ptr<FakeCommandBufferState> state_;
+  std::map<NSUInteger, FakeBinding> bindings_;
+  FakePipeline* pipeline_;
+  bool ended_;
+}
+- (instancetype)initWithState:(std::shared_ptr<FakeCommandBufferState>)state {
+  state_ = std::move(state);
+  ended_ = false;
+  return self;
+}
+- (bool)ended {
+  return ended_;
+}
+- (void)dealloc {
+  if (!ended_) violation("compute encoder released without endEncoding");
+}
+- (bool)usable:(const char*)what {
+  if (ended_) violation(std::string(what) + " after endEncoding");
+  return !ended_;
+}
+- (void)endEncoding {
+  if (ended_) violation("endEncoding twice");
+  ended_ = true;
+  log("end");
+}
+- (void)setComputePipelineState:(id<MTLComputePipelineState>)state {
+  if (![self usable:"setComputePipelineState"]) return;
+  pipeline_ = (FakePipeline*)state;
+  log("pipeline " + pipeline_.kernelName);
+}
+- (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index {
+  if (![self usable:"setBuffer"]) return;
+  if (index >= 31) violation("setBuffer index " + std::to_string(index));
+  if (offset > buffer.length) violation("setBuffer offset past the end");
+  FakeBinding binding;
+  @autoreleasepool {
+    binding.address = static_cast<char*>(buffer.contents) + offset;
+  }
+  binding.buffer_serial = ((FakeBuffer*)buffer).serial;
+  bindings_[index] = binding;
+  log("buffer " + std::to_string(index) + " +" + std::to_string(offset));
+}
+- (void)setBytes:(const void*)bytes length:(NSUInteger)length atIndex:(NSUInteger)index {
+  if (![self usable:"setBytes"]) return;
+  if (index >= 31) violation("setBytes index " + std::to_string(index));
+  if (length > 4096) violation("setBytes of " + std::to_string(length) + " bytes");
+  FakeBinding binding;
+  binding.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + length);
+  bindings_[index] = binding;
+  log("bytes " + std::to_string(index) + " " + std::to_string(length));
+}
+- (void)setThreadgroupMemoryLength:(NSUInteger)length atIndex:(NSUInteger)index {
+  if (![self usable:"setThreadgroupMemoryLength"]) return;
+  if (length % 16 != 0) violation("threadgroup memory length not a multiple of 16");
+  if (length > 32768) violation("threadgroup memory over 32 KiB");
+  log("threadgroup " + std::to_string(index) + " " + std::to_string(length));
+}
+- (void)dispatch:(MTLSize)threads group:(MTLSize)group kind:(const char*)kind {
+  if (![self usable:kind]) return;
+  if (pipeline_ == nil) {
+    violation(std::string(kind) + " without a pipeline");
+    return;
+  }
+  const NSUInteger group_volume = group.width * group.height * group.depth;
+  if (group_volume == 0 || group_volume > pipeline_.maxTotalThreadsPerThreadgroup)
+    violation(std::string(kind) + " with threadgroup " + size_text(group));
+  if (threads.width * threads.height * threads.depth == 0)
+    violation(std::string(kind) + " with an empty grid");
+  log(std::string(kind) + " " + size_text(threads) + " " + size_text(group));
+  const std::string name = pipeline_.kernelName;
+  std::map<NSUInteger, FakeBinding> bindings = bindings_;
+  const uint64_t count = threads.width * threads.height * threads.depth;
+  state_->commands.push_back([name, bindings, count](std::string* failure) {
+    auto address = [&](NSUInteger index) -> char* {
+      auto it = bindings.find(index);
+      if (it == bindings.end()) {
+        violation(name + ": argument " + std::to_string(index) + " unbound");
+        return nullptr;
+      }
+      FakeBinding& binding = const_cast<FakeBinding&>(it->second);
+      if (binding.buffer_serial) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        if (!g_live_buffer_serials.count(binding.buffer_serial)) {
+          g_violations.push_back(name + ": buffer released before the GPU used it");
+          return nullptr;
+        }
+        return binding.address;
+      }
+      return binding.bytes.data();
+    };
+    if (name == etm::device::metal::kCopyBytesKernel) {
+      char* source = address(0);
+      char* destination = address(1);
+      auto* arguments = reinterpret_cast<etm::device::metal::ByteCopyArguments*>(address(2));
+      if (source && destination && arguments)
+        std::memmove(destination + arguments->destination_offset,
+                     source + arguments->source_offset, arguments->length);
+    } else if (name == etm::device::metal::kFillBytesKernel) {
+      char* destination = address(0);
+      auto* arguments = reinterpret_cast<etm::device::metal::ByteFillArguments*>(address(1));
+      if (destination && arguments)
+        std::memset(destination + arguments->offset, static_cast<int>(arguments->value),
+                    arguments->length);
+    } else if (name == "add_one") {
+      auto* data = reinterpret_cast<float*>(address(0));
+      auto* addend = reinterpret_cast<float*>(address(1));
+      if (data && addend)
+        for (uint64_t i = 0; i < count; ++i) data[i] += *addend;
+    } else if (name == "fault") {
+      *failure = "page fault";
+    } else if (name == "slow") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+- (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)group {
+  [self dispatch:threadsPerGrid group:group kind:"dispatch_threads"];
+}
+- (void)dispatchThreadgroups:(MTLSize)groups threadsPerThreadgroup:(MTLSize)group {
+  MTLSize threads = {groups.width * group.width, groups.height * group.height,
+                     groups.depth * group.depth};
+  [self dispatch:threads group:group kind:"dispatch_threadgroups"];
+}
+- (void)memoryBarrierWithScope:(MTLBarrierScope)scope {
+  if (![self usable:"memoryBarrierWithScope"]) return;
+  log(scope == MTLBarrierScopeBuffers ? "barrier" : "barrier other scope");
+}
+@end
+
+@interface FakeBlitEncoder : NSObject <MTLBlitCommandEncoder>
+- (instancetype)initWithState:(std::shared_ptr<FakeCommandBufferState>)state;
+@property(readonly) bool ended;
+@end
+
+@implementation FakeBlitEncoder {
+  std::shared_ptr<FakeCommandBufferState> state_;
+  bool ended_;
+}
+- (instancetype)initWithState:(std::shared_ptr<FakeCommandBufferState>)state {
+  state_ = std::move(state);
+  ended_ = false;
+  return self;
+}
+- (bool)ended {
+  return ended_;
+}
+- (void)dealloc {
+  if (!ended_) violation("blit encoder released without endEncoding");
+}
+- (void)endEncoding {
+  if (ended_) violation("endEncoding twice");
+  ended_ = true;
+  log("end");
+}
+- (void)copyFromBuffer:(id<MTLBuffer>)source
+          sourceOffset:(NSUInteger)sourceOffset
+              toBuffer:(id<MTLBuffer>)destination
+     destinationOffset:(NSUInteger)destinationOffset
+                  size:(NSUInteger)size {
+  if (ended_) violation("copyFromBuffer after endEncoding");
+  // macOS: offsets and size multiples of 4 (MTLBlitCommandEncoder documentation).
+  if (sourceOffset % 4 || destinationOffset % 4 || size % 4) violation("unaligned blit copy");
+  if (sourceOffset + size > source.length || destinationOffset + size > destination.length)
+    violation("blit copy out of range");
+  log("copy " + std::to_string(sourceOffset) + "->" + std::to_string(destinationOffset) + " " +
+      std::to_string(size));
+  char* from = nullptr;
+  char* to = nullptr;
+  @autoreleasepool {  // contents is an inner pointer: ARC autoreleases the buffer
+    from = static_cast<char*>(source.contents) + sourceOffset;
+    to = static_cast<char*>(destination.contents) + destinationOffset;
+  }
+  const uint64_t serials[2] = {((FakeBuffer*)source).serial, ((FakeBuffer*)destination).serial};
+  state_->commands.push_back([from, to, size, serials](std::string*) {
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (!g_live_buffer_serials.count(serials[0]) || !g_live_buffer_serials.count(serials[1])) {
+        g_violations.push_back("copy: buffer released before the GPU used it");
+        return;
+      }
+    }
+    std::memmove(to, from, size);
+  });
+}
+- (void)fillBuffer:(id<MTLBuffer>)buffer range:(NSRange)range value:(uint8_t)value {
+  if (ended_) violation("fillBuffer after endEncoding");
+  if (range.location % 4 || range.length % 4) violation("unaligned blit fill");
+  if (range.length == 0) violation("empty blit fill");
+  log("fill " + std::to_string(range.location) + " " + std::to_string(range.length) + " " +
+      std::to_string(value));
+  char* to = nullptr;
+  @autoreleasepool {
+    to = static_cast<char*>(buffer.contents) + range.location;
+  }
+  const NSUInteger length = range.length;
+  state_->commands.push_back([to, length, value](std::string*) { std::memset(to, value, length); });
+}
+@end
+
+@class FakeCommandQueue;
+
+@interface FakeCommandBuffer : NSObject <MTLCommandBuffer>
+- (instancetype)initWithQueue:(FakeCommandQueue*)queue;
+- (void)execute;
+@end
+
+@interface FakeCommandQueue : NSObject <MTLCommandQueue>
+- (void)submit:(FakeCommandBuffer*)commandBuffer;
+@end
+
+@implementation FakeCommandBuffer {
+  FakeCommandQueue* strongQueue_;  // until committed: a queue outlives its work
+  std::shared_ptr<FakeCommandBufferState> state_;
+  FakeComputeEncoder* __weak compute_;  // the encoders handed out, to check they ended
+  FakeBlitEncoder* __weak blit_;
+  MTLCommandBufferStatus status_;
+  NSError* error_;
+}
+- (instancetype)initWithQueue:(FakeCommandQueue*)queue {
+  strongQueue_ = queue;
+  state_ = std::make_shared<FakeCommandBufferState>();
+  status_ = MTLCommandBufferStatusNotEnqueued;
+  return self;
+}
+- (bool)encoderOpen {
+  FakeComputeEncoder* compute = compute_;
+  FakeBlitEncoder* blit = blit_;
+  return (compute != nil && !compute.ended) || (blit != nil && !blit.ended);
+}
+- (id<MTLComputeCommandEncoder>)computeCommandEncoderWithDispatchType:(MTLDispatchType)type {
+  if (status_ != MTLCommandBufferStatusNotEnqueued) violation("encoding after commit");
+  if ([self encoderOpen]) violation("new encoder while another is open");
+  log(type == MTLDispatchTypeConcurrent ? "compute concurrent" : "compute serial");
+  FakeComputeEncoder* encoder = [[FakeComputeEncoder alloc] initWithState:state_];
+  compute_ = encoder;
+  return encoder;
+}
+- (id<MTLBlitCommandEncoder>)blitCommandEncoder {
+  if (status_ != MTLCommandBufferStatusNotEnqueued) violation("encoding after commit");
+  if ([self encoderOpen]) violation("new encoder while another is open");
+  log("blit");
+  FakeBlitEncoder* encoder = [[FakeBlitEncoder alloc] initWithState:state_];
+  blit_ = encoder;
+  return encoder;
+}
+- (void)addCompletedHandler:(MTLCommandBufferHandler)block {
+  if (status_ != MTLCommandBufferStatusNotEnqueued) violation("addCompletedHandler after commit");
+  state_->handlers.push_back(block);
+}
+- (void)commit {
+  if (status_ != MTLCommandBufferStatusNotEnqueued) violation("commit twice");
+  if ([self encoderOpen]) violation("commit with an open encoder");
+  status_ = MTLCommandBufferStatusCommitted;
+  log("commit");
+  [strongQueue_ submit:self];
+  strongQueue_ = nil;
+}
+- (void)execute {
+  std::string failure;
+  for (auto& command : state_->commands) {
+    command(&failure);
+    if (!failure.empty()) break;
+  }
+  if (failure.empty()) {
+    status_ = MTLCommandBufferStatusCompleted;
+  } else {
+    status_ = MTLCommandBufferStatusError;
+    error_ = [NSError fakeErrorWithDomain:MTLCommandBufferErrorDomain
+                                     code:MTLCommandBufferErrorPageFault
+                              description:"Discarded (victim of GPU error/recovery)"];
+  }
+  for (MTLCommandBufferHandler handler : state_->handlers) handler(self);
+  state_->handlers.clear();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->done = true;
+  state_->done_cv.notify_all();
+}
+- (void)waitUntilCompleted {
+  if (status_ == MTLCommandBufferStatusNotEnqueued) violation("waitUntilCompleted before commit");
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->done_cv.wait(lock, [&] { return state_->done; });
+}
+- (MTLCommandBufferStatus)status {
+  return status_;
+}
+- (NSError*)error {
+  return error_;
+}
+@end
+
+@implementation FakeCommandQueue {
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<FakeCommandBuffer*> pending_;
+  std::thread worker_;
+}
+// The worker keeps its queue alive and runs until the process ends, like Metal's.
+- (instancetype)init {
+  worker_ = std::thread([self] {
+    for (;;) {
+      FakeCommandBuffer* next = nil;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return !pending_.empty(); });
+        next = pending_.front();
+        pending_.pop_front();
+      }
+      @autoreleasepool {
+        [next execute];
+      }
+    }
+  });
+  return self;
+}
+- (void)submit:(FakeCommandBuffer*)commandBuffer {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.push_back(commandBuffer);
+  cv_.notify_one();
+}
+- (id<MTLCommandBuffer>)commandBufferWithUnretainedReferences {
+  return [[FakeCommandBuffer alloc] initWithQueue:self];
+}
+- (void)addResidencySet:(id<MTLResidencySet>)residencySet {
+  (void)residencySet;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_queues_with_residency;
+}
+@end
+
+@implementation MTLResidencySetDescriptor {
+  NSString* label_;
+  NSUInteger initialCapacity_;
+}
+- (NSString*)label {
+  return label_;
+}
+- (void)setLabel:(NSString*)label {
+  label_ = label;
+}
+- (NSUInteger)initialCapacity {
+  return initialCapacity_;
+}
+- (void)setInitialCapacity:(NSUInteger)capacity {
+  initialCapacity_ = capacity;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface FakeResidencySet : NSObject <MTLResidencySet>
+@end
+
+@implementation FakeResidencySet {
+  std::set<uint64_t> members_;
+  uint64_t allocated_;
+}
+- (void)addAllocation:(id<MTLAllocation>)allocation {
+  FakeBuffer* buffer = (FakeBuffer*)allocation;
+  if (!members_.insert(buffer.serial).second) violation("allocation added twice");
+  allocated_ += buffer.allocatedSize;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_residency_allocations = members_.size();
+}
+- (void)removeAllocation:(id<MTLAllocation>)allocation {
+  FakeBuffer* buffer = (FakeBuffer*)allocation;
+  if (!members_.erase(buffer.serial)) violation("removing an allocation not in the set");
+  allocated_ -= buffer.allocatedSize;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_residency_allocations = members_.size();
+}
+- (void)commit {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_residency_commits;
+}
+- (uint64_t)allocatedSize {
+  return allocated_;
+}
+@end
+
+@implementation MTLArchitecture
+- (NSString*)name {
+  return make_string("applegpu_g13s");
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface FakeDevice : NSObject <MTLDevice>
+@end
+
+@implementation FakeDevice
+- (NSString*)name {
+  return make_string("Fake Apple M1 Max");
+}
+- (MTLArchitecture*)architecture {
+  return [[MTLArchitecture alloc] init];
+}
+- (uint64_t)recommendedMaxWorkingSetSize {
+  return uint64_t{1} << 20;  // 1 MiB: small, so tests reach the residency cap
+}
+- (NSUInteger)maxBufferLength {
+  return NSUInteger{1} << 24;
+}
+- (NSUInteger)maxThreadgroupMemoryLength {
+  return 32768;
+}
+- (id<MTLCommandQueue>)newCommandQueue {
+  return [[FakeCommandQueue alloc] init];
+}
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options {
+  if ((options & (MTLResourceStorageModeManaged | MTLResourceStorageModePrivate)) != 0)
+    violation("buffer not in shared storage");
+  void* memory = std::calloc(1, length);
+  return [[FakeBuffer alloc] initWithLength:length memory:memory owned:true];
+}
+- (id<MTLBuffer>)newBufferWithBytesNoCopy:(void*)pointer
+                                   length:(NSUInteger)length
+                                  options:(MTLResourceOptions)options
+                              deallocator:(void (^)(void*, NSUInteger))deallocator {
+  (void)options;
+  (void)deallocator;
+  const uintptr_t page = 16384;
+  if (reinterpret_cast<uintptr_t>(pointer) % page || length % page || length == 0) {
+    violation("newBufferWithBytesNoCopy with an unaligned region");
+    return nil;
+  }
+  return [[FakeBuffer alloc] initWithLength:length memory:pointer owned:false];
+}
+- (id<MTLLibrary>)newLibraryWithSource:(NSString*)source
+                               options:(MTLCompileOptions*)options
+                                 error:(__autoreleasing NSError**)error {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_last_compile = [options record];
+  }
+  const std::string text = source.UTF8String;
+  if (text.find("#error") != std::string::npos) {
+    if (error) {
+      *error = [NSError fakeErrorWithDomain:make_string("MTLLibraryErrorDomain")
+                                       code:3
+                                description:"program_source:2:2: error: fake failure"];
+    }
+    return nil;
+  }
+  std::vector<std::string> names;
+  const std::regex kernel(R"(kernel\s+void\s+(\w+))");
+  for (std::sregex_iterator it(text.begin(), text.end(), kernel), end; it != end; ++it)
+    names.push_back((*it)[1]);
+  if (text.find("helper") != std::string::npos) names.push_back("helper");
+  return [[FakeLibrary alloc] initWithNames:names];
+}
+- (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)function
+                                                             error:(__autoreleasing NSError**)error {
+  (void)error;
+  return [[FakePipeline alloc] initWithName:function.name.UTF8String];
+}
+- (id<MTLResidencySet>)newResidencySetWithDescriptor:(MTLResidencySetDescriptor*)desc
+                                               error:(__autoreleasing NSError**)error {
+  (void)error;
+  if (desc.label == nil) violation("residency set without a label");
+  return [[FakeResidencySet alloc] init];
+}
+@end
+
+extern "C" id<MTLDevice> MTLCreateSystemDefaultDevice(void) {
+  if (std::getenv("FAKE_METAL_NO_DEVICE")) return nil;
+  return [[FakeDevice alloc] init];
+}
+
+@implementation MTLCaptureDescriptor {
+  id captureObject_;
+  MTLCaptureDestination destination_;
+  NSURL* outputURL_;
+}
+- (id)captureObject {
+  return captureObject_;
+}
+- (void)setCaptureObject:(id)object {
+  captureObject_ = object;
+}
+- (MTLCaptureDestination)destination {
+  return destination_;
+}
+- (void)setDestination:(MTLCaptureDestination)destination {
+  destination_ = destination;
+}
+- (NSURL*)outputURL {
+  return outputURL_;
+}
+- (void)setOutputURL:(NSURL*)url {
+  outputURL_ = url;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@implementation MTLCaptureManager {
+  std::string path_;
+}
++ (MTLCaptureManager*)sharedCaptureManager {
+  static MTLCaptureManager* shared = [[MTLCaptureManager alloc] init];
+  return shared;
+}
+- (BOOL)supportsDestination:(MTLCaptureDestination)destination {
+  const char* enabled = std::getenv("MTL_CAPTURE_ENABLED");
+  return destination == MTLCaptureDestinationDeveloperTools ||
+         (enabled && std::string(enabled) == "1");
+}
+- (BOOL)startCaptureWithDescriptor:(MTLCaptureDescriptor*)descriptor
+                             error:(__autoreleasing NSError**)error {
+  if (descriptor.captureObject == nil) violation("capture without a capture object");
+  const std::string path = descriptor.outputURL.path.UTF8String;
+  struct stat existing;
+  if (stat(path.c_str(), &existing) == 0) {
+    if (error) {
+      *error = [NSError fakeErrorWithDomain:make_string("MTLCaptureErrorDomain")
+                                       code:3
+                                description:"Capture file already exists"];
+    }
+    return NO;
+  }
+  if (mkdir(path.c_str(), 0755) != 0) violation("cannot create the trace");
+  path_ = path;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_capture_running = true;
+  return YES;
+}
+- (void)stopCapture {
+  FILE* marker = std::fopen((path_ + "/stopped").c_str(), "w");
+  if (marker) std::fclose(marker);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_capture_running = false;
+}
+- (BOOL)isCapturing {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_capture_running;
+}
+@end
