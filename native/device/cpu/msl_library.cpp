@@ -1,9 +1,262 @@
+// The CPU device's MTLLibrary and MTLComputePipelineState: MSL source is translated once;
+// each kernel is built into its own shared object when a pipeline asks for it (a library
+// with a single kernel builds it at once, which also reports compile errors; a larger one
+// is checked with -fsyntax-only first).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
+#include "device/cpu/kernel_compiler.h"
+#include "device/cpu/msl_translator.h"
 
 namespace etm::device::cpu {
+namespace {
 
-Status compile_msl_library(const std::string&, std::shared_ptr<Library>*) {
-  return Status::error("no MSL compiler: the CPU device cannot compile shader libraries yet");
+// How kernels run: decided per kernel from the symbols its object needs, unless
+// ETMETAL_CPU_EXECUTION forces one path ("loop" or "fibers") for testing.
+enum class ExecutionChoice { automatic, loop, fibers };
+
+ExecutionChoice execution_choice() {
+  const char* value = std::getenv("ETMETAL_CPU_EXECUTION");
+  if (!value) return ExecutionChoice::automatic;
+  if (std::strcmp(value, "loop") == 0) return ExecutionChoice::loop;
+  if (std::strcmp(value, "fibers") == 0) return ExecutionChoice::fibers;
+  return ExecutionChoice::automatic;
+}
+
+// One kernel's loaded object.
+class KernelObject {
+ public:
+  static Status load(const std::string& path, const TranslatedKernel& kernel,
+                     std::shared_ptr<KernelObject>* out) {
+    auto object = std::shared_ptr<KernelObject>(new KernelObject());
+    object->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!object->handle_) {
+      const char* why = ::dlerror();
+      return Status::error("cannot load the compiled kernel '" + kernel.name + "': " + (why ? why : path));
+    }
+    const std::string n = std::to_string(kernel.entry_index);
+    object->loop_ = reinterpret_cast<etm_cpu_loop_entry>(::dlsym(object->handle_, ("etm_kernel_loop_" + n).c_str()));
+    object->thread_ =
+        reinterpret_cast<etm_cpu_thread_entry>(::dlsym(object->handle_, ("etm_kernel_thread_" + n).c_str()));
+    auto sizes = reinterpret_cast<etm_cpu_argument_sizes_entry>(
+        ::dlsym(object->handle_, ("etm_kernel_argument_sizes_" + n).c_str()));
+    auto static_bytes = reinterpret_cast<etm_cpu_static_threadgroup_bytes_entry>(
+        ::dlsym(object->handle_, "etm_kernel_static_threadgroup_bytes"));
+    if (!object->loop_ || !object->thread_ || !sizes || !static_bytes) {
+      return Status::error("the compiled object of kernel '" + kernel.name + "' lacks its entry points");
+    }
+    object->argument_sizes_.assign(kernel.arguments.size(), 0);
+    sizes(object->argument_sizes_.data());
+    object->static_threadgroup_bytes_ = static_bytes();
+
+    std::set<std::string> undefined;
+    bool needs_fibers = true;  // when the object cannot be inspected, the path that is always right
+    if (read_undefined_symbols(path, &undefined)) {
+      needs_fibers = undefined.count("etm_cpu_threadgroup_barrier") != 0 ||
+                     undefined.count("etm_cpu_simd_exchange") != 0;
+    }
+    switch (execution_choice()) {
+      case ExecutionChoice::automatic: object->use_fibers_ = needs_fibers; break;
+      case ExecutionChoice::loop: object->use_fibers_ = false; break;
+      case ExecutionChoice::fibers: object->use_fibers_ = true; break;
+    }
+    *out = std::move(object);
+    return Status();
+  }
+
+  ~KernelObject() {
+    if (handle_) ::dlclose(handle_);
+  }
+
+  etm_cpu_loop_entry loop() const { return loop_; }
+  etm_cpu_thread_entry thread() const { return thread_; }
+  bool use_fibers() const { return use_fibers_; }
+  uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
+  const std::vector<uint64_t>& argument_sizes() const { return argument_sizes_; }
+
+ private:
+  KernelObject() = default;
+  void* handle_ = nullptr;
+  etm_cpu_loop_entry loop_ = nullptr;
+  etm_cpu_thread_entry thread_ = nullptr;
+  bool use_fibers_ = true;
+  uint64_t static_threadgroup_bytes_ = 0;
+  std::vector<uint64_t> argument_sizes_;
+};
+
+uint64_t align16(uint64_t n) { return (n + 15) / 16 * 16; }
+
+class CpuKernelPipeline : public CpuPipeline {
+ public:
+  CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object)
+      : kernel_(kernel), object_(std::move(object)) {}
+
+  const std::string& name() const override { return kernel_.name; }
+  uint32_t max_total_threads_per_threadgroup() const override {
+    return kernel_.max_total_threads_per_threadgroup ? kernel_.max_total_threads_per_threadgroup
+                                                     : kMaxThreadsPerThreadgroup;
+  }
+  uint32_t thread_execution_width() const override { return kSimdWidth; }
+  size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
+  bool uses_fibers() const { return object_->use_fibers(); }
+
+  Status execute(const DispatchArgs& args) override {
+    const std::string& name = kernel_.name;
+    const Size3& group = args.threads_per_group;
+    const Size3& grid = args.grid;
+    if (group.x == 0 || group.y == 0 || group.z == 0) {
+      return Status::error("kernel '" + name + "': threadgroup size has a zero dimension");
+    }
+    if (group.volume() > max_total_threads_per_threadgroup()) {
+      return Status::error("kernel '" + name + "': " + std::to_string(group.volume()) +
+                           " threads per threadgroup exceed its maximum of " +
+                           std::to_string(max_total_threads_per_threadgroup()));
+    }
+    for (uint64_t extent : {grid.x, grid.y, grid.z}) {
+      if (extent > UINT32_MAX) return Status::error("kernel '" + name + "': grid dimension exceeds 2^32-1");
+    }
+
+    etm_cpu_launch launch{};
+    const uint64_t groups[3] = {(grid.x + group.x - 1) / group.x, (grid.y + group.y - 1) / group.y,
+                                (grid.z + group.z - 1) / group.z};
+    const uint64_t per_group[3] = {group.x, group.y, group.z};
+    const uint64_t threads[3] = {grid.x, grid.y, grid.z};
+    for (int axis = 0; axis < 3; ++axis) {
+      launch.groups[axis] = static_cast<uint32_t>(groups[axis]);
+      launch.threads_per_group[axis] = static_cast<uint32_t>(per_group[axis]);
+      launch.grid[axis] = static_cast<uint32_t>(threads[axis]);
+    }
+
+    // Arguments must be bound; references must have their whole value behind them.
+    uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
+    std::vector<uint32_t> dynamic_offsets;
+    for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
+      const KernelArgument& a = kernel_.arguments[k];
+      const std::string label = "kernel '" + name + "' argument '" + a.name + "'";
+      if (a.kind == KernelArgumentKind::buffer) {
+        if (a.index >= args.buffers.size() || !args.buffers[a.index]) {
+          return Status::error(label + " (buffer " + std::to_string(a.index) + ") is not bound");
+        }
+        const uint64_t needed = object_->argument_sizes()[k];
+        if (needed && a.index < args.buffer_lengths.size() && args.buffer_lengths[a.index] < needed) {
+          return Status::error(label + " (buffer " + std::to_string(a.index) + ") reads " +
+                               std::to_string(needed) + " bytes, but only " +
+                               std::to_string(args.buffer_lengths[a.index]) + " are bound");
+        }
+      } else if (a.kind == KernelArgumentKind::threadgroup_memory) {
+        const uint64_t length =
+            a.index < args.threadgroup_memory_lengths.size() ? args.threadgroup_memory_lengths[a.index] : 0;
+        if (dynamic_offsets.size() <= a.index) dynamic_offsets.resize(a.index + 1, 0);
+        dynamic_offsets[a.index] = static_cast<uint32_t>(std::min<uint64_t>(threadgroup_bytes, kThreadgroupMemoryLimit));
+        threadgroup_bytes += align16(length);
+      }
+    }
+    if (threadgroup_bytes > kThreadgroupMemoryLimit) {
+      return Status::error("kernel '" + name + "' uses " + std::to_string(threadgroup_bytes) +
+                           " bytes of threadgroup memory (static " +
+                           std::to_string(object_->static_threadgroup_bytes()) + " + dynamic); the limit is " +
+                           std::to_string(kThreadgroupMemoryLimit));
+    }
+    launch.buffers = args.buffers.data();
+    launch.dynamic_threadgroup_offsets = dynamic_offsets.data();
+
+    KernelDispatch dispatch;
+    dispatch.kernel_name = &kernel_.name;
+    dispatch.loop_entry = object_->loop();
+    dispatch.thread_entry = object_->thread();
+    dispatch.use_fibers = object_->use_fibers();
+    dispatch.launch = launch;
+    dispatch.threadgroup_bytes = threadgroup_bytes;
+    return execute_dispatch(dispatch);
+  }
+
+ private:
+  TranslatedKernel kernel_;
+  std::shared_ptr<KernelObject> object_;
+};
+
+class CpuLibrary : public Library {
+ public:
+  CpuLibrary(KernelCompiler* compiler, MslTranslation translation)
+      : compiler_(compiler), translation_(std::move(translation)) {}
+
+  // Builds the kernel's object (from the cache when it is there) and loads it.
+  Status load(const TranslatedKernel& kernel, std::shared_ptr<KernelObject>* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = objects_.find(kernel.entry_index);
+    if (found != objects_.end()) {
+      *out = found->second;
+      return Status();
+    }
+    std::string path;
+    Status status = compiler_->build_kernel(translation_.source, kernel.entry_index, &path);
+    if (!status.ok()) return status;
+    status = KernelObject::load(path, kernel, out);
+    if (!status.ok()) return status;
+    if ((*out)->static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
+      return Status::error("kernel '" + kernel.name + "' declares " +
+                           std::to_string((*out)->static_threadgroup_bytes()) +
+                           " bytes of threadgroup memory; the limit is " + std::to_string(kThreadgroupMemoryLimit));
+    }
+    objects_[kernel.entry_index] = *out;
+    return Status();
+  }
+
+  const MslTranslation& translation() const { return translation_; }
+
+  Status new_pipeline(const std::string& kernel_name, std::shared_ptr<Pipeline>* out) override {
+    for (const TranslatedKernel& kernel : translation_.kernels) {
+      if (kernel.name != kernel_name) continue;
+      std::shared_ptr<KernelObject> object;
+      Status status = load(kernel, &object);
+      if (!status.ok()) return status;
+      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
+      return Status();
+    }
+    std::string names;
+    for (const TranslatedKernel& kernel : translation_.kernels) names += (names.empty() ? "" : ", ") + kernel.name;
+    return Status::error("the shader library has no kernel named '" + kernel_name + "' (it has: " +
+                         (names.empty() ? "no kernels" : names) + ")");
+  }
+
+ private:
+  KernelCompiler* compiler_;
+  const MslTranslation translation_;
+  std::mutex mutex_;
+  std::map<uint32_t, std::shared_ptr<KernelObject>> objects_;
+};
+
+}  // namespace
+
+Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* out) {
+  KernelCompiler* compiler = nullptr;
+  Status status = KernelCompiler::get(&compiler);
+  if (!status.ok()) return status;
+  MslTranslationOptions options;
+  options.suffix_float_literals = compiler->is_clang();
+  MslTranslation translation;
+  status = translate_msl(source, options, &translation);
+  if (!status.ok()) return Status::error("MSL translation failed: " + status.message());
+  auto library = std::make_shared<CpuLibrary>(compiler, std::move(translation));
+  const auto& kernels = library->translation().kernels;
+  if (kernels.size() == 1) {
+    // Building the one kernel now costs nothing extra and reports errors here, like Metal.
+    std::shared_ptr<KernelObject> object;
+    status = library->load(kernels[0], &object);
+  } else {
+    status = compiler->check_library(library->translation().source);
+  }
+  if (!status.ok()) return status;
+  *out = std::move(library);
+  return Status();
 }
 
 }  // namespace etm::device::cpu

@@ -1,0 +1,479 @@
+#include "device/cpu/cpu_executor.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/fiber_context.h"
+#include "device/cpu/metal_include/etm_lane.h"
+
+namespace etm::device::cpu {
+namespace {
+
+constexpr size_t kFiberStackBytes = 128 * 1024;
+constexpr size_t kMaxExchangeBytes = 64;
+constexpr uint32_t kExchangeBufferBytes = kSimdWidth * kMaxExchangeBytes;
+
+// ------------------------------------------------------------------------- the job
+
+class Job {
+ public:
+  Job(const KernelDispatch& dispatch, uint64_t group_count, uint64_t chunk)
+      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk) {}
+
+  const KernelDispatch& dispatch() const { return dispatch_; }
+
+  // Claims the next range of groups; false when none are left or the job failed.
+  bool claim(uint64_t* first, uint64_t* last) {
+    if (failed_.load(std::memory_order_relaxed)) return false;
+    const uint64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= group_count_) return false;
+    *first = begin;
+    *last = std::min(group_count_, begin + chunk_);
+    return true;
+  }
+
+  void fail(const std::string& message) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (error_.empty()) error_ = "kernel '" + *dispatch_.kernel_name + "': " + message;
+    failed_.store(true, std::memory_order_relaxed);
+  }
+
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    return error_;
+  }
+
+  // Geometry of threadgroup `linear` (x fastest).
+  void describe_group(uint64_t linear, unsigned char* arena, etm_cpu_group* group) const {
+    const etm_cpu_launch& l = dispatch_.launch;
+    group->position[0] = static_cast<uint32_t>(linear % l.groups[0]);
+    group->position[1] = static_cast<uint32_t>((linear / l.groups[0]) % l.groups[1]);
+    group->position[2] = static_cast<uint32_t>(linear / (uint64_t{l.groups[0]} * l.groups[1]));
+    uint32_t count = 1;
+    for (int axis = 0; axis < 3; ++axis) {
+      const uint64_t origin = uint64_t{group->position[axis]} * l.threads_per_group[axis];
+      group->origin[axis] = static_cast<uint32_t>(origin);
+      group->size[axis] = static_cast<uint32_t>(
+          std::min<uint64_t>(l.threads_per_group[axis], l.grid[axis] - origin));
+      count *= group->size[axis];
+    }
+    group->thread_count = count;
+    group->arena = arena;
+  }
+
+ private:
+  const KernelDispatch& dispatch_;
+  const uint64_t group_count_;
+  const uint64_t chunk_;
+  std::atomic<uint64_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex error_mutex_;
+  std::string error_;
+};
+
+// -------------------------------------------------------------------------- fibers
+
+enum class FiberState : uint8_t { runnable, at_barrier, at_exchange, done };
+
+class FiberScheduler;
+
+struct Fiber {
+  void* stack_pointer = nullptr;
+  FiberState state = FiberState::done;
+  uint32_t index = 0;
+  FiberScheduler* scheduler = nullptr;
+  // The pending SIMD exchange.
+  const void* site = nullptr;
+  const void* value = nullptr;
+  uint32_t size = 0;
+  etm_cpu_simd_view* view = nullptr;
+};
+
+// A guard-paged stack, kept for the worker's lifetime.
+class FiberStack {
+ public:
+  FiberStack() = default;
+  FiberStack(const FiberStack&) = delete;
+  FiberStack& operator=(const FiberStack&) = delete;
+  ~FiberStack() {
+    if (base_) munmap(base_, length_);
+  }
+  bool allocate() {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    length_ = kFiberStackBytes + page;
+    void* memory = mmap(nullptr, length_, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) return false;
+    base_ = memory;
+    // Overflowing the stack hits this page instead of another fiber's stack.
+    mprotect(base_, page, PROT_NONE);
+    return true;
+  }
+  void* top() const { return static_cast<unsigned char*>(base_) + length_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t length_ = 0;
+};
+
+// Runs one threadgroup at a time, one fiber per thread, on the worker that owns it.
+// A fiber that blocks switches directly to the next runnable fiber of the group; when none
+// is left, control returns to the scheduler, which resolves SIMD exchanges (per simdgroup
+// and call site) or, when only barrier waiters remain, releases the barrier.
+class FiberScheduler {
+ public:
+  // False (with the job failed) when stacks cannot be allocated.
+  bool run_group(Job* job, const etm_cpu_group* group) {
+    const uint32_t count = group->thread_count;
+    if (!reserve(count)) {
+      job->fail("cannot allocate fiber stacks for " + std::to_string(count) + " threads");
+      return false;
+    }
+    job_ = job;
+    group_ = group;
+    count_ = count;
+    done_ = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      Fiber& f = fibers_[i];
+      f.state = FiberState::runnable;
+      f.index = i;
+      f.scheduler = this;
+      // Staggered stack tops keep the fibers' hot frames out of one cache set.
+      auto* top = static_cast<unsigned char*>(stacks_[i]->top()) - (i * 832u) % 4096u;
+      f.stack_pointer = prepare_fiber_stack(top, &FiberScheduler::fiber_main, &f);
+    }
+    for (;;) {
+      Fiber* first = next_runnable(0);
+      if (first) {
+        current_ = first;
+        etm_fiber_switch(&scheduler_stack_pointer_, first->stack_pointer);
+      }
+      if (done_ == count_) break;
+      if (resolve_exchanges()) continue;
+      bool released = false;
+      for (uint32_t i = 0; i < count_; ++i) {
+        if (fibers_[i].state == FiberState::at_barrier) {
+          fibers_[i].state = FiberState::runnable;
+          released = true;
+        }
+      }
+      if (!released) {
+        job->fail("internal error: threadgroup has no runnable thread");
+        return false;
+      }
+    }
+    current_ = nullptr;
+    return true;
+  }
+
+  Fiber* current() const { return current_; }
+
+  // Called on the current fiber: gives up the CPU until the scheduler makes it runnable.
+  void park(Fiber* fiber) {
+    Fiber* next = next_runnable(fiber->index + 1);
+    if (next) {
+      current_ = next;
+      etm_fiber_switch(&fiber->stack_pointer, next->stack_pointer);
+    } else {
+      current_ = nullptr;
+      etm_fiber_switch(&fiber->stack_pointer, scheduler_stack_pointer_);
+    }
+  }
+
+ private:
+  static void fiber_main(void* argument) {
+    Fiber* fiber = static_cast<Fiber*>(argument);
+    FiberScheduler* self = fiber->scheduler;
+    self->job_->dispatch().thread_entry(&self->job_->dispatch().launch, self->group_, fiber->index);
+    fiber->state = FiberState::done;
+    ++self->done_;
+    self->park(fiber);
+    std::abort();  // a finished fiber is never resumed
+  }
+
+  bool reserve(uint32_t count) {
+    if (fibers_.size() < count) fibers_.resize(count);
+    while (stacks_.size() < count) {
+      auto stack = std::make_unique<FiberStack>();
+      if (!stack->allocate()) return false;
+      stacks_.push_back(std::move(stack));
+    }
+    return true;
+  }
+
+  Fiber* next_runnable(uint32_t from) {
+    for (uint32_t i = from; i < count_; ++i) {
+      if (fibers_[i].state == FiberState::runnable) return &fibers_[i];
+    }
+    return nullptr;
+  }
+
+  unsigned char* exchange_buffer(size_t k) {
+    while (exchange_buffers_.size() <= k) {
+      exchange_buffers_.push_back(std::make_unique<unsigned char[]>(kExchangeBufferBytes));
+    }
+    return exchange_buffers_[k].get();
+  }
+
+  // Completes every pending exchange: in each simdgroup, the lanes parked at one call
+  // site form one collective; all other lanes of the simdgroup read as inactive.
+  bool resolve_exchanges() {
+    bool resolved = false;
+    size_t buffers_used = 0;
+    for (uint32_t base = 0; base < count_; base += kSimdWidth) {
+      const uint32_t lanes = std::min(kSimdWidth, count_ - base);
+      uint64_t pending = 0;
+      for (uint32_t l = 0; l < lanes; ++l) {
+        if (fibers_[base + l].state == FiberState::at_exchange) pending |= uint64_t{1} << l;
+      }
+      while (pending) {
+        const Fiber& lead = fibers_[base + __builtin_ctzll(pending)];
+        uint64_t active = 0;
+        for (uint64_t m = pending; m; m &= m - 1) {
+          const Fiber& f = fibers_[base + __builtin_ctzll(m)];
+          if (f.site == lead.site) active |= m & (~m + 1);
+        }
+        pending &= ~active;
+        const uint32_t size = lead.size;
+        unsigned char* values = exchange_buffer(buffers_used++);
+        std::memset(values, 0, size_t{kSimdWidth} * size);
+        for (uint64_t m = active; m; m &= m - 1) {
+          const uint32_t lane = static_cast<uint32_t>(__builtin_ctzll(m));
+          Fiber& f = fibers_[base + lane];
+          if (f.size != size) {
+            job_->fail("lanes of one simdgroup exchanged values of different sizes at one call site");
+          }
+          std::memcpy(values + size_t{lane} * size, f.value, std::min(size, f.size));
+        }
+        for (uint64_t m = active; m; m &= m - 1) {
+          const uint32_t lane = static_cast<uint32_t>(__builtin_ctzll(m));
+          Fiber& f = fibers_[base + lane];
+          f.view->values = values;
+          f.view->active = active;
+          f.view->lane = lane;
+          f.view->width = kSimdWidth;
+          f.state = FiberState::runnable;
+        }
+        resolved = true;
+      }
+    }
+    return resolved;
+  }
+
+  std::vector<Fiber> fibers_;
+  std::vector<std::unique_ptr<FiberStack>> stacks_;
+  std::vector<std::unique_ptr<unsigned char[]>> exchange_buffers_;
+  void* scheduler_stack_pointer_ = nullptr;
+  Fiber* current_ = nullptr;
+  Job* job_ = nullptr;
+  const etm_cpu_group* group_ = nullptr;
+  uint32_t count_ = 0;
+  uint32_t done_ = 0;
+};
+
+// ------------------------------------------------------------------ worker state
+
+// What the lane calls need to know about the thread they run on.
+struct ExecutionContext {
+  Job* job = nullptr;
+  FiberScheduler* scheduler = nullptr;  // null on the loop path
+};
+
+thread_local ExecutionContext* tl_context = nullptr;
+
+struct WorkerState {
+  WorkerState() : arena(static_cast<unsigned char*>(std::aligned_alloc(64, kThreadgroupMemoryLimit))) {}
+  ~WorkerState() { std::free(arena); }
+  unsigned char* arena;
+  FiberScheduler scheduler;
+  unsigned char loop_exchange[kExchangeBufferBytes] = {};
+};
+
+WorkerState& worker_state() {
+  thread_local WorkerState state;
+  return state;
+}
+
+void run_job(Job* job) {
+  WorkerState& state = worker_state();
+  if (!state.arena) {
+    job->fail("cannot allocate threadgroup memory");
+    return;
+  }
+  const KernelDispatch& dispatch = job->dispatch();
+  ExecutionContext context;
+  context.job = job;
+  context.scheduler = dispatch.use_fibers ? &state.scheduler : nullptr;
+  ExecutionContext* saved = tl_context;
+  tl_context = &context;
+  etm_cpu_group group;
+  uint64_t first = 0, last = 0;
+  while (job->claim(&first, &last)) {
+    for (uint64_t g = first; g < last && !job->failed(); ++g) {
+      job->describe_group(g, state.arena, &group);
+      if (dispatch.use_fibers) {
+        if (!state.scheduler.run_group(job, &group)) break;
+      } else {
+        dispatch.loop_entry(&dispatch.launch, &group);
+      }
+    }
+  }
+  tl_context = saved;
+}
+
+// ---------------------------------------------------------------------------- pool
+
+class WorkerPool {
+ public:
+  WorkerPool() {
+    unsigned total = std::thread::hardware_concurrency();
+    if (const char* env = std::getenv("ETMETAL_CPU_THREADS")) {
+      const long requested = std::strtol(env, nullptr, 10);
+      if (requested > 0) total = static_cast<unsigned>(std::min(requested, 1024L));
+    }
+    total = std::max(1u, total);
+    for (unsigned i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  unsigned thread_count() const { return static_cast<unsigned>(workers_.size()) + 1; }
+
+  // Runs the job on every worker and the calling thread, or on the calling thread alone.
+  void run(Job* job, bool parallel) {
+    std::lock_guard<std::mutex> one_dispatch_at_a_time(dispatch_mutex_);
+    if (!parallel || workers_.empty()) {
+      run_job(job);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = job;
+      running_ = static_cast<unsigned>(workers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    run_job(job);
+    std::unique_lock<std::mutex> lock(mutex_);
+    finished_.wait(lock, [this] { return running_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void worker_loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      Job* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        job = job_;
+      }
+      run_job(job);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--running_ == 0) finished_.notify_one();
+    }
+  }
+
+  std::mutex dispatch_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable finished_;
+  std::vector<std::thread> workers_;
+  Job* job_ = nullptr;
+  unsigned running_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Never destroyed: workers may still be parked when the process exits.
+WorkerPool& pool() {
+  static WorkerPool* instance = new WorkerPool();
+  return *instance;
+}
+
+}  // namespace
+
+unsigned executor_thread_count() { return pool().thread_count(); }
+
+Status execute_dispatch(const KernelDispatch& dispatch) {
+  const etm_cpu_launch& l = dispatch.launch;
+  const uint64_t group_count = uint64_t{l.groups[0]} * l.groups[1] * l.groups[2];
+  if (group_count == 0) return Status();
+  if (dispatch.threadgroup_bytes > kThreadgroupMemoryLimit) {
+    return Status::error("kernel '" + *dispatch.kernel_name + "' needs " +
+                         std::to_string(dispatch.threadgroup_bytes) +
+                         " bytes of threadgroup memory; the limit is " +
+                         std::to_string(kThreadgroupMemoryLimit));
+  }
+  const uint64_t threads = uint64_t{l.grid[0]} * l.grid[1] * l.grid[2];
+  const unsigned workers = pool().thread_count();
+  // Small dispatches are not worth waking the pool for.
+  const bool parallel = group_count > 1 && threads >= (dispatch.use_fibers ? 256u : 16384u);
+  const uint64_t chunk =
+      dispatch.use_fibers ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
+  Job job(dispatch, group_count, chunk);
+  pool().run(&job, parallel);
+  if (job.failed()) return Status::error(job.error());
+  return Status();
+}
+
+}  // namespace etm::device::cpu
+
+// ------------------------------------------------------------- the lane calls
+
+using etm::device::cpu::tl_context;
+
+extern "C" __attribute__((visibility("default"))) void etm_cpu_threadgroup_barrier(void) {
+  etm::device::cpu::ExecutionContext* context = tl_context;
+  if (!context) return;  // not inside a dispatch
+  if (!context->scheduler) {
+    context->job->fail(
+        "called threadgroup_barrier, but the kernel was prepared for the loop path");
+    return;
+  }
+  etm::device::cpu::Fiber* fiber = context->scheduler->current();
+  fiber->state = etm::device::cpu::FiberState::at_barrier;
+  context->scheduler->park(fiber);
+}
+
+extern "C" __attribute__((visibility("default"))) void etm_cpu_simd_exchange(
+    const void* site, const void* value, uint32_t size, struct etm_cpu_simd_view* out) {
+  using namespace etm::device::cpu;
+  ExecutionContext* context = tl_context;
+  if (size > kMaxExchangeBytes || !context || !context->scheduler) {
+    // Not a collective this executor can run: answer as a lone active lane, and fail the
+    // dispatch (when there is one) so the result is never used.
+    static thread_local unsigned char alone[kExchangeBufferBytes];
+    std::memset(alone, 0, sizeof alone);
+    std::memcpy(alone, value, std::min<uint32_t>(size, kMaxExchangeBytes));
+    out->values = alone;
+    out->active = 1;
+    out->lane = 0;
+    out->width = kSimdWidth;
+    if (context) {
+      context->job->fail(size > kMaxExchangeBytes
+                             ? "a SIMD-group exchange of " + std::to_string(size) +
+                                   " bytes exceeds the 64-byte limit"
+                             : std::string("called a SIMD-group function, but the kernel was "
+                                           "prepared for the loop path"));
+    }
+    return;
+  }
+  Fiber* fiber = context->scheduler->current();
+  fiber->site = site;
+  fiber->value = value;
+  fiber->size = size;
+  fiber->view = out;
+  fiber->state = FiberState::at_exchange;
+  context->scheduler->park(fiber);
+}

@@ -1,0 +1,35 @@
+// Runs the threadgroups of one dispatch on a persistent pool of worker threads. Kernels that
+// call neither threadgroup_barrier nor a SIMD-group function run as plain loops over the
+// threads of each group; the others run one fiber per GPU thread, with Metal's barrier and
+// SIMD-group rules (kernel_support/../metal_include/etm_lane.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "device/cpu/kernel_support/etm_cpu_kernel_abi.h"
+#include "device/device.h"
+
+namespace etm::device::cpu {
+
+inline constexpr uint32_t kSimdWidth = 32;
+inline constexpr uint64_t kThreadgroupMemoryLimit = 32 * 1024;
+inline constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
+
+struct KernelDispatch {
+  const std::string* kernel_name = nullptr;
+  etm_cpu_loop_entry loop_entry = nullptr;
+  etm_cpu_thread_entry thread_entry = nullptr;
+  bool use_fibers = false;
+  etm_cpu_launch launch{};
+  // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit.
+  uint64_t threadgroup_bytes = 0;
+};
+
+// Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
+Status execute_dispatch(const KernelDispatch& dispatch);
+
+// Worker threads taking part in a dispatch, the calling thread included.
+unsigned executor_thread_count();
+
+}  // namespace etm::device::cpu

@@ -1,0 +1,551 @@
+#include "device/cpu/kernel_compiler.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#if __has_include(<elf.h>)
+#include <elf.h>
+#define ETM_HAVE_ELF 1
+#endif
+
+#include "device/cpu/embedded_headers.h"
+#include "device/cpu/metal_include/etm_lane.h"
+#include "device/cpu/msl_translator.h"
+
+extern char** environ;
+
+namespace etm::device::cpu {
+namespace {
+
+// ------------------------------------------------------------------- files, processes
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool make_directories(const std::string& path) {
+  std::string partial;
+  std::stringstream parts(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') partial = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    partial += part + "/";
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool write_file(const std::string& path, const char* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data, static_cast<std::streamsize>(size));
+  return static_cast<bool>(out.flush());
+}
+
+bool read_file(const std::string& path, std::string* contents) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  *contents = buffer.str();
+  return true;
+}
+
+// Removes a header folder this process wrote (only the files it knows it put there).
+void remove_tree(const std::string& path) {
+  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+    std::string relative = kEmbeddedKernelHeaders[i].path;
+    ::unlink((path + "/" + relative).c_str());
+    for (size_t slash = relative.rfind('/'); slash != std::string::npos; slash = relative.rfind('/')) {
+      relative.resize(slash);
+      ::rmdir((path + "/" + relative).c_str());
+    }
+  }
+  ::unlink((path + "/complete").c_str());
+  ::rmdir(path.c_str());
+}
+
+// A name unique among the processes and threads writing into the cache.
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// Runs argv[0] (searched on PATH), collecting stdout and stderr together.
+bool run_process(const std::vector<std::string>& argv, std::string* output, int* exit_code) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return false;
+  ::fcntl(pipe_fds[0], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (spawned != 0) {
+    ::close(pipe_fds[0]);
+    return false;
+  }
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
+    if (n > 0) {
+      output->append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return file_exists(name) ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+std::string default_cache_directory() {
+  std::string dir = environment("ETMETAL_CACHE_DIR");
+  if (!dir.empty()) return dir;
+  dir = environment("XDG_CACHE_HOME");
+  if (!dir.empty()) return dir + "/etmetal";
+  dir = environment("HOME");
+  if (!dir.empty()) return dir + "/.cache/etmetal";
+  return "/tmp/etmetal-cache-" + std::to_string(::getuid());
+}
+
+// ------------------------------------------------------------------- compiler identity
+
+struct CompilerProbe {
+  std::string version_text;
+  bool clang = false;
+  int major = 0;
+};
+
+// Runs `compiler --version` once per (path, size, modification time); the answer is kept
+// in the cache so later processes do not spawn the compiler just to identify it.
+bool probe_compiler(const std::string& path, const std::string& cache_directory, CompilerProbe* out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  const std::string identity = path + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_mtime);
+  const std::string record = cache_directory + "/compilers/" + content_hash(identity) + ".txt";
+  std::string text;
+  if (!read_file(record, &text) || text.empty()) {
+    int code = 0;
+    if (!run_process({path, "--version"}, &text, &code) || code != 0 || text.empty()) return false;
+    const std::string temporary = record + "." + unique_suffix();
+    if (write_file(temporary, text.data(), text.size())) std::rename(temporary.c_str(), record.c_str());
+  }
+  out->version_text = text;
+  const std::string first_line = text.substr(0, text.find('\n'));
+  std::smatch match;
+  if (std::regex_search(text, match, std::regex("clang version ([0-9]+)"))) {
+    out->clang = true;
+    out->major = std::stoi(match[1]);
+    return true;
+  }
+  if (std::regex_search(first_line, match, std::regex("([0-9]+)\\.[0-9]+(\\.[0-9]+)?\\s*$")) ||
+      std::regex_search(first_line, match, std::regex("\\) ([0-9]+)\\.[0-9]+"))) {
+    out->clang = false;
+    out->major = std::stoi(match[1]);
+    return true;
+  }
+  return false;
+}
+
+bool acceptable(const CompilerProbe& probe) {
+  return probe.clang ? probe.major >= 15 : probe.major >= 12;
+}
+
+// ---------------------------------------------------------------------- diagnostics
+
+// The compiler's complaint, reduced to the first errors at MSL lines with their source
+// excerpts; paths of the cache and temporary files are dropped.
+std::string summarize_diagnostics(const std::string& output, const std::string& header_directory,
+                                  const std::string& source_path) {
+  std::string text = output;
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    if (from.empty()) return;
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+  };
+  replace_all(header_directory + "/", "");
+  replace_all(source_path, "<kernel source>");
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::string> kept;
+  int errors = 0;
+  bool in_error = false;
+  const std::string msl_prefix = std::string(kMslSourceName) + ":";
+  while (std::getline(lines, line) && errors <= 5) {
+    const bool is_error = line.find(": error:") != std::string::npos ||
+                          line.find(": fatal error:") != std::string::npos;
+    if (is_error) {
+      if (++errors > 5) break;
+      kept.push_back(line);
+      in_error = true;
+      continue;
+    }
+    if (line.rfind(msl_prefix, 0) == 0 && line.find("required from") != std::string::npos) {
+      kept.push_back(line);
+      continue;
+    }
+    // Source excerpt and caret lines that follow an error.
+    if (in_error && !line.empty() && line[0] == ' ') {
+      kept.push_back(line);
+      continue;
+    }
+    in_error = false;
+  }
+  if (kept.empty()) {
+    std::istringstream all(text);
+    for (int i = 0; i < 20 && std::getline(all, line); ++i) kept.push_back(line);
+  }
+  std::string summary;
+  for (const std::string& k : kept) summary += k + "\n";
+  if (!summary.empty()) summary.pop_back();
+  return summary;
+}
+
+std::string own_library_path() {
+  Dl_info info;
+  if (!::dladdr(reinterpret_cast<void*>(&etm_cpu_threadgroup_barrier), &info) || !info.dli_fname) return "";
+  const std::string path = info.dli_fname;
+  const bool shared = path.find(".so") != std::string::npos || path.find(".dylib") != std::string::npos;
+  if (!shared) return "";
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------- hashing
+
+std::string content_hash(const std::string& data) {
+  // Two independent 64-bit lanes (multiply-rotate mixing); not cryptographic, which a
+  // cache key of the user's own sources does not need.
+  const uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full, p3 = 0x165667B19E3779F9ull;
+  uint64_t a = 0x243F6A8885A308D3ull ^ data.size(), b = 0x13198A2E03707344ull + data.size();
+  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  size_t i = 0;
+  for (; i + 8 <= data.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, data.data() + i, 8);
+    a = rotl(a ^ (word * p1), 31) * p2;
+    b = rotl(b + (word * p3), 29) * p1 ^ a;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, data.data() + i, data.size() - i);
+  a = rotl(a ^ (tail * p1), 31) * p2;
+  b = rotl(b + (tail * p3), 29) * p1 ^ a;
+  auto finish = [](uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    return x ^ (x >> 33);
+  };
+  char text[33];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(finish(a)),
+                static_cast<unsigned long long>(finish(b ^ a)));
+  return text;
+}
+
+// ------------------------------------------------------------------------ the compiler
+
+Status KernelCompiler::get(KernelCompiler** out) {
+  static std::mutex mutex;
+  static KernelCompiler* instance = nullptr;
+  static std::string failure;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!instance && failure.empty()) {
+    auto* compiler = new KernelCompiler();
+    const Status status = compiler->initialize();
+    if (status.ok()) {
+      instance = compiler;
+    } else {
+      failure = status.message();
+      delete compiler;
+    }
+  }
+  if (!instance) return Status::error(failure);
+  *out = instance;
+  return Status();
+}
+
+Status KernelCompiler::initialize() {
+  cache_directory_ = default_cache_directory() + "/cpu";
+  for (const char* sub : {"", "/objects", "/checks", "/compilers", "/tmp"}) {
+    if (!make_directories(cache_directory_ + sub)) {
+      return Status::error("cannot create the kernel cache directory " + cache_directory_ + sub +
+                           ": " + std::strerror(errno) + " (set ETMETAL_CACHE_DIR)");
+    }
+  }
+
+  CompilerProbe probe;
+  const std::string requested = environment("ETMETAL_CXX");
+  if (!requested.empty()) {
+    compiler_path_ = find_on_path(requested);
+    if (compiler_path_.empty()) return Status::error("ETMETAL_CXX=" + requested + " was not found");
+    if (!probe_compiler(compiler_path_, cache_directory_, &probe)) {
+      return Status::error("ETMETAL_CXX=" + requested + " does not answer --version like g++ or clang++");
+    }
+    if (!acceptable(probe)) {
+      return Status::error("ETMETAL_CXX=" + requested + " is too old (" + (probe.clang ? "clang " : "g++ ") +
+                           std::to_string(probe.major) + "); the CPU device needs clang >= 15 or g++ >= 12");
+    }
+  } else {
+    std::string rejected;
+    for (const char* name : {"clang++", "clang++-19", "clang++-18", "clang++-17", "clang++-16", "clang++-15",
+                             "g++", "g++-14", "g++-13", "g++-12"}) {
+      const std::string path = find_on_path(name);
+      CompilerProbe candidate;
+      if (path.empty() || !probe_compiler(path, cache_directory_, &candidate)) continue;
+      if (acceptable(candidate)) {
+        compiler_path_ = path;
+        probe = candidate;
+        break;
+      }
+      rejected += std::string(rejected.empty() ? "" : ", ") + path + " (" +
+                  (candidate.clang ? "clang " : "g++ ") + std::to_string(candidate.major) + ")";
+    }
+    if (compiler_path_.empty()) {
+      return Status::error("the CPU device needs a C++ compiler to run Metal kernels: clang++ >= 15 or "
+                           "g++ >= 12 on PATH, or ETMETAL_CXX" +
+                           (rejected.empty() ? std::string() : "; too old: " + rejected));
+    }
+  }
+  description_ = probe.version_text.substr(0, probe.version_text.find('\n'));
+  is_clang_ = probe.clang;
+
+  Status status = write_headers();
+  if (!status.ok()) return status;
+
+  runtime_library_ = own_library_path();
+  flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
+            "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
+            "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
+            "-I" + header_directory_ + "/kernel_support"};
+  if (is_clang_) {
+    flags_.push_back("-ferror-limit=10");
+  } else {
+    flags_.push_back("-fsingle-precision-constant");
+    flags_.push_back("-fmax-errors=10");
+  }
+  return Status();
+}
+
+Status KernelCompiler::write_headers() {
+  std::string all;
+  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+    all += kEmbeddedKernelHeaders[i].path;
+    all += '\0';
+    all.append(kEmbeddedKernelHeaders[i].contents, kEmbeddedKernelHeaders[i].size);
+  }
+  headers_hash_ = content_hash(all);
+  header_directory_ = cache_directory_ + "/headers-" + headers_hash_;
+  if (file_exists(header_directory_ + "/complete")) return Status();
+  // Written under a temporary name and renamed, so readers never see half a folder.
+  const std::string temporary = cache_directory_ + "/tmp/headers-" + unique_suffix();
+  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+    const EmbeddedFile& file = kEmbeddedKernelHeaders[i];
+    const std::string path = temporary + "/" + file.path;
+    if (!make_directories(path.substr(0, path.rfind('/'))) || !write_file(path, file.contents, file.size)) {
+      remove_tree(temporary);
+      return Status::error("cannot write the kernel headers into " + temporary);
+    }
+  }
+  write_file(temporary + "/complete", "", 0);
+  if (std::rename(temporary.c_str(), header_directory_.c_str()) != 0) {
+    remove_tree(temporary);  // another process won the race
+    if (!file_exists(header_directory_ + "/complete")) {
+      return Status::error("cannot install the kernel headers into " + header_directory_);
+    }
+  }
+  return Status();
+}
+
+std::string KernelCompiler::key_for(const std::string& source, const std::string& selection) const {
+  std::string material = std::string(kMslTranslatorVersion) + '\0' + description_ + '\0' + compiler_path_ +
+                         '\0' + headers_hash_ + '\0' + runtime_library_ + '\0' + selection + '\0';
+  for (const std::string& flag : flags_) material += flag + '\0';
+  return content_hash(material + source);
+}
+
+Status KernelCompiler::run_compiler(const std::string& source, const std::string& selection,
+                                    bool syntax_only, const std::string& output_path) {
+  const std::string base = cache_directory_ + "/tmp/" + unique_suffix();
+  const std::string source_path = base + ".cpp";
+  if (!write_file(source_path, source.data(), source.size())) {
+    return Status::error("cannot write " + source_path);
+  }
+  std::vector<std::string> argv = {compiler_path_};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  argv.push_back(selection);
+  if (syntax_only) {
+    argv.push_back("-fsyntax-only");
+  } else {
+    argv.push_back("-shared");
+#if defined(__APPLE__)
+    argv.push_back("-Wl,-dead_strip");
+    argv.push_back("-undefined");
+    argv.push_back("dynamic_lookup");
+#else
+    argv.push_back("-Wl,--gc-sections");
+#endif
+    argv.push_back("-o");
+    argv.push_back(output_path);
+  }
+  argv.push_back(source_path);
+  if (!syntax_only && !runtime_library_.empty()) {
+    // Kernels resolve the lane calls from this very library even when it was loaded
+    // RTLD_LOCAL: the loader matches the dependency with the already-loaded copy.
+    argv.push_back(runtime_library_);
+    argv.push_back("-Wl,-rpath," + runtime_library_.substr(0, runtime_library_.rfind('/')));
+  }
+  std::string output;
+  int code = 0;
+  const bool ran = run_process(argv, &output, &code);
+  {
+    std::lock_guard<std::mutex> lock(counters_mutex_);
+    ++counters_.compiler_runs;
+  }
+  std::string kept_source = output_path.empty() ? "" : output_path.substr(0, output_path.rfind('.')) + ".cpp";
+  if (ran && code == 0 && !kept_source.empty()) {
+    std::rename(source_path.c_str(), kept_source.c_str());  // kept next to the object, for debugging
+  } else {
+    ::unlink(source_path.c_str());
+  }
+  if (!ran) return Status::error("cannot run the C++ compiler " + compiler_path_);
+  if (code != 0) {
+    return Status::error("MSL compilation failed:\n" +
+                         summarize_diagnostics(output, header_directory_, source_path));
+  }
+  return Status();
+}
+
+Status KernelCompiler::build_kernel(const std::string& source, uint32_t entry_index, std::string* object_path) {
+  const std::string selection = "-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index);
+  const std::string key = key_for(source, selection);
+  const std::string final_path = cache_directory_ + "/objects/" + key + ".so";
+  *object_path = final_path;
+  if (file_exists(final_path)) {
+    std::lock_guard<std::mutex> lock(counters_mutex_);
+    ++counters_.cache_hits;
+    return Status();
+  }
+  const std::string temporary = cache_directory_ + "/tmp/" + key + "-" + unique_suffix() + ".so";
+  Status status = run_compiler(source, selection, false, temporary);
+  if (!status.ok()) {
+    ::unlink(temporary.c_str());
+    return status;
+  }
+  const std::string temporary_source = temporary.substr(0, temporary.rfind('.')) + ".cpp";
+  std::rename(temporary_source.c_str(), (cache_directory_ + "/objects/" + key + ".cpp").c_str());
+  if (std::rename(temporary.c_str(), final_path.c_str()) != 0) {
+    ::unlink(temporary.c_str());
+    return Status::error("cannot store the kernel object " + final_path + ": " + std::strerror(errno));
+  }
+  return Status();
+}
+
+Status KernelCompiler::check_library(const std::string& source) {
+  const std::string selection = "-DETM_CPU_ALL_KERNELS=1";
+  const std::string marker = cache_directory_ + "/checks/" + key_for(source, selection);
+  if (file_exists(marker)) {
+    std::lock_guard<std::mutex> lock(counters_mutex_);
+    ++counters_.cache_hits;
+    return Status();
+  }
+  Status status = run_compiler(source, selection, true, "");
+  if (!status.ok()) return status;
+  const std::string temporary = marker + "." + unique_suffix();
+  if (write_file(temporary, "", 0)) std::rename(temporary.c_str(), marker.c_str());
+  return Status();
+}
+
+KernelCompiler::Counters KernelCompiler::counters() const {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  return counters_;
+}
+
+// ------------------------------------------------------------------------------- ELF
+
+bool read_undefined_symbols(const std::string& path, std::set<std::string>* symbols) {
+#if defined(ETM_HAVE_ELF)
+  std::string image;
+  if (!read_file(path, &image) || image.size() < sizeof(Elf64_Ehdr)) return false;
+  const auto* header = reinterpret_cast<const Elf64_Ehdr*>(image.data());
+  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 || header->e_ident[EI_CLASS] != ELFCLASS64) {
+    return false;
+  }
+  if (header->e_shoff == 0 || header->e_shoff + uint64_t{header->e_shnum} * sizeof(Elf64_Shdr) > image.size()) {
+    return false;
+  }
+  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(image.data() + header->e_shoff);
+  for (unsigned s = 0; s < header->e_shnum; ++s) {
+    if (sections[s].sh_type != SHT_DYNSYM) continue;
+    const Elf64_Shdr& table = sections[s];
+    if (table.sh_link >= header->e_shnum) return false;
+    const Elf64_Shdr& strings = sections[table.sh_link];
+    if (table.sh_offset + table.sh_size > image.size() || strings.sh_offset + strings.sh_size > image.size()) {
+      return false;
+    }
+    const auto* entries = reinterpret_cast<const Elf64_Sym*>(image.data() + table.sh_offset);
+    const size_t count = table.sh_size / sizeof(Elf64_Sym);
+    for (size_t i = 0; i < count; ++i) {
+      if (entries[i].st_shndx != SHN_UNDEF || entries[i].st_name >= strings.sh_size) continue;
+      const char* name = image.data() + strings.sh_offset + entries[i].st_name;
+      symbols->insert(std::string(name, strnlen(name, strings.sh_size - entries[i].st_name)));
+    }
+    return true;
+  }
+  return true;  // no dynamic symbols at all
+#else
+  (void)path;
+  (void)symbols;
+  return false;
+#endif
+}
+
+}  // namespace etm::device::cpu

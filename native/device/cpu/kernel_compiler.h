@@ -1,0 +1,72 @@
+// Builds translated kernel sources into shared objects with the host C++ compiler, through
+// an on-disk cache shared by processes.
+//
+// Compiler: $ETMETAL_CXX, else the first of clang++ (>= 15) and g++ (>= 12) on PATH.
+// Cache: $ETMETAL_CACHE_DIR, else $XDG_CACHE_HOME/etmetal, else ~/.cache/etmetal. Objects
+// are keyed by a hash of the translated source, the kernel selection, the compiler's
+// identity, the flags, the translator version and the embedded headers; they are written
+// under a temporary name and renamed into place, so concurrent builders never see a
+// partial file.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+
+namespace etm::device::cpu {
+
+class KernelCompiler {
+ public:
+  // The process-wide compiler; fails when no suitable compiler or cache directory exists.
+  static Status get(KernelCompiler** out);
+
+  // True for clang (which has no -fsingle-precision-constant: the translator suffixes
+  // float literals instead).
+  bool is_clang() const { return is_clang_; }
+  const std::string& description() const { return description_; }
+  const std::string& cache_directory() const { return cache_directory_; }
+
+  // Builds (or finds in the cache) the object for the kernel with this entry index.
+  Status build_kernel(const std::string& source, uint32_t entry_index, std::string* object_path);
+  // Compiles every kernel of the source without generating code, to report errors.
+  Status check_library(const std::string& source);
+
+  // Cache statistics of this process, for tests and tools.
+  struct Counters {
+    uint64_t compiler_runs = 0;
+    uint64_t cache_hits = 0;
+  };
+  Counters counters() const;
+
+ private:
+  KernelCompiler() = default;
+  Status initialize();
+  Status write_headers();
+  std::string key_for(const std::string& source, const std::string& selection) const;
+  Status run_compiler(const std::string& source, const std::string& selection, bool syntax_only,
+                      const std::string& output_path);
+
+  std::string compiler_path_;
+  std::string description_;  // the compiler's --version output (its identity)
+  bool is_clang_ = false;
+  std::string cache_directory_;
+  std::string header_directory_;
+  std::string headers_hash_;
+  std::string runtime_library_;  // libetmetal's path, when it is a shared library
+  std::vector<std::string> flags_;
+  mutable std::mutex counters_mutex_;
+  Counters counters_;
+};
+
+// The dynamic symbols a shared object needs from elsewhere (ELF only). Returns false when
+// the file cannot be read as ELF.
+bool read_undefined_symbols(const std::string& path, std::set<std::string>* symbols);
+
+// A 128-bit content hash as 32 hex digits (for cache keys).
+std::string content_hash(const std::string& data);
+
+}  // namespace etm::device::cpu

@@ -1,0 +1,48 @@
+// The data a translated kernel's entry points receive from the CPU device's executor.
+// Shared by the executor (C++) and every generated kernel translation unit, which gets this
+// file from the headers embedded in libetmetal. Plain C so the layout is fixed.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One dispatch, shared by all threadgroups.
+typedef struct etm_cpu_launch {
+  // Argument table: [[buffer(i)]] -> buffers[i].
+  void* const* buffers;
+  // [[threadgroup(i)]] -> group arena + dynamic_threadgroup_offsets[i].
+  const uint32_t* dynamic_threadgroup_offsets;
+  uint32_t threads_per_group[3];  // dispatch_threads_per_threadgroup
+  uint32_t grid[3];               // threads_per_grid
+  uint32_t groups[3];             // threadgroups_per_grid
+} etm_cpu_launch;
+
+// One threadgroup. Edge groups of dispatch_threads grids are smaller than requested.
+typedef struct etm_cpu_group {
+  uint32_t position[3];  // threadgroup_position_in_grid
+  uint32_t size[3];      // threads_per_threadgroup of this group
+  uint32_t origin[3];    // thread_position_in_grid of its first thread
+  uint32_t thread_count;
+  unsigned char* arena;  // threadgroup memory: static variables, then dynamic blocks
+} etm_cpu_group;
+
+// Entry points a kernel object exports for the kernel with entry index N:
+//   void etm_kernel_loop_N(const etm_cpu_launch*, const etm_cpu_group*)
+//       runs every thread of the group, one after the other (no barriers or SIMD calls);
+//   void etm_kernel_thread_N(const etm_cpu_launch*, const etm_cpu_group*, uint32_t index)
+//       runs the thread with thread_index_in_threadgroup == index (on a fiber);
+//   void etm_kernel_argument_sizes_N(uint64_t* sizes)
+//       bytes read through each reference parameter (0 for the others), in parameter order;
+// and once per object:
+//   uint64_t etm_kernel_static_threadgroup_bytes(void)
+typedef void (*etm_cpu_loop_entry)(const etm_cpu_launch*, const etm_cpu_group*);
+typedef void (*etm_cpu_thread_entry)(const etm_cpu_launch*, const etm_cpu_group*, uint32_t);
+typedef void (*etm_cpu_argument_sizes_entry)(uint64_t*);
+typedef uint64_t (*etm_cpu_static_threadgroup_bytes_entry)(void);
+
+#ifdef __cplusplus
+}
+#endif
