@@ -49,15 +49,16 @@ def host_include_directories():
     lines = result.stderr.splitlines()
     start = lines.index("#include <...> search starts here:") + 1
     end = lines.index("End of search list.")
-    return [line.strip() for line in lines[start:end]]
+    return [line.strip() for line in lines[start:end]
+            if not line.endswith("(framework directory)")]
 
 
 def macos_target_command(deployment_target, sdk_version=150000):
     """clang for a macOS target, with this host's C and C++ library headers.
 
     Only the Objective-C++ semantics are checked, so the host's headers stand in for the
-    SDK's libc++. A Darwin target predefines __nonnull/__nullable (glibc uses the names) and
-    not _GNU_SOURCE (libstdc++ needs it).
+    SDK's libc++. On Linux, a Darwin target predefines __nonnull/__nullable (glibc uses the
+    names) and not _GNU_SOURCE (libstdc++ needs it).
     """
     arch = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(
         platform.machine().lower())
@@ -66,8 +67,10 @@ def macos_target_command(deployment_target, sdk_version=150000):
     includes = []
     for directory in host_include_directories():
         includes += ["-isystem", directory]
+    glibc = (["-U__nonnull", "-U__nullable", "-D_GNU_SOURCE"]
+             if platform.system() == "Linux" else [])
     return [CLANG, "-fsyntax-only", f"--target={arch}-apple-macos{deployment_target}",
-            "-nostdinc", "-nostdinc++", "-U__nonnull", "-U__nullable", "-D_GNU_SOURCE", *OBJCXX, *WARNINGS,
+            "-nostdinc", "-nostdinc++", *glibc, *OBJCXX, *WARNINGS,
             "-Werror=unguarded-availability-new", f"-DETM_STUB_SDK_VERSION={sdk_version}",
             "-isystem", str(STUBS), *includes, "-I", str(NATIVE)]
 

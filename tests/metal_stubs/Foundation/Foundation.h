@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "Availability.h"
+#include "etm_stub_availability.h"
 
 #pragma clang assume_nonnull begin
 

@@ -1,4 +1,5 @@
-// Stub of the SDK's availability macros, for the Linux type-check of native/device/metal/
+// Stub of the SDK's availability macros (Availability.h, os/availability.h; named apart so
+// that it never shadows the real header on a Mac), for the Linux type-check of native/device/metal/
 // (tests/test_metal_syntax.py). Not Apple's header: just enough for the declarations in
 // Foundation/Foundation.h and Metal/Metal.h here.
 //
