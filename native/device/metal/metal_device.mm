@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -638,6 +639,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     if (encoder == nil) return;
     [encoder setComputePipelineState:metal_pipeline->state()];
     pipeline_max_threads_ = metal_pipeline->max_total_threads_per_threadgroup();
+    pipeline_static_threadgroup_memory_ = metal_pipeline->static_threadgroup_memory_length();
     retained_.push_back(std::move(pipeline));
   }
 
@@ -682,6 +684,8 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     id<MTLComputeCommandEncoder> encoder = open_compute_encoder();
     if (encoder == nil) return;
     [encoder setThreadgroupMemoryLength:rounded atIndex:index];
+    threadgroup_memory_total_ += rounded - threadgroup_memory_lengths_[index];
+    threadgroup_memory_lengths_[index] = rounded;
   }
 
   void dispatch_threads(Size3 grid, Size3 threads_per_group) override {
@@ -749,7 +753,22 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
       record_error("dispatch: " + problem);
       return nil;
     }
+    const size_t threadgroup_memory =
+        pipeline_static_threadgroup_memory_ + threadgroup_memory_total_;
+    if (threadgroup_memory > context_->max_threadgroup_memory_length) {
+      record_error("dispatch: " + std::to_string(threadgroup_memory) +
+                   " bytes of threadgroup memory (static and set) exceed the device's " +
+                   std::to_string(context_->max_threadgroup_memory_length));
+      return nil;
+    }
     return compute_;
+  }
+
+  void reset_encoder_state() {
+    pipeline_max_threads_ = 0;
+    pipeline_static_threadgroup_memory_ = 0;
+    threadgroup_memory_lengths_.fill(0);
+    threadgroup_memory_total_ = 0;
   }
 
   id<MTLComputeCommandEncoder> open_compute_encoder() {
@@ -759,7 +778,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     @autoreleasepool {
       compute_ = [command_buffer_ computeCommandEncoderWithDispatchType:MTLDispatchTypeConcurrent];
     }
-    pipeline_max_threads_ = 0;  // a new encoder starts with no bindings
+    reset_encoder_state();  // a new encoder starts with no bindings
     if (compute_ == nil) record_error("Metal could not create a compute encoder");
     return compute_;
   }
@@ -778,7 +797,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     if (compute_ != nil) {
       [compute_ endEncoding];
       compute_ = nil;
-      pipeline_max_threads_ = 0;
+      reset_encoder_state();
     }
     if (blit_ != nil) {
       [blit_ endEncoding];
@@ -825,7 +844,11 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   const std::shared_ptr<Completion> completion_;
   id<MTLComputeCommandEncoder> compute_ = nil;
   id<MTLBlitCommandEncoder> blit_ = nil;
+  // State of the open compute encoder, for the checks Metal would otherwise assert on.
   uint32_t pipeline_max_threads_ = 0;  // of the pipeline set in the open encoder; 0: none
+  size_t pipeline_static_threadgroup_memory_ = 0;
+  std::array<size_t, support::kBufferArgumentSlots> threadgroup_memory_lengths_{};
+  size_t threadgroup_memory_total_ = 0;
   std::vector<std::shared_ptr<void>> retained_;
   std::string recording_error_;
   bool committed_ = false;

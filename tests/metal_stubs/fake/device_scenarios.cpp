@@ -305,6 +305,18 @@ void encoding_errors() {
       {"set_threadgroup_memory_length: 40000 bytes exceed the device's 32768 bytes of "
        "threadgroup memory",
        [&](CommandBuffer& cb) { cb.compute_encoder().set_threadgroup_memory_length(40000, 0); }},
+      {"dispatch: 32832 bytes of threadgroup memory (static and set) exceed the device's 32768",
+       [&](CommandBuffer& cb) {
+         // add_one has 64 bytes of static threadgroup memory.
+         cb.compute_encoder().set_threadgroup_memory_length(16384, 0);
+         cb.compute_encoder().set_threadgroup_memory_length(16384, 2);
+         cb.compute_encoder().set_threadgroup_memory_length(4000, 1);
+         cb.compute_encoder().set_threadgroup_memory_length(16384, 1);
+         cb.compute_encoder().set_threadgroup_memory_length(16384, 2);
+         cb.compute_encoder().set_threadgroup_memory_length(0, 0);
+         cb.compute_encoder().set_pipeline(add_one);
+         cb.compute_encoder().dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+       }},
       {"copy_buffer: range outside its buffers",
        [&](CommandBuffer& cb) { cb.copy_buffer(data, 60, data, 0, 8); }},
       {"fill_buffer: range outside its buffer",
