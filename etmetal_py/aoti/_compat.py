@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
@@ -365,12 +366,23 @@ class _DropGpuSizeWarning(logging.Filter):
 
 
 @contextlib.contextmanager
-def _quiet_gpu_size_warning() -> Iterator[None]:
+def quiet_treespec_deprecation() -> Iterator[None]:
+    """torch 2.13 deep-copies its own pytree specs through a deprecated check; the warning
+    says nothing about the user's model."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                                category=FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def _quiet_irrelevant_warnings() -> Iterator[None]:
     logger = logging.getLogger("torch._inductor.utils")
     log_filter = _DropGpuSizeWarning()
     logger.addFilter(log_filter)
     try:
-        yield
+        with quiet_treespec_deprecation():
+            yield
     finally:
         logger.removeFilter(log_filter)
 
@@ -397,5 +409,5 @@ def mps_compile_patches(real_constants: Mapping[str, torch.Tensor] | None = None
             _patch_constant_values(patcher, real)
             _patch_uniform_value_folder(patcher, real)
             stack.enter_context(_sdpa_kernel_installed())
-            stack.enter_context(_quiet_gpu_size_warning())
+            stack.enter_context(_quiet_irrelevant_warnings())
             yield

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,28 @@ def _add_signature(package_path: str, signature: dict[str, Any]) -> None:
         archive.writestr(f"{root}/{SIGNATURE_FILE}", json.dumps(signature, indent=1))
 
 
+_PROXY_CALL = "aoti_torch_proxy_executor_call_function("
+_SOURCE_OPS = re.compile(r"Original ATen: \[([^\]]*)\]")
+
+
+def ops_needing_proxy_executor(package_path: str) -> list[str]:
+    """Ops the package's wrapper calls through libtorch's proxy executor (no C shim)."""
+    found: list[str] = []
+    with zipfile.ZipFile(package_path) as archive:
+        for name in archive.namelist():
+            if not name.endswith(".wrapper.cpp"):
+                continue
+            source = archive.read(name).decode("utf-8", "replace")
+            position = source.find(_PROXY_CALL)
+            while position >= 0:
+                comments = _SOURCE_OPS.findall(source, 0, position)
+                op = comments[-1].strip() if comments else "an unnamed op"
+                if op not in found:
+                    found.append(op)
+                position = source.find(_PROXY_CALL, position + 1)
+    return found
+
+
 def _program_for_mps(ep: ExportedProgram) -> ExportedProgram:
     devices = program_device_types(ep)
     if devices <= {"mps"}:
@@ -257,6 +280,13 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
         raise CompileError("AOTInductor could not compile the program for mps: "
                            + describe_compile_failure(exc)) from exc
     if isinstance(result, str):
+        proxied = ops_needing_proxy_executor(result)
+        if proxied:
+            os.remove(result)
+            raise CompileError(
+                f"op {', '.join(proxied)} has no C shim for mps: AOTInductor would call it "
+                "through libtorch's proxy executor, which etmetal packages cannot use; "
+                "register a C shim (aot_inductor.custom_ops_to_c_shims) or avoid the op")
         _add_signature(result, program_signature(program, cores))
         if codesign_identity:
             _sign_package_libraries(result, codesign_identity)

@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._compat import check_torch_version, mps_available
+from ._compat import check_torch_version, mps_available, quiet_treespec_deprecation
 
 # Fake tensors report the indexed device; graph arguments must say the same.
 MPS = torch.device("mps", 0)
@@ -182,7 +182,8 @@ def copy_program(ep: ExportedProgram) -> ExportedProgram:
         for leaf in pytree.tree_leaves(ep.example_inputs):
             if isinstance(leaf, torch.Tensor):
                 memo[id(leaf)] = leaf
-    duplicate = copy.deepcopy(ep, memo)
+    with quiet_treespec_deprecation():
+        duplicate = copy.deepcopy(ep, memo)
     # The copies of the dictionaries must be new so that moving one program leaves the other.
     duplicate._state_dict = dict(duplicate.state_dict)
     duplicate._constants = dict(duplicate.constants)

@@ -1,0 +1,136 @@
+"""The models the AOTInductor tests compile, each with example inputs and a tolerance.
+
+Each case is compiled once per test session (see conftest.py) and checked against torch
+eager on CPU with fresh random inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.export import Dim
+
+
+class PointwiseChain(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = torch.sigmoid(x * 2.0 + y) * torch.tanh(y) - x.abs().sqrt()
+        return torch.where(z > 0, z.exp(), z * 0.5).clamp(-3.0, 3.0)
+
+
+class Reductions(nn.Module):
+    def forward(self, x: torch.Tensor):
+        return x.sum(-1), x.amax(0), x.mean(), x.var(-1), x.argmin(-1)
+
+
+class SplitReduction(nn.Module):
+    """Whole-tensor reductions over 300k elements: Inductor splits them into two kernels."""
+
+    def forward(self, x: torch.Tensor):
+        return x.sum(), x.abs().amax(), (x * x).mean()
+
+
+class Softmax(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, width: int = 96) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        with torch.no_grad():  # distinct weight and bias: a merged constant would show
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+class ScaleShift(nn.Module):
+    """Several weights of one shape plus a buffer and a 0-dim buffer."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(width))
+        self.shift = nn.Parameter(torch.randn(width))
+        self.register_buffer("offset", torch.randn(width))
+        self.register_buffer("gain", torch.tensor(1.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.scale + self.shift) * self.gain - self.offset
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(32, 64)
+        self.second = nn.Linear(64, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(F.gelu(self.first(x)))
+
+
+class EmbeddingArgmax(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(100, 16)
+
+    def forward(self, tokens: torch.Tensor):
+        vectors = self.embedding(tokens)
+        return vectors.argmax(-1), vectors.sum(1)
+
+
+class MixedOutputs(nn.Module):
+    """Outputs of four dtypes from one input."""
+
+    def forward(self, x: torch.Tensor):
+        return x * 3.0, x > 0, x.argmax(-1), (x + 1).to(torch.float16)
+
+
+@dataclass
+class Case:
+    build: Callable[[], nn.Module]
+    inputs: Callable[[torch.Generator], tuple]
+    dtype: torch.dtype = torch.float32
+    dynamic_shapes: Any = None
+    compile_options: dict = field(default_factory=dict)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    slow: bool = False
+
+
+def _pair(shape: tuple, dtype: torch.dtype = torch.float32):
+    return lambda g: (torch.randn(*shape, generator=g).to(dtype),
+                      torch.randn(*shape, generator=g).to(dtype))
+
+
+CASES: dict[str, Case] = {
+    "pointwise": Case(PointwiseChain, _pair((8, 33))),
+    "pointwise_fp16": Case(lambda: PointwiseChain().half(), _pair((8, 33), torch.float16),
+                           dtype=torch.float16, atol=2e-2, rtol=2e-2),
+    "pointwise_bf16": Case(lambda: PointwiseChain().bfloat16(), _pair((8, 33), torch.bfloat16),
+                           dtype=torch.bfloat16, atol=8e-2, rtol=5e-2, slow=True),
+    "reductions": Case(Reductions, lambda g: (torch.randn(16, 130, generator=g),)),
+    "split_reduction": Case(SplitReduction, lambda g: (torch.randn(300_000, generator=g),),
+                            atol=1e-3, rtol=1e-4),
+    "softmax_dynamic": Case(Softmax, lambda g: (torch.randn(4, 1000, generator=g),),
+                            dynamic_shapes=({0: Dim("batch", min=1, max=64)},)),
+    "layernorm": Case(LayerNorm, lambda g: (torch.randn(8, 96, generator=g),)),
+    "layernorm_fp16": Case(lambda: LayerNorm().half(),
+                           lambda g: (torch.randn(8, 96, generator=g).half(),),
+                           dtype=torch.float16, atol=2e-2, rtol=2e-2, slow=True),
+    "layernorm_bf16": Case(lambda: LayerNorm().bfloat16(),
+                           lambda g: (torch.randn(8, 96, generator=g).bfloat16(),),
+                           dtype=torch.bfloat16, atol=1e-1, rtol=5e-2),
+    "weights_in_so": Case(ScaleShift, lambda g: (torch.randn(4, 64, generator=g),)),
+    "weights_in_blob": Case(ScaleShift, lambda g: (torch.randn(4, 64, generator=g),),
+                            compile_options={"external_weights": True}),
+    "mlp_gelu": Case(MLP, lambda g: (torch.randn(8, 32, generator=g),)),
+    "embedding_argmax": Case(EmbeddingArgmax,
+                             lambda g: (torch.randint(0, 100, (3, 7), generator=g),)),
+    "mixed_outputs": Case(MixedOutputs, lambda g: (torch.randn(5, 12, generator=g),)),
+}
