@@ -955,6 +955,9 @@ class Translator {
 
     std::vector<Parameter> parameters;
     if (!parse_parameters(parameters_open, &parameters, line)) return;
+    // A qualified definition (`ns::f`) defines a kernel C++ requires to be declared in its
+    // namespace already; the wrapper was emitted there.
+    if (is(name_token - 1, "::")) return;
     const std::string key = join_path(namespace_path) + "::" + name;
     if (!declared_kernels_.insert(key).second) return;  // wrapper emitted at first declaration
 
