@@ -234,6 +234,34 @@ class CpuLibrary : public Library {
   std::map<uint32_t, std::shared_ptr<KernelObject>> objects_;
 };
 
+// Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.
+std::string with_source_lines(const std::string& message, const std::string& source) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = source.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(source.substr(start, end - start));
+  }
+  lines.push_back(source.substr(start));
+  const std::string prefix = std::string(kMslSourceName) + ":";
+  std::string out;
+  size_t position = 0;
+  while (position < message.size()) {
+    size_t end = message.find('\n', position);
+    if (end == std::string::npos) end = message.size();
+    const std::string line = message.substr(position, end - position);
+    out += line + "\n";
+    if (line.rfind(prefix, 0) == 0 && line.find(": error:") != std::string::npos) {
+      const unsigned long number = std::strtoul(line.c_str() + prefix.size(), nullptr, 10);
+      if (number >= 1 && number <= lines.size()) {
+        out += "  " + std::to_string(number) + " | " + lines[number - 1] + "\n";
+      }
+    }
+    position = end + 1;
+  }
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* out) {
@@ -254,7 +282,7 @@ Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* 
   } else {
     status = compiler->check_library(library->translation().source);
   }
-  if (!status.ok()) return status;
+  if (!status.ok()) return Status::error(with_source_lines(status.message(), source));
   *out = std::move(library);
   return Status();
 }

@@ -1,0 +1,198 @@
+"""The CPU device's compiler driver: diagnostics at MSL lines, missing kernels, threadgroup
+memory limits, the on-disk cache (hits do not run the compiler) and concurrent builders."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import etmetal_py
+from conftest import ShaderLibrary, device_array, require_cpu_device
+from etmetal_py.tensors import Tensor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compile_error(source):
+    require_cpu_device()
+    with pytest.raises(etmetal_py.EtmetalError) as error:
+        ShaderLibrary(source)
+    return str(error.value)
+
+
+def test_compile_error_names_the_msl_line():
+    message = compile_error(textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+
+        kernel void broken(device float* out [[buffer(0)]],
+                           uint i [[thread_position_in_grid]]) {
+          float value = 1.0f;
+          out[i] = value + undefined_name;
+        }
+        """))
+    assert "library.metal:7:" in message
+    assert "undefined_name" in message
+    assert "etm_cpu_kernel" not in message  # no generated-code noise
+
+
+def test_error_in_one_kernel_of_a_larger_library_is_reported_at_creation():
+    message = compile_error(textwrap.dedent("""\
+        #include <metal_stdlib>
+        kernel void fine(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          out[i] = 1.0f;
+        }
+        kernel void wrong(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          out[i] = out;
+        }
+        """))
+    assert "library.metal:6:" in message
+
+
+def test_unsupported_kernel_parameter_is_a_translation_error():
+    message = compile_error(textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        kernel void sample(texture2d<float> image [[texture(0)]],
+                           uint2 i [[thread_position_in_grid]]) {}
+        """))
+    assert "library.metal:3:" in message and "[[texture]]" in message
+
+
+def test_static_threadgroup_memory_over_32_kib_is_refused():
+    message = compile_error(textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        kernel void hungry(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+          threadgroup float big[8192], more[16];
+          big[i] = 1.0f;
+          more[i % 16] = 2.0f;
+          threadgroup_barrier(mem_flags::mem_threadgroup);
+          out[i] = big[(i + 1) % 8192] + more[0];
+        }
+        """))
+    assert "32768" in message and "threadgroup memory" in message
+
+
+def test_missing_kernel_name(msl):
+    library = msl(textwrap.dedent("""\
+        #include <metal_stdlib>
+        kernel void present(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          out[i] = 2.0f;
+        }
+        """))
+    with pytest.raises(etmetal_py.EtmetalError) as error:
+        library.kernel("absent")
+    assert "absent" in str(error.value) and "present" in str(error.value)
+
+
+# A child process that compiles and runs one kernel with its own cache and compiler, and
+# reports the result and how long creating the library took.
+CHILD = textwrap.dedent("""\
+    import sys, time
+    import numpy as np
+    import etmetal_py
+    from etmetal_py import ffi, lib
+    from etmetal_py.tensors import Tensor
+    source = open(sys.argv[1]).read()
+    handle = ffi.new("AOTIMetalShaderLibraryHandle*")
+    start = time.perf_counter()
+    etmetal_py.check(lib.aoti_torch_mps_create_shader_library(source.encode(), handle))
+    function = ffi.new("AOTIMetalKernelFunctionHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_get_kernel_function(handle[0], b"square_plus", function))
+    created = time.perf_counter() - start
+    values = np.arange(1000, dtype=np.float32)
+    x = Tensor.from_array(values, copy=True)
+    out = Tensor.empty([1000])
+    etmetal_py.check(lib.aoti_torch_mps_start_encoding(function[0]))
+    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(function[0], 0, x.handle))
+    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(function[0], 1, out.handle))
+    etmetal_py.check(lib.aoti_torch_mps_set_arg_int(function[0], 2, int(sys.argv[2])))
+    etmetal_py.check(lib.aoti_torch_mps_dispatch_single(function[0], 1000))
+    etmetal_py.synchronize()
+    assert np.array_equal(out.numpy(), values * values + int(sys.argv[2])), "wrong result"
+    print("created_seconds", created)
+    """)
+
+SQUARE_PLUS = textwrap.dedent("""\
+    #include <metal_stdlib>
+    using namespace metal;
+    kernel void square_plus(constant float* x, device float* out, constant long& plus,
+                            uint i [[thread_position_in_grid]]) {
+      out[i] = x[i] * x[i] + float(plus);
+    }
+    """)
+
+
+@pytest.fixture
+def child_setup(tmp_path):
+    require_cpu_device()
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "kernel.metal").write_text(SQUARE_PLUS)
+    # A compiler wrapper that logs every invocation.
+    log = tmp_path / "compiler.log"
+    real = None
+    for name in ("g++", "clang++"):
+        from shutil import which
+        real = which(name)
+        if real:
+            break
+    wrapper = tmp_path / "logging-cxx"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ)
+    env.update(ETMETAL_CACHE_DIR=str(tmp_path / "cache"), ETMETAL_CXX=str(wrapper),
+               ETMETAL_DEVICE="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    return tmp_path, env, log
+
+
+def start_child(tmp_path, env, plus):
+    return subprocess.Popen([sys.executable, str(tmp_path / "child.py"), str(tmp_path / "kernel.metal"),
+                             str(plus)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(child):
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    return float(out.split()[-1])
+
+
+def compiler_runs(log):
+    if not log.exists():
+        return 0
+    return sum(1 for line in log.read_text().splitlines() if "--version" not in line)
+
+
+def test_cache_hit_does_not_run_the_compiler(child_setup):
+    tmp_path, env, log = child_setup
+    finish(start_child(tmp_path, env, 3))
+    assert compiler_runs(log) == 1
+    log_before = log.read_text()
+    warm = finish(start_child(tmp_path, env, 4))
+    assert log.read_text() == log_before, "a cached kernel invoked the compiler (or its --version)"
+    assert warm < 0.25, f"warm library creation took {warm:.3f} s"
+
+
+def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
+    tmp_path, env, log = child_setup
+    children = [start_child(tmp_path, env, plus) for plus in (1, 2)]
+    for child in children:
+        finish(child)
+    cache = tmp_path / "cache" / "cpu"
+    assert len(list((cache / "objects").glob("*.so"))) == 1
+    assert list((cache / "tmp").iterdir()) == []
+    assert len(list(cache.glob("headers-*"))) == 1
+
+
+def test_missing_compiler_is_a_clear_error(child_setup):
+    tmp_path, env, _ = child_setup
+    env["ETMETAL_CXX"] = str(tmp_path / "no-such-compiler")
+    child = start_child(tmp_path, env, 0)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode != 0
+    assert "ETMETAL_CXX" in err and "no-such-compiler" in err and "was not found" in err
