@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import etmetal_py
-from conftest import fails, new_handle_out
+from etmetal_testing import fails, new_handle_out
 from etmetal_py import Tensor, ffi, lib
 
 rng = np.random.default_rng(7)

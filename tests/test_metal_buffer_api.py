@@ -3,7 +3,7 @@
 import numpy as np
 
 import etmetal_py
-from conftest import allocator_stats, fails
+from etmetal_testing import allocator_stats, fails
 from etmetal_py import ffi, lib
 
 

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 
 import etmetal_py
-from conftest import fails
+from etmetal_testing import fails
 from etmetal_py import Tensor, ffi, lib
 
 NONE, COMMIT, COMMIT_AND_WAIT, COMMIT_AND_CONTINUE, COMMIT_ADAPTIVE = range(5)

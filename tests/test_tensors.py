@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import etmetal_py
-from conftest import allocator_stats, empty, fails, new_handle_out
+from etmetal_testing import allocator_stats, empty, fails, new_handle_out
 from etmetal_py import Tensor, ffi, lib
 
 

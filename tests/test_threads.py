@@ -5,7 +5,7 @@ import threading
 import numpy as np
 
 import etmetal_py
-from conftest import new_handle_out
+from etmetal_testing import new_handle_out
 from etmetal_py import Tensor, ffi, lib
 
 
