@@ -1,0 +1,243 @@
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+constexpr const char* kShaderFile = "attention.metal";
+constexpr int kBatchDims = 4;
+constexpr int64_t kMaxDim = 256;
+// Enough threads to fill the device: below this the keys are split across more threads.
+constexpr int64_t kTargetThreads = 16384;
+// A split shorter than this spends more on writing its partial row than on its keys.
+constexpr int64_t kMinSplitKeys = 8;
+
+// Must match SdpaStrides / SdpaParams in shaders/attention.metal.
+struct SdpaStrides {
+  int64_t batch[kBatchDims];
+  int64_t head;
+  int64_t row;
+  int64_t column;
+};
+
+struct SdpaParams {
+  SdpaStrides q, k, v, mask;
+  uint32_t batch_sizes[kBatchDims];
+  uint32_t heads;
+  uint32_t kv_group;
+  uint32_t rows;
+  uint32_t keys;
+  uint32_t head_dim;
+  uint32_t value_dim;
+  uint32_t splits;
+  uint32_t split_length;
+  uint32_t causal;
+  float scale;
+};
+static_assert(sizeof(SdpaParams) == 280, "SdpaParams must match the MSL layout");
+
+const char* float_type_name(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float";
+    case DType::float16: return "half";
+    case DType::bfloat16: return "bfloat";
+    default: return nullptr;
+  }
+}
+
+void require_mps(const Tensor& t, const char* name) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, kOp, ": ", name, " must be an mps tensor (device type ",
+              t.device_type, ")");
+}
+
+// Strides of a [batch..., head, row, column] tensor with its batch dimensions right-aligned
+// into four slots (missing ones: stride 0).
+SdpaStrides strides_of(const std::vector<int64_t>& strides) {
+  SdpaStrides s{};
+  const int n = static_cast<int>(strides.size());
+  const int batch_dims = n - 3;
+  for (int d = 0; d < batch_dims; ++d) s.batch[kBatchDims - batch_dims + d] = strides[d];
+  s.head = strides[n - 3];
+  s.row = strides[n - 2];
+  s.column = strides[n - 1];
+  return s;
+}
+
+// Strides of `mask` broadcast (from the right, as torch does) to `shape`; 0 where broadcast.
+std::vector<int64_t> broadcast_strides(const Tensor& mask, const std::vector<int64_t>& shape) {
+  const size_t n = shape.size();
+  ETM_REQUIRE(mask.sizes.size() <= n, kOp, ": attn_mask has ", mask.sizes.size(),
+              " dimensions, more than the attention weights' ", n);
+  std::vector<int64_t> strides(n, 0);
+  const size_t offset = n - mask.sizes.size();
+  for (size_t d = 0; d < mask.sizes.size(); ++d) {
+    const int64_t size = mask.sizes[d];
+    ETM_REQUIRE(size == 1 || size == shape[offset + d], kOp, ": attn_mask of size ", size,
+                " in dimension ", d, " does not broadcast to size ", shape[offset + d]);
+    strides[offset + d] = size == 1 ? 0 : mask.strides[d];
+  }
+  return strides;
+}
+
+uint32_t to_u32(int64_t value, const char* what) {
+  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, kOp, ": ", what, " ", value,
+              " exceeds the kernels' 32-bit range");
+  return static_cast<uint32_t>(value);
+}
+
+// A threadgroup of at most `limit` threads over a 3-D grid, x fastest.
+device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
+  device::Size3 group;
+  group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
+  group.y = std::max<uint64_t>(1, std::min(grid.y, limit / group.x));
+  return group;
+}
+
+}  // namespace
+
+AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor& key,
+                                              const Tensor& value, const Tensor* mask,
+                                              double dropout_p, bool is_causal,
+                                              std::optional<double> scale) {
+  ETM_REQUIRE(dropout_p == 0.0, kOp, ": dropout_p = ", dropout_p,
+              " is not supported (only inference without dropout)");
+  require_mps(query, "query");
+  require_mps(key, "key");
+  require_mps(value, "value");
+  const int64_t n = query.dim();
+  ETM_REQUIRE(n >= 3 && n <= 3 + kBatchDims, kOp, ": query must have 3 to ", 3 + kBatchDims,
+              " dimensions [batch..., heads, rows, head_dim], not ", n);
+  ETM_REQUIRE(key.dim() == n && value.dim() == n, kOp, ": query, key and value must have the same number of dimensions (",
+              n, ", ", key.dim(), ", ", value.dim(), ")");
+  const char* type_name = float_type_name(query.dtype);
+  ETM_REQUIRE(type_name, kOp, ": query dtype ", dtype_name(query.dtype),
+              " is not supported (float32, float16, bfloat16)");
+  ETM_REQUIRE(key.dtype == query.dtype && value.dtype == query.dtype, kOp,
+              ": key and value must have the query's dtype ", dtype_name(query.dtype), " (got ",
+              dtype_name(key.dtype), ", ", dtype_name(value.dtype), ")");
+  for (int64_t d = 0; d < n - 3; ++d) {
+    ETM_REQUIRE(key.sizes[d] == query.sizes[d] && value.sizes[d] == query.sizes[d], kOp,
+                ": batch dimension ", d, " differs between query (", query.sizes[d], "), key (",
+                key.sizes[d], ") and value (", value.sizes[d], ")");
+  }
+  const int64_t heads = query.sizes[n - 3], rows = query.sizes[n - 2], head_dim = query.sizes[n - 1];
+  const int64_t kv_heads = key.sizes[n - 3], keys = key.sizes[n - 2];
+  const int64_t value_dim = value.sizes[n - 1];
+  ETM_REQUIRE(value.sizes[n - 3] == kv_heads && value.sizes[n - 2] == keys, kOp,
+              ": key [", kv_heads, " heads, ", keys, " keys] and value [", value.sizes[n - 3],
+              " heads, ", value.sizes[n - 2], " keys] disagree");
+  ETM_REQUIRE(key.sizes[n - 1] == head_dim, kOp, ": key head_dim ", key.sizes[n - 1],
+              " differs from the query's ", head_dim);
+  ETM_REQUIRE(kv_heads > 0 && heads % kv_heads == 0, kOp, ": query heads (", heads,
+              ") must be a multiple of key/value heads (", kv_heads, ")");
+  ETM_REQUIRE(head_dim >= 1 && head_dim <= kMaxDim && value_dim >= 1 && value_dim <= kMaxDim, kOp,
+              ": head dimensions must be in 1..", kMaxDim, " (query/key ", head_dim, ", value ",
+              value_dim, ")");
+  ETM_REQUIRE(!(is_causal && mask), kOp, ": attn_mask must not be given when is_causal is set");
+
+  std::vector<int64_t> output_sizes = query.sizes;
+  output_sizes[n - 1] = value_dim;
+  std::vector<int64_t> weight_sizes = query.sizes;
+  weight_sizes[n - 1] = keys;
+
+  SdpaParams p{};
+  p.q = strides_of(query.strides);
+  p.k = strides_of(key.strides);
+  p.v = strides_of(value.strides);
+  int64_t batch = 1;
+  for (int d = 0; d < kBatchDims; ++d) p.batch_sizes[d] = 1;
+  for (int64_t d = 0; d < n - 3; ++d) {
+    p.batch_sizes[kBatchDims - (n - 3) + d] = to_u32(query.sizes[d], "batch size");
+    batch *= query.sizes[d];
+  }
+  const char* mask_name = "none";
+  if (mask) {
+    require_mps(*mask, "attn_mask");
+    if (mask->dtype == static_cast<int32_t>(DType::bool_)) {
+      mask_name = "bool";
+    } else {
+      ETM_REQUIRE(mask->dtype == query.dtype || mask->dtype == static_cast<int32_t>(DType::float32),
+                  kOp, ": attn_mask dtype ", dtype_name(mask->dtype),
+                  " must be bool, float32 or the query's dtype ", dtype_name(query.dtype));
+      mask_name = float_type_name(mask->dtype);
+    }
+    p.mask = strides_of(broadcast_strides(*mask, weight_sizes));
+  }
+  p.heads = to_u32(heads, "heads");
+  p.kv_group = static_cast<uint32_t>(heads / kv_heads);
+  p.rows = to_u32(rows, "query length");
+  p.keys = to_u32(keys, "key length");
+  p.head_dim = static_cast<uint32_t>(head_dim);
+  p.value_dim = static_cast<uint32_t>(value_dim);
+  p.causal = is_causal ? 1 : 0;
+  p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim)));
+
+  const int32_t dtype = query.dtype;
+  Runtime& runtime = Runtime::get();
+  AttentionOutputs result;
+  result.output = runtime.empty_tensor(output_sizes, contiguous_strides(output_sizes), dtype);
+  result.weights = runtime.empty_tensor(weight_sizes, contiguous_strides(weight_sizes), dtype);
+  const int64_t batch_heads = batch * heads;
+  if (batch_heads == 0 || rows == 0) return result;
+  to_u32(batch_heads, "batch * heads");
+
+  const int64_t row_count = batch_heads * rows;
+  int64_t splits = std::clamp<int64_t>((kTargetThreads + row_count - 1) / row_count, 1,
+                                       std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys));
+  const int64_t split_length = keys == 0 ? 0 : (keys + splits - 1) / splits;
+  if (keys > 0) splits = (keys + split_length - 1) / split_length;
+  p.splits = static_cast<uint32_t>(splits);
+  p.split_length = static_cast<uint32_t>(split_length);
+
+  const int64_t dim_class = std::max(head_dim, value_dim) <= 64 ? 64 : std::max(head_dim, value_dim) <= 128 ? 128 : 256;
+  const std::string suffix = std::string(type_name) + "_" + mask_name;
+  // Without keys there is nothing to read: bind the query in the key/value slots.
+  const Tensor& k_bound = keys > 0 ? key : query;
+  const Tensor& v_bound = keys > 0 ? value : query;
+  const Tensor& mask_bound = mask ? *mask : query;
+
+  std::vector<int64_t> partial_sizes = {row_count * splits * (value_dim + 2)};
+  auto partial = runtime.empty_tensor(partial_sizes, {1}, static_cast<int32_t>(DType::float32));
+  auto log_sum_exp = runtime.empty_tensor({row_count}, {1}, static_cast<int32_t>(DType::float32));
+
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_partial_" + suffix + "_" + std::to_string(dim_class)));
+    const device::Size3 grid{static_cast<uint64_t>(splits), static_cast<uint64_t>(rows),
+                             static_cast<uint64_t>(batch_heads)};
+    launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
+        .tensor(4, *partial).value(5, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+  }
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_combine_") + type_name));
+    const device::Size3 grid{static_cast<uint64_t>(value_dim), static_cast<uint64_t>(rows),
+                             static_cast<uint64_t>(batch_heads)};
+    launch.tensor(0, *partial).tensor(1, *result.output).tensor(2, *log_sum_exp).value(3, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+  }
+  if (keys > 0) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_weights_" + suffix));
+    const device::Size3 grid{static_cast<uint64_t>(keys), static_cast<uint64_t>(rows),
+                             static_cast<uint64_t>(batch_heads)};
+    launch.tensor(0, query).tensor(1, key).tensor(2, mask_bound).tensor(3, *log_sum_exp)
+        .tensor(4, *result.weights).value(5, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+  }
+  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the op's
+  // temporaries and inputs are not kept alive until this thread's next dispatch.
+  runtime.current_stream().start_encoding(nullptr);
+  return result;
+}
+
+}  // namespace etm::ops

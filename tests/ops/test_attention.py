@@ -1,0 +1,261 @@
+"""aoti_torch_mps__scaled_dot_product_attention_math_for_mps{,_v2} against torch's math
+backend (aten._scaled_dot_product_attention_math, float64 on the same rounded inputs).
+
+Tolerances (absolute, outputs and weights are O(1)): float32 2e-5, float16 3e-3, bfloat16
+2e-2: scores and softmax accumulate in float32, only the stored results are rounded."""
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import Tensor, ffi, lib
+from etmetal_testing import fails
+
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def device_view(view):
+    """A device tensor with `view`'s values, sizes, strides and storage offset: its base is
+    copied to the device and the view is rebuilt there."""
+    base = view._base if view._base is not None else view
+    base_storage = torch.empty(base.untyped_storage().size() // base.element_size(), dtype=base.dtype)
+    base_storage.copy_(torch.as_strided(base, (base_storage.numel(),), (1,), 0))
+    device_base = Tensor.from_array(base_storage, copy=True)
+    out = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
+        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
+    result = Tensor(out[0])
+    result._base_tensor = device_base
+    return result
+
+
+def as_device(x):
+    if x.is_contiguous() and x.storage_offset() == 0 and x._base is None:
+        return Tensor.from_array(x, copy=True)
+    return device_view(x)
+
+
+def run_sdpa(q, k, v, mask=None, causal=False, scale=None, dropout_p=0.0, v2=None):
+    """(code, output, weights) of the etmetal call on device copies of the inputs."""
+    tq, tk, tv = as_device(q), as_device(k), as_device(v)
+    tm = as_device(mask) if mask is not None else None
+    mask_arg = ffi.new("AtenTensorHandle*", tm.handle) if tm is not None else ffi.NULL
+    scale_arg = ffi.new("double*", scale) if scale is not None else ffi.NULL
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    if v2 is None:
+        code = lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps(
+            tq.handle, tk.handle, tv.handle, mask_arg, dropout_p, int(causal), ffi.NULL,
+            scale_arg, r0, r1)
+    else:
+        code = lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps_v2(
+            tq.handle, tk.handle, tv.handle, mask_arg, dropout_p, int(causal), ffi.NULL,
+            scale_arg, int(v2), r0, r1)
+    if code != 0:
+        return code, None, None
+    out, weights = Tensor(r0[0]), Tensor(r1[0])
+    return code, out.torch(), weights.torch()
+
+
+def reference(q, k, v, mask=None, causal=False, scale=None):
+    groups = q.shape[-3] // k.shape[-3]
+    k = k.repeat_interleave(groups, dim=-3)
+    v = v.repeat_interleave(groups, dim=-3)
+    if mask is not None:
+        # the math op adds its mask; torch's sdpa turns a boolean one into 0 / -inf first
+        mask = (torch.where(mask, 0.0, float("-inf")) if mask.dtype == torch.bool else mask).double()
+    out, weights = torch.ops.aten._scaled_dot_product_attention_math(
+        q.double(), k.double(), v.double(), mask, 0.0, causal, None, scale=scale)
+    return out, weights
+
+
+def check(q, k, v, mask=None, causal=False, scale=None, v2=None, tolerance=None):
+    code, out, weights = run_sdpa(q, k, v, mask, causal, scale, v2=v2)
+    assert code == 0, etmetal_py.last_error()
+    ref_out, ref_weights = reference(q, k, v, mask, causal, scale)
+    tolerance = tolerance or TOLERANCE[q.dtype]
+    assert out.dtype == q.dtype and weights.dtype == q.dtype
+    assert out.shape == ref_out.shape and out.is_contiguous()
+    assert weights.shape == ref_weights.shape and weights.is_contiguous()
+    torch.testing.assert_close(out.double(), ref_out, atol=tolerance, rtol=0)
+    torch.testing.assert_close(weights.double(), ref_weights, atol=tolerance, rtol=0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,keys,head_dim,value_dim", [
+    (1, 37, 64, 64),     # decode, keys not a multiple of anything
+    (1, 300, 128, 128),  # decode over many splits
+    (19, 19, 80, 80),    # prefill, head dim 80
+    (5, 3, 8, 24),       # fewer keys than rows, value dim differs
+    (7, 65, 256, 256),   # largest head dim
+    (33, 9, 130, 7),     # head dim in the 256 class, small value dim
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_math_backend(no_leaks, dtype, rows, keys, head_dim, value_dim, causal):
+    torch.manual_seed(rows * 1000 + keys + head_dim)
+    q = randn(2, 3, rows, head_dim, dtype=dtype)
+    k = randn(2, 3, keys, head_dim, dtype=dtype)
+    v = randn(2, 3, keys, value_dim, dtype=dtype)
+    check(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", [(6, 11), (1, 1, 6, 11), (2, 1, 1, 11), (4, 1, 11), (11,)])
+def test_boolean_mask_broadcasts(no_leaks, dtype, mask_shape):
+    torch.manual_seed(len(mask_shape))
+    q, k, v = randn(2, 4, 6, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype)
+    mask = torch.rand(mask_shape) > 0.3
+    mask[..., 0] = True  # every row keeps a key, so torch and etmetal agree on the softmax
+    check(q, k, v, mask=mask)
+
+
+@pytest.mark.parametrize("dtype,mask_dtype", [
+    (torch.float32, torch.float32), (torch.float16, torch.float16),
+    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float32),
+])
+def test_additive_mask(no_leaks, dtype, mask_dtype):
+    torch.manual_seed(7)
+    q, k, v = randn(1, 2, 9, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype)
+    mask = (torch.randn(1, 2, 9, 40) * 2).to(mask_dtype)
+    mask[..., 5:9] = float("-inf")
+    check(q, k, v, mask=mask)
+
+
+def test_fully_masked_rows_give_zeros(no_leaks):
+    torch.manual_seed(3)
+    q, k, v = randn(1, 2, 4, 16), randn(1, 2, 70, 16), randn(1, 2, 70, 16)
+    mask = torch.rand(1, 2, 4, 70) > 0.5
+    mask[0, 1, 2, :] = False
+    code, out, weights = run_sdpa(q, k, v, mask=mask)
+    assert code == 0
+    assert torch.equal(out[0, 1, 2], torch.zeros(16))
+    assert torch.equal(weights[0, 1, 2], torch.zeros(70))
+    check(q, k, v, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (6, 1), (4, 4)])
+def test_grouped_query_heads(no_leaks, dtype, heads, kv_heads):
+    torch.manual_seed(heads + kv_heads)
+    q = randn(2, heads, 3, 64, dtype=dtype)
+    k, v = randn(2, kv_heads, 50, 64, dtype=dtype), randn(2, kv_heads, 50, 64, dtype=dtype)
+    check(q, k, v, causal=True, v2=True)
+    check(q, k, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_and_offset_views(no_leaks, dtype):
+    torch.manual_seed(11)
+    # [batch, rows, heads, dim] projections seen as [batch, heads, rows, dim]
+    q = randn(2, 13, 4, 32, dtype=dtype).transpose(1, 2)
+    # a slice of a longer cache (storage offset) with a padded head dimension
+    k = randn(2, 4, 40, 48, dtype=dtype)[:, :, 5:30, :32]
+    # value's head dimension is not unit-stride
+    v = randn(2, 4, 25, 32, dtype=dtype).transpose(-1, -2).contiguous().transpose(-1, -2)
+    mask = (torch.rand(2, 1, 13, 25) > 0.2)[..., :]
+    mask[..., 0] = True
+    mask = mask.transpose(-1, -2).contiguous().transpose(-1, -2)  # non-unit key stride
+    assert not q.is_contiguous() and k.storage_offset() > 0 and v.stride(-1) != 1
+    check(q, k, v, mask=mask)
+    check(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 6, 16), (2, 2, 3, 6, 16), (1, 2, 1, 2, 5, 16)])
+def test_batch_dimensions(no_leaks, shape):
+    torch.manual_seed(len(shape))
+    q = randn(*shape)
+    k = randn(*shape[:-2], 9, 16)
+    v = randn(*shape[:-2], 9, 12)
+    check(q, k, v)
+    check(q, k, v, causal=True)
+
+
+def test_explicit_scale(no_leaks):
+    torch.manual_seed(5)
+    q, k, v = randn(1, 2, 4, 16), randn(1, 2, 10, 16), randn(1, 2, 10, 16)
+    check(q, k, v, scale=0.37)
+    check(q, k, v, scale=2.5, causal=True)
+
+
+def test_large_scores_are_stable(no_leaks):
+    # exp(score) overflows float32 here (scores ~ +-400); the online softmax subtracts the
+    # running maximum. Scores that large carry ~1e-4 absolute rounding in float32.
+    torch.manual_seed(9)
+    q, k, v = randn(1, 1, 3, 16) * 20, randn(1, 1, 200, 16) * 20, randn(1, 1, 200, 16)
+    code, out, _ = run_sdpa(q, k, v)
+    assert torch.isfinite(out).all()
+    check(q, k, v, tolerance=5e-4)
+
+
+def test_no_keys_gives_zero_output(no_leaks):
+    q = randn(1, 2, 3, 8)
+    k, v = torch.empty(1, 2, 0, 8), torch.empty(1, 2, 0, 5)
+    code, out, weights = run_sdpa(q, k, v)
+    assert code == 0
+    assert torch.equal(out, torch.zeros(1, 2, 3, 5)) and weights.shape == (1, 2, 3, 0)
+
+
+def test_no_rows_gives_empty_outputs(no_leaks):
+    q, k, v = torch.empty(1, 2, 0, 8), randn(1, 2, 4, 8), randn(1, 2, 4, 8)
+    code, out, weights = run_sdpa(q, k, v)
+    assert code == 0 and out.shape == (1, 2, 0, 8) and weights.shape == (1, 2, 0, 4)
+
+
+def _call_fails(*fragments, **arguments):
+    defaults = dict(q=randn(1, 2, 3, 8), k=randn(1, 2, 4, 8), v=randn(1, 2, 4, 8))
+    defaults.update(arguments)
+    q, k, v = defaults.pop("q"), defaults.pop("k"), defaults.pop("v")
+    code, _, _ = run_sdpa(q, k, v, **defaults)
+    fails(code, "scaled_dot_product_attention", *fragments)
+    with pytest.raises(etmetal_py.EtmetalError, match="dropout|must|not supported|differ|broadcast"):
+        etmetal_py.synchronize()  # the failure poisoned the stream, as inside a model run
+    etmetal_py.synchronize()  # and the sticky error was cleared
+
+
+@pytest.mark.parametrize("case,fragments,arguments", [
+    ("dropout", ["dropout_p"], dict(dropout_p=0.1)),
+    ("mask and causal", ["attn_mask", "is_causal"],
+     dict(mask=torch.ones(3, 4, dtype=torch.bool), causal=True)),
+    ("heads", ["multiple"], dict(k=randn(1, 3, 4, 8), v=randn(1, 3, 4, 8))),
+    ("dtype", ["dtype"], dict(k=randn(1, 2, 4, 8, dtype=torch.float16))),
+    ("integer", ["not supported"], dict(q=torch.ones(1, 2, 3, 8, dtype=torch.int32),
+                                        k=torch.ones(1, 2, 4, 8, dtype=torch.int32),
+                                        v=torch.ones(1, 2, 4, 8, dtype=torch.int32))),
+    ("head dim", ["1..256"], dict(q=randn(1, 1, 2, 300), k=randn(1, 1, 2, 300), v=randn(1, 1, 2, 300))),
+    ("key dim", ["head_dim"], dict(k=randn(1, 2, 4, 9))),
+    ("batch", ["batch dimension"], dict(k=randn(2, 2, 4, 8), v=randn(2, 2, 4, 8))),
+    ("mask shape", ["broadcast"], dict(mask=torch.ones(3, 5, dtype=torch.bool))),
+    ("mask dtype", ["attn_mask dtype"], dict(mask=torch.ones(3, 4, dtype=torch.int64))),
+    ("rank", ["dimensions"], dict(q=randn(3, 8), k=randn(4, 8), v=randn(4, 8))),
+])
+def test_bad_arguments(no_leaks, case, fragments, arguments):
+    _call_fails(*fragments, **arguments)
+
+
+def test_null_result_pointer(no_leaks):
+    q = Tensor.from_array(randn(1, 1, 2, 8), copy=True)
+    r = ffi.new("AtenTensorHandle*")
+    fails(lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps(
+        q.handle, q.handle, q.handle, ffi.NULL, 0.0, 0, ffi.NULL, ffi.NULL, r, ffi.NULL), "ret1")
+    with pytest.raises(etmetal_py.EtmetalError):
+        etmetal_py.synchronize()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,keys", [(1, 1024), (1, 4097), (64, 64), (130, 257)])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
+def test_larger_grid(dtype, rows, keys, head_dim):
+    torch.manual_seed(rows + keys + head_dim)
+    q = randn(1, 4, rows, head_dim, dtype=dtype)
+    k, v = randn(1, 2, keys, head_dim, dtype=dtype), randn(1, 2, keys, head_dim, dtype=dtype)
+    check(q, k, v)
+    check(q, k, v, causal=True)
