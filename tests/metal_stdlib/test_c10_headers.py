@@ -8,8 +8,9 @@ import pytest
 from conftest import METAL_INCLUDE, compiler, torch_include
 
 # indexing.h (ATen's own kernels, never included by Inductor) overloads functions on
-# `constant void*` versus `device void*`; those only stay distinct after the MSL translator's
-# `constant` -> `const` rewrite, so it is compiled through that rewrite in test_translated_c10.
+# `constant void*` versus `device void*`. Those stay distinct only after the MSL translator's
+# rewrite of `constant` to `const`, which no macro can do (error.h's `constant const char*`
+# would become a duplicate const), so indexing.h cannot compile as a plain #include.
 DIRECTLY_INCLUDED_EXCLUSIONS = {"indexing.h"}
 
 
