@@ -193,15 +193,12 @@ def _torch_dtype_from_name(name: str) -> torch.dtype:
     return dtype
 
 
-def _as_torch(value: Any, position: int) -> torch.Tensor:
+def _as_torch(value: torch.Tensor | np.ndarray, position: int) -> torch.Tensor:
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(value))
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise TypeError(f"input {position} is on {value.device}; pass CPU tensors")
-        return value.detach()
-    raise TypeError(f"input {position} is a {type(value).__name__}; "
-                    "pass torch tensors or numpy arrays")
+    if value.device.type != "cpu":
+        raise TypeError(f"input {position} is on {value.device}; pass CPU tensors")
+    return value.detach()
 
 
 class _Resources:

@@ -1,0 +1,205 @@
+#include "ops/quantized_linear.h"
+
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kShaderFile = "quantized.metal";
+
+// Mirrors QuantizedMatmulParams in shaders/quantized.metal.
+struct QuantizedMatmulParams {
+  int32_t M;
+  int32_t N;
+  int32_t K;
+  int32_t group_size;
+  int64_t a_stride_m;
+  int64_t a_stride_k;
+  int64_t w_stride_n;
+  int64_t scale_stride_n;
+  int64_t scale_stride_g;
+  int64_t zero_offset;
+  int64_t zero_stride_n;
+  int64_t zero_stride_g;
+};
+
+constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
+
+bool is_supported_group_size(int64_t group_size) {
+  return group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void require_same_dtype(const char* what, const Tensor& t, const Tensor& a) {
+  ETM_REQUIRE(t.dtype == a.dtype, what, " must have the activation dtype ", dtype_name(a.dtype),
+              ", got ", dtype_name(t.dtype));
+}
+
+// Validates a [M, K] activation; returns its MSL type name.
+const char* check_activation(const Tensor& a) {
+  require_device_tensor("A", a, 2);
+  ETM_REQUIRE(a.sizes[0] <= kMaxDimension && a.sizes[1] <= kMaxDimension,
+              "A is too large: ", a.sizes[0], " x ", a.sizes[1]);
+  ETM_REQUIRE(a.sizes[1] > 0, "K (A.size(1)) must be positive");
+  return activation_type_name("A", a);
+}
+
+// Weight rows must be byte streams: consecutive bytes along K.
+void require_unit_inner_stride(const char* what, const Tensor& t) {
+  ETM_REQUIRE(t.sizes[1] <= 1 || t.strides[1] == 1, what,
+              " must be contiguous along its last dimension, got strides [", t.strides[0], ", ",
+              t.strides[1], "]");
+}
+
+std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, const Tensor& a,
+                               const Tensor& weight_bytes, const Tensor& scales,
+                               const Tensor& zeros, const QuantizedMatmulParams& params) {
+  auto out = Runtime::get().empty_tensor({params.M, params.N}, {params.N, 1}, a.dtype);
+  if (params.M == 0 || params.N == 0) return out;
+  // One kernel for the matrix-vector case, the tiled one for more rows.
+  const bool vector = params.M == 1;
+  const std::string name = std::string(vector ? "qmv_" : "qmm_") + tag + "_" + type_name;
+  KernelLaunch launch(shader_kernel(kShaderFile, name));
+  launch.tensor(0, a).tensor(1, weight_bytes).tensor(2, scales).tensor(3, zeros).tensor(4, *out)
+      .value(5, params);
+  if (vector) {
+    // 2 simdgroups x 4 rows = 8 output rows per threadgroup.
+    launch.threadgroups({static_cast<uint64_t>(params.M), static_cast<uint64_t>(ceil_div(params.N, 8)), 1},
+                        {32, 2, 1});
+  } else {
+    launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 32)),
+                         static_cast<uint64_t>(ceil_div(params.M, 32)), 1},
+                        {64, 1, 1});
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* activation_type_name(const char* what, const Tensor& t) {
+  switch (static_cast<DType>(t.dtype)) {
+    case DType::float32: return "float";
+    case DType::float16: return "half";
+    case DType::bfloat16: return "bfloat";
+    default:
+      fail(what, " must be float32, float16 or bfloat16, got ", dtype_name(t.dtype));
+  }
+}
+
+void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, what, " must be on the mps device, got device type ",
+              t.device_type);
+  ETM_REQUIRE(t.dim() == dim, what, " must have ", dim, " dimensions, got ", t.dim());
+}
+
+std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, const Tensor& b,
+                                                    int64_t group_size, const Tensor& scales,
+                                                    const Tensor& zeros) {
+  ETM_REQUIRE(bits >= 1 && bits <= 7, "bit width must be 1 to 7, got ", bits);
+  const char* type_name = check_activation(a);
+  const int64_t M = a.sizes[0], K = a.sizes[1];
+  ETM_REQUIRE(K % 8 == 0, "K (A.size(1)) must be a multiple of 8, got ", K);
+  ETM_REQUIRE(is_supported_group_size(group_size),
+              "group_size must be 32, 64, 128 or 256, got ", group_size);
+  require_device_tensor("B", b, 2);
+  ETM_REQUIRE(b.dtype == static_cast<int32_t>(DType::uint8), "B must be uint8, got ",
+              dtype_name(b.dtype));
+  const int64_t N = b.sizes[0];
+  ETM_REQUIRE(N <= kMaxDimension, "B has too many rows: ", N);
+  ETM_REQUIRE(b.sizes[1] == bits * K / 8, "B must have ", bits, " * K / 8 = ", bits * K / 8,
+              " bytes per row for K = ", K, ", got ", b.sizes[1]);
+  require_unit_inner_stride("B", b);
+  const int64_t groups = ceil_div(K, group_size);
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"S", &scales}, {"Z", &zeros}}) {
+    require_device_tensor(what, *t, 2);
+    require_same_dtype(what, *t, a);
+    ETM_REQUIRE(t->sizes[0] == N && t->sizes[1] == groups, what, " must have shape [", N, ", ",
+                groups, "] (N, ceil(K / group_size)), got [", t->sizes[0], ", ", t->sizes[1], "]");
+  }
+  QuantizedMatmulParams params{};
+  params.M = static_cast<int32_t>(M);
+  params.N = static_cast<int32_t>(N);
+  params.K = static_cast<int32_t>(K);
+  params.group_size = static_cast<int32_t>(group_size);
+  params.a_stride_m = a.strides[0];
+  params.a_stride_k = a.strides[1];
+  params.w_stride_n = b.strides[0];
+  params.scale_stride_n = scales.strides[0];
+  params.scale_stride_g = scales.strides[1];
+  params.zero_offset = 0;
+  params.zero_stride_n = zeros.strides[0];
+  params.zero_stride_g = zeros.strides[1];
+  return encode(std::to_string(bits) + "bit", type_name, a, b, scales, zeros, params);
+}
+
+std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int64_t group_size,
+                                           const Tensor& scales_and_zeros) {
+  const char* type_name = check_activation(a);
+  const int64_t M = a.sizes[0], K = a.sizes[1];
+  ETM_REQUIRE(is_supported_group_size(group_size),
+              "qGroupSize must be 32, 64, 128 or 256, got ", group_size);
+  require_device_tensor("mat2", b, 4);
+  ETM_REQUIRE(b.dtype == static_cast<int32_t>(DType::int32), "mat2 must be int32, got ",
+              dtype_name(b.dtype));
+  ETM_REQUIRE(b.is_contiguous(), "mat2 must be contiguous");
+  const int64_t N = b.sizes[0] * 8;
+  ETM_REQUIRE(N <= kMaxDimension, "mat2 has too many rows: ", N);
+  ETM_REQUIRE(K % 8 == 0, "K (self.size(1)) must be a multiple of 8, got ", K);
+  ETM_REQUIRE(b.numel() * 8 == N * K, "mat2 holds ", b.numel() * 8, " 4-bit values, expected N * K = ",
+              N, " * ", K);
+  const Tensor& sz = scales_and_zeros;
+  require_device_tensor("qScaleAndZeros", sz, 3);
+  require_same_dtype("qScaleAndZeros", sz, a);
+  const int64_t groups = ceil_div(K, group_size);
+  ETM_REQUIRE(sz.sizes[0] == groups && sz.sizes[1] == N && sz.sizes[2] == 2,
+              "qScaleAndZeros must have shape [", groups, ", ", N, ", 2], got [", sz.sizes[0], ", ",
+              sz.sizes[1], ", ", sz.sizes[2], "]");
+  QuantizedMatmulParams params{};
+  params.M = static_cast<int32_t>(M);
+  params.N = static_cast<int32_t>(N);
+  params.K = static_cast<int32_t>(K);
+  params.group_size = static_cast<int32_t>(group_size);
+  params.a_stride_m = a.strides[0];
+  params.a_stride_k = a.strides[1];
+  params.w_stride_n = K / 2;
+  params.scale_stride_n = sz.strides[1];
+  params.scale_stride_g = sz.strides[0];
+  params.zero_offset = sz.strides[2];
+  params.zero_stride_n = sz.strides[1];
+  params.zero_stride_g = sz.strides[0];
+  return encode("int4pack", type_name, a, b, sz, sz, params);
+}
+
+std::unique_ptr<Tensor> weight_int8pack_mm(const Tensor& a, const Tensor& b, const Tensor& scales) {
+  const char* type_name = check_activation(a);
+  const int64_t M = a.sizes[0], K = a.sizes[1];
+  require_device_tensor("mat2", b, 2);
+  ETM_REQUIRE(b.dtype == static_cast<int32_t>(DType::int8), "mat2 must be int8, got ",
+              dtype_name(b.dtype));
+  const int64_t N = b.sizes[0];
+  ETM_REQUIRE(N <= kMaxDimension, "mat2 has too many rows: ", N);
+  ETM_REQUIRE(b.sizes[1] == K, "mat2 must have K = ", K, " columns, got ", b.sizes[1]);
+  require_unit_inner_stride("mat2", b);
+  require_device_tensor("scales", scales, 1);
+  require_same_dtype("scales", scales, a);
+  ETM_REQUIRE(scales.sizes[0] == N, "scales must have N = ", N, " elements, got ", scales.sizes[0]);
+  QuantizedMatmulParams params{};
+  params.M = static_cast<int32_t>(M);
+  params.N = static_cast<int32_t>(N);
+  params.K = static_cast<int32_t>(K);
+  params.group_size = static_cast<int32_t>(kMaxDimension);  // one scale per row
+  params.a_stride_m = a.strides[0];
+  params.a_stride_k = a.strides[1];
+  params.w_stride_n = b.strides[0];
+  params.scale_stride_n = scales.strides[0];
+  return encode("int8", type_name, a, b, scales, scales, params);
+}
+
+}  // namespace etm::ops

@@ -1,0 +1,216 @@
+// Weight-quantized linear layers: out[m, n] = sum_k a[m, k] * w[n, k], with w dequantized on
+// the fly from one of three packed formats (FORMAT):
+//
+//   kAffine   torchao _linear_fp_act_{1..7}bit_weight (and MLX affine): each row of K values is
+//             one little-endian bit stream (value k at bits [k*BITS, (k+1)*BITS)), so 8 values
+//             fill BITS bytes; w = scale[n, g] * q + zero[n, g], g = k / group_size.
+//   kInt4Pack torch _weight_int4pack_mm on MPS: the same 4-bit stream (even k in the low
+//             nibble), scales_and_zeros[g, n, {0, 1}]; w = scale * (q - 8) + zero.
+//   kInt8     torch _weight_int8pack_mm: signed bytes, one scale per row; w = scale[n] * q.
+//
+// Two kernels per format: qmv, the matrix-vector tile of MLX / llama.cpp (threadgroups of 2
+// simdgroups x 4 output rows, 16 values per lane per step, fp32 accumulation, simd_sum), used
+// for M = 1; and qmm, a 32x32 output tile staged through threadgroup memory, for M > 1.
+// Activations are indexed with strides; the output is a contiguous [M, N] tensor.
+#include <metal_stdlib>
+using namespace metal;
+
+constant constexpr int kAffine = 0;
+constant constexpr int kInt4Pack = 1;
+constant constexpr int kInt8 = 2;
+
+// Must match etm::ops::QuantizedMatmulParams (native/ops/quantized_linear.cpp).
+struct QuantizedMatmulParams {
+  int M;
+  int N;
+  int K;
+  int group_size;          // K for per-row scales
+  long a_stride_m;         // elements
+  long a_stride_k;
+  long w_stride_n;         // bytes between weight rows
+  long scale_stride_n;     // elements
+  long scale_stride_g;
+  long zero_offset;        // elements from the zeros binding to zero[0, 0]
+  long zero_stride_n;
+  long zero_stride_g;
+};
+
+// The 8 values that start at value index k (a multiple of 8) of a weight row. Values past K
+// read as 0; packed formats only ever hold whole octets (K % 8 == 0).
+template <int BITS, int FORMAT>
+inline void load_octet(const device uchar* row, int k, int K, thread float* q) {
+  if (FORMAT == kInt8) {
+    for (int j = 0; j < 8; ++j) q[j] = k + j < K ? float(as_type<char>(row[k + j])) : 0.0f;
+    return;
+  }
+  if (k >= K) {
+    for (int j = 0; j < 8; ++j) q[j] = 0.0f;
+    return;
+  }
+  const device uchar* octet = row + (k / 8) * BITS;
+  ulong packed = 0;
+  for (int i = 0; i < BITS; ++i) packed |= ulong(octet[i]) << (8 * i);
+  const uint mask = (1u << BITS) - 1u;
+  for (int j = 0; j < 8; ++j) q[j] = float(uint(packed >> (j * BITS)) & mask);
+}
+
+// (scale, bias) with w = scale * q + bias for row n, group g.
+template <typename T, int FORMAT>
+inline float2 scale_and_bias(const device T* scales, const device T* zeros,
+                             constant QuantizedMatmulParams& p, int n, int g) {
+  const float scale = float(scales[n * p.scale_stride_n + g * p.scale_stride_g]);
+  if (FORMAT == kInt8) return float2(scale, 0.0f);
+  const float zero = float(zeros[p.zero_offset + n * p.zero_stride_n + g * p.zero_stride_g]);
+  if (FORMAT == kInt4Pack) return float2(scale, zero - 8.0f * scale);
+  return float2(scale, zero);
+}
+
+template <typename T, int BITS, int FORMAT>
+kernel void qmv(const device T* a [[buffer(0)]],
+                const device uchar* w [[buffer(1)]],
+                const device T* scales [[buffer(2)]],
+                const device T* zeros [[buffer(3)]],
+                device T* out [[buffer(4)]],
+                constant QuantizedMatmulParams& p [[buffer(5)]],
+                uint3 group_id [[threadgroup_position_in_grid]],
+                uint simd_group [[simdgroup_index_in_threadgroup]],
+                uint lane [[thread_index_in_simdgroup]]) {
+  constexpr int kRows = 4;      // output rows per simdgroup
+  constexpr int kValues = 16;   // values of K per lane per step
+  constexpr int kStep = 32 * kValues;
+  const int m = int(group_id.x);
+  const int n0 = (int(group_id.y) * 2 + int(simd_group)) * kRows;
+  const device T* a_row = a + m * p.a_stride_m;
+
+  float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = int(lane) * kValues; k < p.K; k += kStep) {
+    float x[kValues];
+    float x_sum = 0.0f;
+    for (int j = 0; j < kValues; ++j) {
+      x[j] = k + j < p.K ? float(a_row[(k + j) * p.a_stride_k]) : 0.0f;
+      x_sum += x[j];
+    }
+    const int g = k / p.group_size;  // a lane's 16 values never straddle a group
+    for (int r = 0; r < kRows; ++r) {
+      const int n = n0 + r;
+      if (n >= p.N) break;
+      const device uchar* row = w + n * p.w_stride_n;
+      float q[kValues];
+      load_octet<BITS, FORMAT>(row, k, p.K, q);
+      load_octet<BITS, FORMAT>(row, k + 8, p.K, q + 8);
+      float dot = 0.0f;
+      for (int j = 0; j < kValues; ++j) dot += x[j] * q[j];
+      const float2 sb = scale_and_bias<T, FORMAT>(scales, zeros, p, n, g);
+      acc[r] += sb.x * dot + sb.y * x_sum;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const float total = simd_sum(acc[r]);
+    const int n = n0 + r;
+    if (lane == 0 && n < p.N) out[m * p.N + n] = T(total);
+  }
+}
+
+template <typename T, int BITS, int FORMAT>
+kernel void qmm(const device T* a [[buffer(0)]],
+                const device uchar* w [[buffer(1)]],
+                const device T* scales [[buffer(2)]],
+                const device T* zeros [[buffer(3)]],
+                device T* out [[buffer(4)]],
+                constant QuantizedMatmulParams& p [[buffer(5)]],
+                uint3 group_id [[threadgroup_position_in_grid]],
+                uint tid [[thread_index_in_threadgroup]]) {
+  constexpr int kTile = 32;            // output tile kTile x kTile, K step kTile
+  constexpr int kPitch = kTile + 1;    // padding against bank conflicts
+  // Both tiles are stored k-major: a_tile[k][m], w_tile[k][n].
+  threadgroup float a_tile[kTile * kPitch];
+  threadgroup float w_tile[kTile * kPitch];
+
+  const int m0 = int(group_id.y) * kTile;
+  const int n0 = int(group_id.x) * kTile;
+  // Loading: thread t fills 16 consecutive k of row t / 2 in both tiles.
+  const int load_row = int(tid) / 2;
+  const int load_k = (int(tid) % 2) * 16;
+  // Computing: thread t owns a 4x4 block of the output tile.
+  const int tm = (int(tid) / 8) * 4;
+  const int tn = (int(tid) % 8) * 4;
+
+  float acc[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+  const int m_load = m0 + load_row;
+  const int n_load = n0 + load_row;
+  for (int k0 = 0; k0 < p.K; k0 += kTile) {
+    const int k = k0 + load_k;
+    for (int j = 0; j < 16; ++j) {
+      a_tile[(load_k + j) * kPitch + load_row] =
+          m_load < p.M && k + j < p.K ? float(a[m_load * p.a_stride_m + (k + j) * p.a_stride_k]) : 0.0f;
+    }
+    if (n_load < p.N && k < p.K) {
+      const device uchar* row = w + n_load * p.w_stride_n;
+      float q[16];
+      load_octet<BITS, FORMAT>(row, k, p.K, q);
+      load_octet<BITS, FORMAT>(row, k + 8, p.K, q + 8);
+      const float2 sb = scale_and_bias<T, FORMAT>(scales, zeros, p, n_load, k / p.group_size);
+      for (int j = 0; j < 16; ++j) w_tile[(load_k + j) * kPitch + load_row] = sb.x * q[j] + sb.y;
+    } else {
+      for (int j = 0; j < 16; ++j) w_tile[(load_k + j) * kPitch + load_row] = 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int kk = 0; kk < kTile; ++kk) {
+      float av[4];
+      float wv[4];
+      for (int i = 0; i < 4; ++i) av[i] = a_tile[kk * kPitch + tm + i];
+      for (int j = 0; j < 4; ++j) wv[j] = w_tile[kk * kPitch + tn + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * wv[j];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int m = m0 + tm + i;
+    if (m >= p.M) break;
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + tn + j;
+      if (n < p.N) out[m * p.N + n] = T(acc[i][j]);
+    }
+  }
+}
+
+#define ETM_QMV_KERNEL(NAME, T, BITS, FORMAT)                                               \
+  template [[host_name(NAME)]] kernel void qmv<T, BITS, FORMAT>(                            \
+      const device T* a [[buffer(0)]], const device uchar* w [[buffer(1)]],                 \
+      const device T* scales [[buffer(2)]], const device T* zeros [[buffer(3)]],            \
+      device T* out [[buffer(4)]], constant QuantizedMatmulParams& p [[buffer(5)]],          \
+      uint3 group_id [[threadgroup_position_in_grid]],                                      \
+      uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
+      uint lane [[thread_index_in_simdgroup]]);
+
+#define ETM_QMM_KERNEL(NAME, T, BITS, FORMAT)                                   \
+  template [[host_name(NAME)]] kernel void qmm<T, BITS, FORMAT>(                            \
+      const device T* a [[buffer(0)]], const device uchar* w [[buffer(1)]],                 \
+      const device T* scales [[buffer(2)]], const device T* zeros [[buffer(3)]],            \
+      device T* out [[buffer(4)]], constant QuantizedMatmulParams& p [[buffer(5)]],          \
+      uint3 group_id [[threadgroup_position_in_grid]],                                      \
+      uint tid [[thread_index_in_threadgroup]]);
+
+// Kernel names: {qmv,qmm}_{1..7bit,int4pack,int8}_{float,half,bfloat}.
+#define ETM_QUANTIZED_PAIR(TAG, T, BITS, FORMAT)                                            \
+  ETM_QMV_KERNEL("qmv_" TAG "_" #T, T, BITS, FORMAT)                                       \
+  ETM_QMM_KERNEL("qmm_" TAG "_" #T, T, BITS, FORMAT)
+
+#define ETM_QUANTIZED_TYPE(T)                                                               \
+  ETM_QUANTIZED_PAIR("1bit", T, 1, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("2bit", T, 2, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("3bit", T, 3, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("4bit", T, 4, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("5bit", T, 5, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("6bit", T, 6, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("7bit", T, 7, kAffine)                                                 \
+  ETM_QUANTIZED_PAIR("int4pack", T, 4, kInt4Pack)                                           \
+  ETM_QUANTIZED_PAIR("int8", T, 8, kInt8)
+
+ETM_QUANTIZED_TYPE(float)
+ETM_QUANTIZED_TYPE(half)
+ETM_QUANTIZED_TYPE(bfloat)
