@@ -39,6 +39,33 @@ ETMETAL_API AOTITorchError aoti_torch_mps__linear_fp_act_7bit_weight(
     AtenTensorHandle A, AtenTensorHandle B, int64_t group_size, AtenTensorHandle S,
     AtenTensorHandle Z, AtenTensorHandle* ret);
 
+/* metal::gather_qmv(X, W, S, Z, ExpertIndices, group_size): per pair p,
+ * ret[p] = X[p] @ dequant(W[ExpertIndices[p]])^T.
+ * X [P, K] float32/float16/bfloat16 (any strides), K a multiple of 8; W uint8 [E, N, K/2]
+ * (4-bit, even k in the low nibble); S, Z [E, N, ceil(K/group_size)] in X's dtype,
+ * W[e, n, k] = S * q + Z; ExpertIndices int32 or int64 [P]; group_size 32, 64, 128 or 256.
+ * ret [P, N] in X's dtype. A pair whose index is outside [0, E) reads no weights and gets a
+ * zero row. */
+ETMETAL_API AOTITorchError aoti_torch_mps_gather_qmv(AtenTensorHandle X, AtenTensorHandle W,
+                                                     AtenTensorHandle S, AtenTensorHandle Z,
+                                                     AtenTensorHandle ExpertIndices,
+                                                     int64_t group_size, AtenTensorHandle* ret);
+
+/* metal::gated_delta_rule(Q, K, V, G, Beta, State): the gated delta rule over T steps, in one
+ * dispatch. Q, K [B, T, Hk, Dk]; V [B, T, Hv, Dv]; G, Beta [B, T, Hv] (G already
+ * exponentiated); all float32, float16 or bfloat16 of one dtype, any strides. State float32
+ * [B, Hv, Dv, Dk], updated in place. Hk divides Hv (value head h reads key head
+ * h / (Hv / Hk)); Dk and Dv multiples of 32. Per step t:
+ *   S = G_t S;  delta = Beta_t (v_t - S k_t);  S = S + delta k_t^T;  y_t = S q_t.
+ * retY [B, T, Hv, Dv] in Q's dtype. */
+ETMETAL_API AOTITorchError aoti_torch_mps_gated_delta_rule(AtenTensorHandle Q,
+                                                           AtenTensorHandle K,
+                                                           AtenTensorHandle V,
+                                                           AtenTensorHandle G,
+                                                           AtenTensorHandle Beta,
+                                                           AtenTensorHandle State,
+                                                           AtenTensorHandle* retY);
+
 ETMETAL_END_DECLS
 
 #endif

@@ -1,0 +1,102 @@
+#include "ops/gather_qmv.h"
+
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/quantized_linear.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+// Mirrors GatherQmvParams in shaders/gather_qmv.metal.
+struct GatherQmvParams {
+  int32_t P;
+  int32_t N;
+  int32_t K;
+  int32_t E;
+  int32_t group_size;
+  int32_t unused;
+  int64_t x_stride_p;
+  int64_t x_stride_k;
+  int64_t index_stride;
+  int64_t w_stride_e;
+  int64_t w_stride_n;
+  int64_t scale_stride_e;
+  int64_t scale_stride_n;
+  int64_t scale_stride_g;
+  int64_t bias_stride_e;
+  int64_t bias_stride_n;
+  int64_t bias_stride_g;
+};
+
+constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
+
+}  // namespace
+
+std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tensor& scales,
+                                   const Tensor& biases, const Tensor& indices,
+                                   int64_t group_size) {
+  require_device_tensor("X", x, 2);
+  const char* type_name = activation_type_name("X", x);
+  const int64_t P = x.sizes[0], K = x.sizes[1];
+  ETM_REQUIRE(P <= kMaxDimension && K <= kMaxDimension, "X is too large: ", P, " x ", K);
+  ETM_REQUIRE(K > 0 && K % 8 == 0, "K (X.size(1)) must be a positive multiple of 8, got ", K);
+  ETM_REQUIRE(group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256,
+              "group_size must be 32, 64, 128 or 256, got ", group_size);
+  require_device_tensor("W", w, 3);
+  ETM_REQUIRE(w.dtype == static_cast<int32_t>(DType::uint8), "W must be uint8, got ",
+              dtype_name(w.dtype));
+  const int64_t E = w.sizes[0], N = w.sizes[1];
+  ETM_REQUIRE(E <= kMaxDimension && N <= kMaxDimension, "W is too large");
+  ETM_REQUIRE(w.sizes[2] * 2 == K, "W must have K / 2 = ", K / 2, " bytes per row, got ",
+              w.sizes[2]);
+  ETM_REQUIRE(w.strides[2] == 1, "W must be contiguous along its last dimension");
+  const int64_t groups = (K + group_size - 1) / group_size;
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"S", &scales}, {"Z", &biases}}) {
+    require_device_tensor(what, *t, 3);
+    ETM_REQUIRE(t->dtype == x.dtype, what, " must have X's dtype ", dtype_name(x.dtype), ", got ",
+                dtype_name(t->dtype));
+    ETM_REQUIRE(t->sizes[0] == E && t->sizes[1] == N && t->sizes[2] == groups, what,
+                " must have shape [", E, ", ", N, ", ", groups, "], got [", t->sizes[0], ", ",
+                t->sizes[1], ", ", t->sizes[2], "]");
+  }
+  require_device_tensor("ExpertIndices", indices, 1);
+  const bool wide = indices.dtype == static_cast<int32_t>(DType::int64);
+  ETM_REQUIRE(wide || indices.dtype == static_cast<int32_t>(DType::int32),
+              "ExpertIndices must be int32 or int64, got ", dtype_name(indices.dtype));
+  ETM_REQUIRE(indices.sizes[0] == P, "ExpertIndices must have P = ", P, " elements, got ",
+              indices.sizes[0]);
+
+  auto out = Runtime::get().empty_tensor({P, N}, {N, 1}, x.dtype);
+  if (P == 0 || N == 0) return out;
+  ETM_REQUIRE(E > 0, "W holds no experts, but ", P, " pairs index it");
+  GatherQmvParams params{};
+  params.P = static_cast<int32_t>(P);
+  params.N = static_cast<int32_t>(N);
+  params.K = static_cast<int32_t>(K);
+  params.E = static_cast<int32_t>(E);
+  params.group_size = static_cast<int32_t>(group_size);
+  params.x_stride_p = x.strides[0];
+  params.x_stride_k = x.strides[1];
+  params.index_stride = indices.strides[0];
+  params.w_stride_e = w.strides[0];
+  params.w_stride_n = w.strides[1];
+  params.scale_stride_e = scales.strides[0];
+  params.scale_stride_n = scales.strides[1];
+  params.scale_stride_g = scales.strides[2];
+  params.bias_stride_e = biases.strides[0];
+  params.bias_stride_n = biases.strides[1];
+  params.bias_stride_g = biases.strides[2];
+  const std::string name = std::string("gather_qmv_") + type_name + (wide ? "_long" : "_int");
+  KernelLaunch(shader_kernel("gather_qmv.metal", name))
+      .tensor(0, x).tensor(1, w).tensor(2, scales).tensor(3, biases).tensor(4, indices)
+      .tensor(5, *out).value(6, params)
+      .threadgroups({static_cast<uint64_t>(P), static_cast<uint64_t>((N + 7) / 8), 1}, {32, 2, 1});
+  return out;
+}
+
+}  // namespace etm::ops

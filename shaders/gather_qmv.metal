@@ -1,0 +1,119 @@
+// Mixture-of-experts matrix-vector products with 4-bit affine expert weights (MLX layout):
+// y[p, n] = sum_k x[p, k] * w[e, n, k], e = indices[p], where row n of expert e packs two
+// values per byte (even k in the low nibble) and w = scale[e, n, g] * q + bias[e, n, g],
+// g = k / group_size.
+//
+// The tile is the MLX / llama.cpp matrix-vector tile: one threadgroup per (pair, 8 output
+// rows), 2 simdgroups x 4 rows, 16 values of K per lane per step, fp32 accumulation, simd_sum.
+// A pair whose expert index is outside [0, E) reads no weights; its output row is zero.
+#include <metal_stdlib>
+using namespace metal;
+
+// Must match etm::ops::GatherQmvParams (native/ops/gather_qmv.cpp).
+struct GatherQmvParams {
+  int P;
+  int N;
+  int K;
+  int E;
+  int group_size;
+  int unused;
+  long x_stride_p;      // elements
+  long x_stride_k;
+  long index_stride;
+  long w_stride_e;      // bytes
+  long w_stride_n;
+  long scale_stride_e;  // elements
+  long scale_stride_n;
+  long scale_stride_g;
+  long bias_stride_e;
+  long bias_stride_n;
+  long bias_stride_g;
+};
+
+// 16 values starting at k (a multiple of 8) of a 4-bit row; values past K read as 0.
+inline void load_4bit(const device uchar* row, int k, int K, thread float* q) {
+  for (int half_block = 0; half_block < 2; ++half_block) {
+    const int base = k + 8 * half_block;
+    thread float* dst = q + 8 * half_block;
+    if (base >= K) {
+      for (int j = 0; j < 8; ++j) dst[j] = 0.0f;
+      continue;
+    }
+    const device uchar* bytes = row + base / 2;
+    for (int j = 0; j < 4; ++j) {
+      const uint b = bytes[j];
+      dst[2 * j] = float(b & 0xFu);
+      dst[2 * j + 1] = float(b >> 4);
+    }
+  }
+}
+
+template <typename T, typename I>
+kernel void gather_qmv(const device T* x [[buffer(0)]],
+                       const device uchar* w [[buffer(1)]],
+                       const device T* scales [[buffer(2)]],
+                       const device T* biases [[buffer(3)]],
+                       const device I* indices [[buffer(4)]],
+                       device T* out [[buffer(5)]],
+                       constant GatherQmvParams& p [[buffer(6)]],
+                       uint3 group_id [[threadgroup_position_in_grid]],
+                       uint simd_group [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  constexpr int kRows = 4;
+  constexpr int kValues = 16;
+  constexpr int kStep = 32 * kValues;
+  const int pair = int(group_id.x);
+  const int n0 = (int(group_id.y) * 2 + int(simd_group)) * kRows;
+  const long expert = long(indices[pair * p.index_stride]);
+  const bool valid = expert >= 0 && expert < long(p.E);
+
+  float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (valid) {
+    const device T* x_row = x + pair * p.x_stride_p;
+    const device uchar* w_expert = w + expert * p.w_stride_e;
+    const device T* s_expert = scales + expert * p.scale_stride_e;
+    const device T* b_expert = biases + expert * p.bias_stride_e;
+    for (int k = int(lane) * kValues; k < p.K; k += kStep) {
+      float xv[kValues];
+      float x_sum = 0.0f;
+      for (int j = 0; j < kValues; ++j) {
+        xv[j] = k + j < p.K ? float(x_row[(k + j) * p.x_stride_k]) : 0.0f;
+        x_sum += xv[j];
+      }
+      const int g = k / p.group_size;
+      for (int r = 0; r < kRows; ++r) {
+        const int n = n0 + r;
+        if (n >= p.N) break;
+        float q[kValues];
+        load_4bit(w_expert + n * p.w_stride_n, k, p.K, q);
+        float dot = 0.0f;
+        for (int j = 0; j < kValues; ++j) dot += xv[j] * q[j];
+        const float scale = float(s_expert[n * p.scale_stride_n + g * p.scale_stride_g]);
+        const float bias = float(b_expert[n * p.bias_stride_n + g * p.bias_stride_g]);
+        acc[r] += scale * dot + bias * x_sum;
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const float total = simd_sum(acc[r]);
+    const int n = n0 + r;
+    if (lane == 0 && n < p.N) out[pair * p.N + n] = T(total);
+  }
+}
+
+#define ETM_GATHER_QMV(T, I)                                                                 \
+  template [[host_name("gather_qmv_" #T "_" #I)]] kernel void gather_qmv<T, I>(            \
+      const device T* x [[buffer(0)]], const device uchar* w [[buffer(1)]],                 \
+      const device T* scales [[buffer(2)]], const device T* biases [[buffer(3)]],           \
+      const device I* indices [[buffer(4)]], device T* out [[buffer(5)]],                   \
+      constant GatherQmvParams& p [[buffer(6)]],                                            \
+      uint3 group_id [[threadgroup_position_in_grid]],                                      \
+      uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
+      uint lane [[thread_index_in_simdgroup]]);
+
+ETM_GATHER_QMV(float, int)
+ETM_GATHER_QMV(float, long)
+ETM_GATHER_QMV(half, int)
+ETM_GATHER_QMV(half, long)
+ETM_GATHER_QMV(bfloat, int)
+ETM_GATHER_QMV(bfloat, long)
