@@ -50,11 +50,11 @@ def unpack_lowbit(packed: torch.Tensor, bits: int, K: int) -> torch.Tensor:
     """Inverse of :func:`pack_lowbit`: uint8 ``[..., bits * K / 8]`` -> uint8 ``[..., K]``."""
     if packed.shape[-1] * 8 != bits * K:
         raise ValueError(f"{packed.shape[-1]} bytes per row do not hold {K} {bits}-bit values")
-    bit_index = torch.arange(8, dtype=torch.int32)
-    stream = (packed.to(torch.int32).unsqueeze(-1) >> bit_index) & 1  # [..., bytes, 8]
-    stream = stream.reshape(*packed.shape[:-1], K, bits)
-    weights = 1 << torch.arange(bits, dtype=torch.int32)
-    return (stream * weights).sum(-1).to(torch.uint8)
+    # Every 8 values fill `bits` whole bytes: read each octet as one integer, then shift.
+    octets = packed.to(torch.int64).reshape(*packed.shape[:-1], K // 8, bits)
+    octets = (octets << (8 * torch.arange(bits, dtype=torch.int64))).sum(-1, keepdim=True)
+    values = (octets >> (bits * torch.arange(8, dtype=torch.int64))) & ((1 << bits) - 1)
+    return values.reshape(*packed.shape[:-1], K).to(torch.uint8)
 
 
 def _affine_groups(w: torch.Tensor, levels: int, group_size: int):
