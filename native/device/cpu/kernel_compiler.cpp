@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -315,7 +316,7 @@ Status KernelCompiler::get(KernelCompiler** out) {
 
 Status KernelCompiler::initialize() {
   cache_directory_ = default_cache_directory() + "/cpu";
-  for (const char* sub : {"", "/objects", "/checks", "/compilers", "/tmp"}) {
+  for (const char* sub : {"", "/objects", "/checks", "/compilers", "/translations", "/tmp"}) {
     if (!make_directories(cache_directory_ + sub)) {
       return Status::error("cannot create the kernel cache directory " + cache_directory_ + sub +
                            ": " + std::strerror(errno) + " (set ETMETAL_CACHE_DIR)");
@@ -366,6 +367,9 @@ Status KernelCompiler::initialize() {
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
             "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
             "-I" + header_directory_ + "/kernel_support"};
+  // Extra flags (e.g. -march=native when the cache is not shared between machines).
+  std::istringstream extra(environment("ETMETAL_CXXFLAGS"));
+  for (std::string flag; extra >> flag;) flags_.push_back(flag);
   if (is_clang_) {
     flags_.push_back("-ferror-limit=10");
   } else {
@@ -405,11 +409,23 @@ Status KernelCompiler::write_headers() {
   return Status();
 }
 
-std::string KernelCompiler::key_for(const std::string& source, const std::string& selection) const {
+std::string KernelCompiler::key_for(const std::string& source_hash, const std::string& selection) const {
   std::string material = std::string(kMslTranslatorVersion) + '\0' + description_ + '\0' + compiler_path_ +
                          '\0' + headers_hash_ + '\0' + runtime_library_ + '\0' + selection + '\0';
   for (const std::string& flag : flags_) material += flag + '\0';
-  return content_hash(material + source);
+  return content_hash(material + source_hash);
+}
+
+bool KernelCompiler::read_record(const std::string& category, const std::string& key, std::string* text) const {
+  return read_file(cache_directory_ + "/" + category + "/" + key, text);
+}
+
+void KernelCompiler::write_record(const std::string& category, const std::string& key, const std::string& text) {
+  const std::string path = cache_directory_ + "/" + category + "/" + key;
+  const std::string temporary = cache_directory_ + "/tmp/" + key + "-" + unique_suffix();
+  if (write_file(temporary, text.data(), text.size())) {
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) ::unlink(temporary.c_str());
+  }
 }
 
 Status KernelCompiler::run_compiler(const std::string& source, const std::string& selection,
@@ -446,10 +462,6 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
   std::string output;
   int code = 0;
   const bool ran = run_process(argv, &output, &code);
-  {
-    std::lock_guard<std::mutex> lock(counters_mutex_);
-    ++counters_.compiler_runs;
-  }
   std::string kept_source = output_path.empty() ? "" : output_path.substr(0, output_path.rfind('.')) + ".cpp";
   if (ran && code == 0 && !kept_source.empty()) {
     std::rename(source_path.c_str(), kept_source.c_str());  // kept next to the object, for debugging
@@ -464,18 +476,18 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
   return Status();
 }
 
-Status KernelCompiler::build_kernel(const std::string& source, uint32_t entry_index, std::string* object_path) {
+Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t entry_index,
+                                    const SourceProvider& provide_source, std::string* object_path) {
   const std::string selection = "-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index);
-  const std::string key = key_for(source, selection);
+  const std::string key = key_for(source_hash, selection);
   const std::string final_path = cache_directory_ + "/objects/" + key + ".so";
   *object_path = final_path;
-  if (file_exists(final_path)) {
-    std::lock_guard<std::mutex> lock(counters_mutex_);
-    ++counters_.cache_hits;
-    return Status();
-  }
+  if (file_exists(final_path)) return Status();
+  std::string source;
+  Status status = provide_source(&source);
+  if (!status.ok()) return status;
   const std::string temporary = cache_directory_ + "/tmp/" + key + "-" + unique_suffix() + ".so";
-  Status status = run_compiler(source, selection, false, temporary);
+  status = run_compiler(source, selection, false, temporary);
   if (!status.ok()) {
     ::unlink(temporary.c_str());
     return status;
@@ -489,24 +501,18 @@ Status KernelCompiler::build_kernel(const std::string& source, uint32_t entry_in
   return Status();
 }
 
-Status KernelCompiler::check_library(const std::string& source) {
+Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source) {
   const std::string selection = "-DETM_CPU_ALL_KERNELS=1";
-  const std::string marker = cache_directory_ + "/checks/" + key_for(source, selection);
-  if (file_exists(marker)) {
-    std::lock_guard<std::mutex> lock(counters_mutex_);
-    ++counters_.cache_hits;
-    return Status();
-  }
-  Status status = run_compiler(source, selection, true, "");
+  const std::string marker = cache_directory_ + "/checks/" + key_for(source_hash, selection);
+  if (file_exists(marker)) return Status();
+  std::string source;
+  Status status = provide_source(&source);
+  if (!status.ok()) return status;
+  status = run_compiler(source, selection, true, "");
   if (!status.ok()) return status;
   const std::string temporary = marker + "." + unique_suffix();
   if (write_file(temporary, "", 0)) std::rename(temporary.c_str(), marker.c_str());
   return Status();
-}
-
-KernelCompiler::Counters KernelCompiler::counters() const {
-  std::lock_guard<std::mutex> lock(counters_mutex_);
-  return counters_;
 }
 
 // ------------------------------------------------------------------------------- ELF

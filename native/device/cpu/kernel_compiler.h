@@ -1,7 +1,8 @@
 // Builds translated kernel sources into shared objects with the host C++ compiler, through
 // an on-disk cache shared by processes.
 //
-// Compiler: $ETMETAL_CXX, else the first of clang++ (>= 15) and g++ (>= 12) on PATH.
+// Compiler: $ETMETAL_CXX, else the first of clang++ (>= 15) and g++ (>= 12) on PATH;
+// $ETMETAL_CXXFLAGS adds flags.
 // Cache: $ETMETAL_CACHE_DIR, else $XDG_CACHE_HOME/etmetal, else ~/.cache/etmetal. Objects
 // are keyed by a hash of the translated source, the kernel selection, the compiler's
 // identity, the flags, the translator version and the embedded headers; they are written
@@ -10,7 +11,7 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,23 +31,25 @@ class KernelCompiler {
   const std::string& description() const { return description_; }
   const std::string& cache_directory() const { return cache_directory_; }
 
-  // Builds (or finds in the cache) the object for the kernel with this entry index.
-  Status build_kernel(const std::string& source, uint32_t entry_index, std::string* object_path);
-  // Compiles every kernel of the source without generating code, to report errors.
-  Status check_library(const std::string& source);
+  // Produces the translated source when the cache cannot answer without it.
+  using SourceProvider = std::function<Status(std::string* source)>;
 
-  // Cache statistics of this process, for tests and tools.
-  struct Counters {
-    uint64_t compiler_runs = 0;
-    uint64_t cache_hits = 0;
-  };
-  Counters counters() const;
+  // Builds (or finds in the cache) the object for the kernel with this entry index of the
+  // translated source whose content_hash is `source_hash`.
+  Status build_kernel(const std::string& source_hash, uint32_t entry_index,
+                      const SourceProvider& source, std::string* object_path);
+  // Compiles every kernel of the source without generating code, to report errors.
+  Status check_library(const std::string& source_hash, const SourceProvider& source);
+
+  // Small cache records (translation results), by category and key; written atomically.
+  bool read_record(const std::string& category, const std::string& key, std::string* text) const;
+  void write_record(const std::string& category, const std::string& key, const std::string& text);
 
  private:
   KernelCompiler() = default;
   Status initialize();
   Status write_headers();
-  std::string key_for(const std::string& source, const std::string& selection) const;
+  std::string key_for(const std::string& source_hash, const std::string& selection) const;
   Status run_compiler(const std::string& source, const std::string& selection, bool syntax_only,
                       const std::string& output_path);
 
@@ -58,8 +61,6 @@ class KernelCompiler {
   std::string headers_hash_;
   std::string runtime_library_;  // libetmetal's path, when it is a shared library
   std::vector<std::string> flags_;
-  mutable std::mutex counters_mutex_;
-  Counters counters_;
 };
 
 // The dynamic symbols a shared object needs from elsewhere (ELF only). Returns false when

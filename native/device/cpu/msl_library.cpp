@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
@@ -183,57 +184,6 @@ class CpuKernelPipeline : public CpuPipeline {
   std::shared_ptr<KernelObject> object_;
 };
 
-class CpuLibrary : public Library {
- public:
-  CpuLibrary(KernelCompiler* compiler, MslTranslation translation)
-      : compiler_(compiler), translation_(std::move(translation)) {}
-
-  // Builds the kernel's object (from the cache when it is there) and loads it.
-  Status load(const TranslatedKernel& kernel, std::shared_ptr<KernelObject>* out) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = objects_.find(kernel.entry_index);
-    if (found != objects_.end()) {
-      *out = found->second;
-      return Status();
-    }
-    std::string path;
-    Status status = compiler_->build_kernel(translation_.source, kernel.entry_index, &path);
-    if (!status.ok()) return status;
-    status = KernelObject::load(path, kernel, out);
-    if (!status.ok()) return status;
-    if ((*out)->static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
-      return Status::error("kernel '" + kernel.name + "' declares " +
-                           std::to_string((*out)->static_threadgroup_bytes()) +
-                           " bytes of threadgroup memory; the limit is " + std::to_string(kThreadgroupMemoryLimit));
-    }
-    objects_[kernel.entry_index] = *out;
-    return Status();
-  }
-
-  const MslTranslation& translation() const { return translation_; }
-
-  Status new_pipeline(const std::string& kernel_name, std::shared_ptr<Pipeline>* out) override {
-    for (const TranslatedKernel& kernel : translation_.kernels) {
-      if (kernel.name != kernel_name) continue;
-      std::shared_ptr<KernelObject> object;
-      Status status = load(kernel, &object);
-      if (!status.ok()) return status;
-      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
-      return Status();
-    }
-    std::string names;
-    for (const TranslatedKernel& kernel : translation_.kernels) names += (names.empty() ? "" : ", ") + kernel.name;
-    return Status::error("the shader library has no kernel named '" + kernel_name + "' (it has: " +
-                         (names.empty() ? "no kernels" : names) + ")");
-  }
-
- private:
-  KernelCompiler* compiler_;
-  const MslTranslation translation_;
-  std::mutex mutex_;
-  std::map<uint32_t, std::shared_ptr<KernelObject>> objects_;
-};
-
 // Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.
 std::string with_source_lines(const std::string& message, const std::string& source) {
   std::vector<std::string> lines;
@@ -262,6 +212,143 @@ std::string with_source_lines(const std::string& message, const std::string& sou
   return out;
 }
 
+// What a library needs from its translation without the translated text: the kernels and
+// the hash that names the translated source in the object cache. Kept as a small record in
+// the cache, so creating a library whose objects are cached does not translate again.
+struct LibraryDescription {
+  std::string source_hash;
+  std::vector<TranslatedKernel> kernels;
+};
+
+// Records are text: one field per line, names length-prefixed ("5:hello").
+std::string serialize(const LibraryDescription& d) {
+  std::ostringstream out;
+  out << kMslTranslatorVersion << "\n" << d.source_hash << "\n" << d.kernels.size() << "\n";
+  for (const TranslatedKernel& k : d.kernels) {
+    out << k.name.size() << ":" << k.name << " " << k.entry_index << " "
+        << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << "\n";
+    for (const KernelArgument& a : k.arguments) {
+      out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
+          << a.by_reference << " " << a.attribute.size() << ":" << a.attribute << "\n";
+    }
+  }
+  return out.str();
+}
+
+bool read_counted(std::istream& in, std::string* text) {
+  size_t length = 0;
+  char colon = 0;
+  if (!(in >> length >> colon) || colon != ':' || length > 4096) return false;
+  text->resize(length);
+  return length == 0 || static_cast<bool>(in.read(&(*text)[0], static_cast<std::streamsize>(length)));
+}
+
+bool deserialize(const std::string& text, LibraryDescription* d) {
+  std::istringstream in(text);
+  std::string version;
+  size_t kernel_count = 0;
+  if (!std::getline(in, version) || version != kMslTranslatorVersion) return false;
+  if (!(in >> d->source_hash >> kernel_count) || kernel_count > 100000) return false;
+  d->kernels.resize(kernel_count);
+  for (TranslatedKernel& k : d->kernels) {
+    size_t argument_count = 0;
+    if (!read_counted(in, &k.name) ||
+        !(in >> k.entry_index >> k.max_total_threads_per_threadgroup >> k.line >> argument_count) ||
+        argument_count > 1000) {
+      return false;
+    }
+    k.arguments.resize(argument_count);
+    for (KernelArgument& a : k.arguments) {
+      int kind = 0;
+      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference) ||
+          !read_counted(in, &a.attribute) || kind < 0 || kind > 2) {
+        return false;
+      }
+      a.kind = static_cast<KernelArgumentKind>(kind);
+    }
+  }
+  return true;
+}
+
+class CpuLibrary : public Library {
+ public:
+  CpuLibrary(KernelCompiler* compiler, std::string msl, MslTranslationOptions options,
+             LibraryDescription description, std::string translated)
+      : compiler_(compiler),
+        msl_(std::move(msl)),
+        options_(options),
+        description_(std::move(description)),
+        translated_(std::move(translated)) {}
+
+  const std::vector<TranslatedKernel>& kernels() const { return description_.kernels; }
+
+  // The translated source, for building objects the cache does not have.
+  Status translated_source(std::string* out) {
+    if (translated_.empty()) {
+      MslTranslation translation;
+      Status status = translate_msl(msl_, options_, &translation);
+      if (!status.ok()) return status;
+      translated_ = std::move(translation.source);
+    }
+    *out = translated_;
+    return Status();
+  }
+
+  Status check() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return compiler_->check_library(description_.source_hash,
+                                    [this](std::string* source) { return translated_source(source); });
+  }
+
+  // Builds the kernel's object (from the cache when it is there) and loads it.
+  Status load(const TranslatedKernel& kernel, std::shared_ptr<KernelObject>* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = objects_.find(kernel.entry_index);
+    if (found != objects_.end()) {
+      *out = found->second;
+      return Status();
+    }
+    std::string path;
+    Status status = compiler_->build_kernel(description_.source_hash, kernel.entry_index,
+                                            [this](std::string* source) { return translated_source(source); },
+                                            &path);
+    if (!status.ok()) return status;
+    status = KernelObject::load(path, kernel, out);
+    if (!status.ok()) return status;
+    if ((*out)->static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
+      return Status::error("kernel '" + kernel.name + "' declares " +
+                           std::to_string((*out)->static_threadgroup_bytes()) +
+                           " bytes of threadgroup memory; the limit is " + std::to_string(kThreadgroupMemoryLimit));
+    }
+    objects_[kernel.entry_index] = *out;
+    return Status();
+  }
+
+  Status new_pipeline(const std::string& kernel_name, std::shared_ptr<Pipeline>* out) override {
+    for (const TranslatedKernel& kernel : description_.kernels) {
+      if (kernel.name != kernel_name) continue;
+      std::shared_ptr<KernelObject> object;
+      Status status = load(kernel, &object);
+      if (!status.ok()) return Status::error(with_source_lines(status.message(), msl_));
+      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
+      return Status();
+    }
+    std::string names;
+    for (const TranslatedKernel& kernel : description_.kernels) names += (names.empty() ? "" : ", ") + kernel.name;
+    return Status::error("the shader library has no kernel named '" + kernel_name + "' (it has: " +
+                         (names.empty() ? "no kernels" : names) + ")");
+  }
+
+ private:
+  KernelCompiler* compiler_;
+  const std::string msl_;
+  const MslTranslationOptions options_;
+  const LibraryDescription description_;
+  std::string translated_;  // empty until needed
+  std::mutex mutex_;
+  std::map<uint32_t, std::shared_ptr<KernelObject>> objects_;
+};
+
 }  // namespace
 
 Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* out) {
@@ -270,17 +357,29 @@ Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* 
   if (!status.ok()) return status;
   MslTranslationOptions options;
   options.suffix_float_literals = compiler->is_clang();
-  MslTranslation translation;
-  status = translate_msl(source, options, &translation);
-  if (!status.ok()) return Status::error("MSL translation failed: " + status.message());
-  auto library = std::make_shared<CpuLibrary>(compiler, std::move(translation));
-  const auto& kernels = library->translation().kernels;
-  if (kernels.size() == 1) {
+
+  const std::string record_key =
+      content_hash(std::string(kMslTranslatorVersion) + (options.suffix_float_literals ? "f" : "-") + source);
+  LibraryDescription description;
+  std::string translated;
+  std::string record;
+  if (!compiler->read_record("translations", record_key, &record) || !deserialize(record, &description)) {
+    MslTranslation translation;
+    status = translate_msl(source, options, &translation);
+    if (!status.ok()) return Status::error("MSL translation failed: " + status.message());
+    description.source_hash = content_hash(translation.source);
+    description.kernels = std::move(translation.kernels);
+    translated = std::move(translation.source);
+    compiler->write_record("translations", record_key, serialize(description));
+  }
+  auto library = std::make_shared<CpuLibrary>(compiler, source, options, std::move(description),
+                                              std::move(translated));
+  if (library->kernels().size() == 1) {
     // Building the one kernel now costs nothing extra and reports errors here, like Metal.
     std::shared_ptr<KernelObject> object;
-    status = library->load(kernels[0], &object);
+    status = library->load(library->kernels()[0], &object);
   } else {
-    status = compiler->check_library(library->translation().source);
+    status = library->check();
   }
   if (!status.ok()) return Status::error(with_source_lines(status.message(), source));
   *out = std::move(library);

@@ -42,6 +42,7 @@ class Lexer {
   explicit Lexer(const std::string& text) : text_(text) {}
 
   bool run(std::vector<Token>* tokens, std::string* error) {
+    tokens->reserve(text_.size() / 4);
     bool line_start = true;
     while (pos_ < text_.size()) {
       const char c = text_[pos_];
@@ -115,8 +116,9 @@ class Lexer {
       }
       size_t length = 1;
       for (const char* p : kPunctuators) {
-        const size_t n = std::strlen(p);
-        if (text_.compare(pos_, n, p) == 0) {
+        if (p[0] != c) continue;
+        const size_t n = p[2] ? 3 : 2;
+        if (pos_ + n <= text_.size() && std::memcmp(text_.data() + pos_, p, n) == 0) {
           length = n;
           break;
         }
