@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import METAL_INCLUDE, compiler, torch_include
+from metal_stdlib_build import METAL_INCLUDE, compiler, torch_include
 
 # indexing.h (ATen's own kernels, never included by Inductor) overloads functions on
 # `constant void*` versus `device void*`. Those stay distinct only after the MSL translator's

@@ -4,7 +4,7 @@ hand-computed values (programs/vector_semantics.cpp) and numpy / torch (programs
 import numpy as np
 import pytest
 
-from conftest import PROGRAMS, compile_program, run_program
+from metal_stdlib_build import PROGRAMS, build_dir, compile_program, run_program  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("std", ["c++17", "c++20"])

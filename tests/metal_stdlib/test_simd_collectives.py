@@ -5,7 +5,7 @@ expectations computed here with numpy from Apple's documented semantics."""
 import numpy as np
 import pytest
 
-from conftest import PROGRAMS, compile_program, run_program, torch_include
+from metal_stdlib_build import PROGRAMS, build_dir, compile_program, run_program, torch_include  # noqa: F401 (fixture)
 
 SIMD_WIDTH = 32
 

@@ -1,5 +1,8 @@
 """Builds and runs the small C++ programs that test the emulated Metal standard library
-(native/device/cpu/metal_include) with the host compiler, as the CPU device compiles kernels."""
+(native/device/cpu/metal_include) with the host compiler, as the CPU device compiles kernels.
+
+A plain module rather than a conftest.py: test files of other folders import their own
+`conftest`, and a second module of that name would shadow theirs in a combined run."""
 
 import os
 import pathlib
