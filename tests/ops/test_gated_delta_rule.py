@@ -167,3 +167,16 @@ def test_argument_errors():
     assert "State must have shape [1, 4, 32, 64]" in failure([q, k, v, g, beta], state[:, :, :16])
     assert "Q must be float32, float16 or bfloat16, got float64" in failure(
         [q.double(), k, v, g, beta], state)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("Dk,Dv", [(128, 128), (256, 64), (1024, 32)])
+def test_model_sized_grid(dtype, Dk, Dv):
+    """Grouped heads (4 key heads shared by 8 value heads), model-sized rows, 64 steps."""
+    tensors, state = inputs(1, 64, 4, 8, Dk, Dv, dtype, seed=Dk)
+    state_device = dev(state)
+    y = run(tensors, state_device)
+    y_ref, state_ref = reference(*tensors, state)
+    close(y, y_ref, Y_TOLERANCE[dtype])
+    close(state_device.torch(), state_ref, 1e-4)

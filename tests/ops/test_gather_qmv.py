@@ -148,3 +148,16 @@ def test_argument_errors():
     assert "Z must have shape [2, 8, 2], got [2, 8, 1]" in failure(
         x, w, s, z[:, :, :1].contiguous(), idx, gs)
     assert "positive multiple of 8" in failure(torch.randn(2, 12), w, s, z, idx, gs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group_size", [32, 64, 128, 256])
+def test_moe_sized_grid(dtype, group_size):
+    """Decoder-sized experts: 16 experts, K = 2048, N = 512, 64 token-expert pairs."""
+    E, N, K, P = 16, 512, 2048, 64
+    q, w, s, z = experts(E, N, K, group_size, dtype, seed=group_size)
+    x = torch.randn(P, K).to(dtype)
+    indices = torch.randint(0, E, (P,), dtype=torch.int64)
+    assert_matches(run(x, w, s, z, indices, group_size),
+                   expected(x, q, s, z, indices, group_size), dtype)
