@@ -264,3 +264,31 @@ def test_repeated_calls_do_not_grow_device_memory():
     for _ in range(3):
         assert linear_lowbit(2, A, B, 32, S, Z).shape == (1, 8)
     assert live_allocations() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bits", range(1, 8))
+@pytest.mark.parametrize("M,K,N,group_size", LOWBIT_SHAPES + [(1, 640, 8198, 32), (81, 8, 4, 256),
+                                                            (64, 2048, 96, 128)])
+def test_lowbit_grid(dtype, bits, M, K, N, group_size):
+    A, q, S, Z = random_lowbit(M, K, N, bits, group_size, dtype, seed=bits * 7 + M)
+    out = linear_lowbit(bits, A, quantize.pack_lowbit(q, bits), group_size, S, Z)
+    assert_matches(out, expected_lowbit(A, q, S, Z, group_size), dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("group_size", [32, 64, 128, 256])
+@pytest.mark.parametrize("M,K,N", [(1, 4096, 1024), (3, 1024, 264), (70, 768, 136)])
+def test_int4pack_and_int8pack_grid(dtype, group_size, M, K, N):
+    g = torch.Generator().manual_seed(group_size + M)
+    w = torch.randn(N, K, generator=g)
+    A = torch.randn(M, K, generator=g).to(dtype)
+    mat2, sz = quantize.quantize_int4pack(w, group_size, dtype)
+    out = call(lib.aoti_torch_mps__weight_int4pack_mm, dev(A), dev(mat2), group_size, dev(sz))
+    assert_matches(out, reference.weight_int4pack_mm(A.double(), mat2, group_size, sz.double()),
+                   dtype)
+    q8, scales = quantize.quantize_int8pack(w, dtype)
+    out = call(lib.aoti_torch_mps__weight_int8pack_mm, dev(A), dev(q8), dev(scales))
+    assert_matches(out, (A.double() @ q8.double().t()) * scales.double(), dtype)
