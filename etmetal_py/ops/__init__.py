@@ -8,8 +8,12 @@ declarations for AOTInductor (``etmetal_py.aoti_compile_and_package`` uses it), 
 """
 
 from . import quantize, reference
-from .c_shims import custom_ops_to_c_shims
+from .c_shims import build_custom_ops_to_c_shims
 from .custom_ops import LOWBIT_WIDTHS, gated_delta_rule, gather_qmv, linear_lowbit_op
+
+# {OpOverload: [C declaration]}: pass as inductor_configs["aot_inductor.custom_ops_to_c_shims"]
+# (etmetal_py.aoti_compile_and_package adds it by itself).
+custom_ops_to_c_shims = build_custom_ops_to_c_shims()
 
 __all__ = ["LOWBIT_WIDTHS", "custom_ops_to_c_shims", "gated_delta_rule", "gather_qmv",
            "linear_lowbit_op", "quantize", "reference"]

@@ -33,7 +33,7 @@ def op_for_function(name: str) -> torch._ops.OpOverload:
     return getattr(namespace, op_name).default
 
 
-def custom_ops_to_c_shims() -> dict:
+def build_custom_ops_to_c_shims() -> dict:
     """{OpOverload: [C declaration]} for ``aot_inductor.custom_ops_to_c_shims``."""
     return {op_for_function(name): [declaration]
             for name, declaration in header_declarations().items()}

@@ -125,8 +125,9 @@ class GatedDeltaNetBlock(torch.nn.Module):
 
 
 def test_c_shims_name_exported_functions():
-    """Every C-shim declaration names a function libetmetal exports with that signature."""
-    shims = etmetal_py.ops.custom_ops_to_c_shims()
+    """Every C-shim declaration names a function libetmetal exports with that many
+    parameters, and compile's hook picks the dictionary up."""
+    shims = etmetal_py.ops.custom_ops_to_c_shims
     assert {str(op) for op in shims} >= {"metal.gather_qmv.default", "metal.gated_delta_rule.default",
                                          "torchao._linear_fp_act_4bit_weight.default"}
     for declarations in shims.values():
@@ -134,6 +135,10 @@ def test_c_shims_name_exported_functions():
         name = declaration.split("(")[0].split()[-1]
         c_type = etmetal_py.ffi.typeof(getattr(etmetal_py.lib, name))
         assert len(c_type.args) == declaration.count(",") + 1
+    from etmetal_py.aoti.compile import build_inductor_configs
+
+    configs = build_inductor_configs(None, external_weights=False)
+    assert configs["aot_inductor.custom_ops_to_c_shims"] == shims
 
 
 def test_moe_block_end_to_end(tmp_path):
