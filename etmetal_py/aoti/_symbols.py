@@ -14,6 +14,7 @@ import struct
 import subprocess
 
 _ELF_MAGIC = b"\x7fELF"
+_SHT_SYMTAB = 2
 _SHT_DYNSYM = 11
 _SHN_UNDEF = 0
 _STB_WEAK = 2
@@ -23,8 +24,10 @@ class SymbolReadError(RuntimeError):
     """The library's symbol table could not be read."""
 
 
-def _elf_undefined_symbols(data: bytes) -> tuple[set[str], set[str]]:
-    """(strong, weak) undefined dynamic symbols of an ELF shared object."""
+def _elf_symbols(data: bytes, section_type: int):
+    """Yields (name, binding, section index, value) of one ELF symbol table type."""
+    if data[:4] != _ELF_MAGIC:
+        raise SymbolReadError("not an ELF file")
     elf_class, byte_order = data[4], data[5]
     if elf_class not in (1, 2) or byte_order not in (1, 2):
         raise SymbolReadError("unknown ELF class or byte order")
@@ -48,28 +51,53 @@ def _elf_undefined_symbols(data: bytes) -> tuple[set[str], set[str]]:
                     endian + "IIIIIIIIII", data, base)
             return sh_type, offset, size, link, entsize
 
-        strong: set[str] = set()
-        weak: set[str] = set()
+        symbols = []
         for index in range(shnum):
             sh_type, offset, size, link, entsize = section(index)
-            if sh_type != _SHT_DYNSYM:
+            if sh_type != section_type:
                 continue
             _, str_offset, str_size, _, _ = section(link)
             strings = data[str_offset:str_offset + str_size]
             entsize = entsize or (24 if is64 else 16)
             for sym in range(offset + entsize, offset + size, entsize):  # entry 0 is null
                 if is64:
-                    name_off, info, _, shndx, _, _ = struct.unpack_from(endian + "IBBHQQ", data, sym)
+                    name_off, info, _, shndx, value, _ = struct.unpack_from(
+                        endian + "IBBHQQ", data, sym)
                 else:
-                    name_off, _, _, info, _, shndx = struct.unpack_from(endian + "IIIBBH", data, sym)
-                if shndx != _SHN_UNDEF or name_off == 0:
+                    name_off, value, _, info, _, shndx = struct.unpack_from(
+                        endian + "IIIBBH", data, sym)
+                if name_off == 0:
                     continue
                 end = strings.find(b"\0", name_off)
                 name = strings[name_off:end if end >= 0 else None].decode("utf-8", "replace")
-                (weak if info >> 4 == _STB_WEAK else strong).add(name)
-        return strong, weak
+                symbols.append((name, info >> 4, shndx, value))
+        return symbols
     except struct.error as exc:
         raise SymbolReadError(f"truncated ELF file ({exc})") from None
+
+
+def _elf_undefined_symbols(data: bytes) -> tuple[set[str], set[str]]:
+    """(strong, weak) undefined dynamic symbols of an ELF shared object."""
+    strong: set[str] = set()
+    weak: set[str] = set()
+    for name, binding, shndx, _ in _elf_symbols(data, _SHT_DYNSYM):
+        if shndx == _SHN_UNDEF:
+            (weak if binding == _STB_WEAK else strong).add(name)
+    return strong, weak
+
+
+def local_symbol_offset(path: str, name: str) -> int | None:
+    """Offset from the load base of a defined symbol in the full (non-dynamic) symbol table of
+    an ELF library; None when the file is not ELF, is stripped, or lacks the symbol."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        for symbol, _, shndx, value in _elf_symbols(data, _SHT_SYMTAB):
+            if symbol == name and shndx != _SHN_UNDEF:
+                return value
+    except (OSError, SymbolReadError):
+        return None
+    return None
 
 
 def _nm_undefined_symbols(path: str) -> tuple[set[str], set[str]]:
@@ -114,15 +142,26 @@ def _dladdr_function() -> ctypes._CFuncPtr | None:
     return dladdr
 
 
-def library_of_address(address: int) -> str | None:
-    """Real path of the loaded library that contains `address`, when the loader knows it."""
+def _dladdr(address: int) -> _DlInfo | None:
     dladdr = _dladdr_function()
     if dladdr is None or not address:
         return None
     info = _DlInfo()
     if dladdr(ctypes.c_void_p(address), ctypes.byref(info)) == 0 or not info.dli_fname:
         return None
-    return os.path.realpath(os.fsdecode(info.dli_fname))
+    return info
+
+
+def library_of_address(address: int) -> str | None:
+    """Real path of the loaded library that contains `address`, when the loader knows it."""
+    info = _dladdr(address)
+    return os.path.realpath(os.fsdecode(info.dli_fname)) if info is not None else None
+
+
+def library_base(address: int) -> int | None:
+    """Load address of the library that contains `address`."""
+    info = _dladdr(address)
+    return info.dli_fbase if info is not None and info.dli_fbase else None
 
 
 def global_symbol_address(name: str) -> int:

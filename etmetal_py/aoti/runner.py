@@ -8,6 +8,7 @@ lacks fails to load with that function's name instead of aborting on first use.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -23,8 +24,8 @@ import torch.utils._pytree as pytree
 
 from .. import _ffi
 from ..tensors import MPS, Tensor, dtype_code
-from ._symbols import (SymbolReadError, global_symbol_address, library_of_address,
-                       undefined_symbols)
+from ._symbols import (SymbolReadError, global_symbol_address, library_base, library_of_address,
+                       local_symbol_offset, undefined_symbols)
 
 SIGNATURE_FILE = "etmetal/signature.json"
 
@@ -201,6 +202,36 @@ def _as_torch(value: torch.Tensor | np.ndarray, position: int) -> torch.Tensor:
     return value.detach()
 
 
+def model_dso_handle(library_path: str, anchor_address: int) -> int | None:
+    """Address of the model library's `__dso_handle`, the key its static destructors are
+    registered under; None when it cannot be found and verified."""
+    offset = local_symbol_offset(library_path, "__dso_handle")
+    base = library_base(anchor_address)
+    if offset is None or base is None:
+        return None
+    address = base + offset
+    # In a shared object, __dso_handle holds its own address.
+    if ctypes.c_void_p.from_address(address).value != address:
+        return None
+    return address
+
+
+def run_static_destructors(dso_handle: int) -> None:
+    """Runs the destructors of a library's static objects now, once (__cxa_finalize).
+
+    Model libraries cannot be unloaded: g++ gives them STB_GNU_UNIQUE symbols, which make
+    dlclose keep them. Their static kernel handles own the model's shader libraries, so without
+    this the libraries would live until process exit, and be destroyed there, from inside the
+    loader's exit-time finalization."""
+    try:
+        finalize = ctypes.CDLL(None).__cxa_finalize
+    except AttributeError:
+        return
+    finalize.argtypes = [ctypes.c_void_p]
+    finalize.restype = None
+    finalize(ctypes.c_void_p(dso_handle))
+
+
 class _Resources:
     """Everything a runner must release, kept apart so a finalizer can release it."""
 
@@ -208,6 +239,7 @@ class _Resources:
         self.container_ffi = None
         self.library = None
         self.container = None
+        self.dso_handle: int | None = None
         self.contents: _PackageContents | None = None
 
     def release(self) -> None:
@@ -216,6 +248,9 @@ class _Resources:
         self.library = None
         if container is not None and library is not None:
             library.AOTInductorModelContainerDelete(container)
+        if library is not None and self.dso_handle is not None:
+            run_static_destructors(self.dso_handle)
+            self.dso_handle = None
         if library is not None and container_ffi is not None:
             try:
                 container_ffi.dlclose(library)
@@ -265,6 +300,8 @@ class ModelRunner:
             raise PackageError(f"cannot load the model library: {exc}") from None
         self._state.library = library
         self._lib = library
+        anchor = int(cffi_module.cast("uintptr_t", library.AOTInductorModelContainerRun))
+        self._state.dso_handle = model_dso_handle(contents.library, anchor)
         try:
             self._get_last_error = library.AOTInductorGetLastError
         except AttributeError:

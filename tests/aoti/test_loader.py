@@ -5,6 +5,7 @@ import gc
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import zipfile
 
@@ -259,3 +260,24 @@ def test_close_waits_for_a_run_in_progress(packages):
     assert runner.closed and runner._state.container is None
     assert len(results) == 1
     assert_outputs_close(results[0], compiled.expected((x,)), 1e-5, 1e-5)
+
+
+def test_a_process_that_ran_models_exits_cleanly(packages):
+    require_shader_compiler()
+    path = packages.get("weights_in_so").path
+    script = (
+        "import sys, torch\n"
+        "from etmetal_py.aoti import aoti_load_package\n"
+        "closed = aoti_load_package(sys.argv[1])\n"
+        "closed(torch.randn(4, 64))\n"
+        "closed.close()\n"
+        "left_open = aoti_load_package(sys.argv[1])\n"
+        "print(float(left_open(torch.ones(4, 64)).sum()))\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    environment = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-c", script, path], capture_output=True,
+                            text=True, env=environment, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    compiled = packages.get("weights_in_so")
+    expected = float(compiled.expected((torch.ones(4, 64),)).sum())
+    assert abs(float(result.stdout.strip()) - expected) < 1e-3
