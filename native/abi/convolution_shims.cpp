@@ -1,0 +1,44 @@
+// aoti_torch_mps_convolution (etmetal/fallback_convolution.h).
+#include <vector>
+
+#include "abi/guard.h"
+#include "etmetal/fallback_convolution.h"
+#include "ops/convolution.h"
+
+using etm::abi::guarded_encoding;
+using etm::abi::new_handle;
+using etm::abi::require_out;
+using etm::abi::tensor_of;
+
+namespace {
+
+std::vector<int64_t> int_list(const char* name, const int64_t* values, int64_t length) {
+  ETM_REQUIRE(length >= 0, "convolution: ", name, " has negative length ", length);
+  ETM_REQUIRE(values || length == 0, "convolution: ", name, " is null with length ", length);
+  return std::vector<int64_t>(values, values + length);
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_convolution(
+    AtenTensorHandle input, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
+    int64_t dilation_len_, int32_t transposed, const int64_t* output_padding,
+    int64_t output_padding_len_, int64_t groups, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    etm::ops::ConvolutionOptions options;
+    options.stride = int_list("stride", stride, stride_len_);
+    options.padding = int_list("padding", padding, padding_len_);
+    options.dilation = int_list("dilation", dilation, dilation_len_);
+    options.transposed = transposed != 0;
+    options.output_padding = int_list("output_padding", output_padding, output_padding_len_);
+    options.groups = groups;
+    const etm::Tensor* bias_tensor = nullptr;
+    if (bias) {
+      ETM_REQUIRE(*bias, "convolution: bias points to a null handle (pass a null pointer for no bias)");
+      bias_tensor = &tensor_of(*bias);
+    }
+    *ret0 = new_handle(etm::ops::convolution(tensor_of(input), tensor_of(weight), bias_tensor, options));
+  });
+}

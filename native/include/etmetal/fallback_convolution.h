@@ -1,0 +1,32 @@
+/* The convolution fallback of AOTInductor's Metal shim (torch 2.13 c_shim_mps.h), same name
+ * and signature, ATen semantics (at::convolution).
+ *
+ * The work is encoded on the calling thread's stream and runs in stream order: the call
+ * returns before it has run, and inputs must stay alive until the stream has finished. A
+ * failure returns 1, sets etmetal_last_error() and poisons the calling thread's stream. */
+#ifndef ETMETAL_FALLBACK_CONVOLUTION_H
+#define ETMETAL_FALLBACK_CONVOLUTION_H
+
+#include "aoti_shim.h"
+
+ETMETAL_BEGIN_DECLS
+
+/* 1-D, 2-D or 3-D convolution of input [N, C_in, *spatial] (3-D, 4-D or 5-D) with weight
+ * [C_out, C_in / groups, *kernel], or with transposed != 0 the transposed convolution with
+ * weight [C_in, C_out / groups, *kernel], whose output grows by output_padding at the end
+ * of each spatial dimension. stride, padding, dilation and output_padding hold one value per
+ * spatial dimension or one for all; output_padding must be zero unless transposed. bias is
+ * null (no bias) or points to a handle of a [C_out] tensor. Operands are float32, float16 or
+ * bfloat16 tensors on device mps, all of one dtype, with any strides and storage offsets;
+ * products accumulate in float32. *ret0 receives a new tensor (the caller deletes it) of the
+ * input's dtype: channels-last when a 4-D or 5-D input is channels-last (and not also
+ * contiguous), otherwise contiguous. */
+ETMETAL_API AOTITorchError aoti_torch_mps_convolution(
+    AtenTensorHandle input, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
+    int64_t dilation_len_, int32_t transposed, const int64_t* output_padding,
+    int64_t output_padding_len_, int64_t groups, AtenTensorHandle* ret0);
+
+ETMETAL_END_DECLS
+
+#endif /* ETMETAL_FALLBACK_CONVOLUTION_H */

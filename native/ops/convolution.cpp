@@ -1,0 +1,235 @@
+#include "ops/convolution.h"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kOp = "convolution";
+
+// Mirrors ConvParams in shaders/convolution.metal (same order, same sizes).
+struct ConvParams {
+  int64_t batch;
+  int64_t out_channels;
+  int64_t in_channels_per_group;
+  int64_t out_channels_per_group;
+  int64_t input_sizes[3];
+  int64_t output_sizes[3];
+  int64_t kernel_sizes[3];
+  int64_t stride[3];
+  int64_t padding[3];
+  int64_t dilation[3];
+  int64_t input_strides[5];
+  int64_t weight_strides[5];
+  int64_t output_strides[5];
+  int64_t bias_stride;
+  int32_t has_bias;
+  int32_t reserved;
+};
+static_assert(sizeof(ConvParams) == 8 * (4 + 18 + 15 + 1) + 8, "ConvParams must match the MSL struct");
+
+std::string shape_of(const std::vector<int64_t>& sizes) {
+  std::ostringstream text;
+  text << '[';
+  for (size_t i = 0; i < sizes.size(); ++i) text << (i ? ", " : "") << sizes[i];
+  text << ']';
+  return text.str();
+}
+
+const char* kernel_suffix(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+void require_operand(const char* name, const Tensor& t) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, kOp, ": ", name, " must be on device mps, not device type ",
+              t.device_type);
+  ETM_REQUIRE(kernel_suffix(t.dtype), kOp, ": ", name, " has dtype ", dtype_name(t.dtype),
+              "; supported are float32, float16 and bfloat16");
+}
+
+// A per-dimension parameter list: `spatial` values, or one value for every dimension.
+std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& values, size_t spatial,
+                              int64_t minimum) {
+  ETM_REQUIRE(values.size() == spatial || values.size() == 1, kOp, ": ", name, " has ", values.size(),
+              " values for a ", spatial, "-D convolution");
+  std::vector<int64_t> result = values.size() == 1 ? std::vector<int64_t>(spatial, values[0]) : values;
+  for (int64_t v : result)
+    ETM_REQUIRE(v >= minimum, kOp, ": ", name, " must be >= ", minimum, ", got ", shape_of(values));
+  return result;
+}
+
+// Strides of a channels-last layout ([N, C, *spatial] stored as [N, *spatial, C]).
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  strides[1] = stride;
+  stride *= std::max<int64_t>(sizes[1], 1);
+  for (size_t d = sizes.size(); d-- > 2;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  strides[0] = stride;
+  return strides;
+}
+
+// Strides equal to `expected` wherever the size is not 1 (a size-1 dimension's stride is
+// irrelevant to the layout).
+bool strides_match(const Tensor& t, const std::vector<int64_t>& expected) {
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    if (t.sizes[d] != 1 && t.strides[d] != expected[d]) return false;
+  return true;
+}
+
+bool is_channels_last(const Tensor& t) {
+  if (t.dim() != 4 && t.dim() != 5) return false;
+  return !t.is_contiguous() && strides_match(t, channels_last_strides(t.sizes));
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, const Tensor* bias,
+                                    const ConvolutionOptions& options) {
+  require_operand("input", input);
+  require_operand("weight", weight);
+  ETM_REQUIRE(input.dim() >= 3 && input.dim() <= 5, kOp, ": input must be 3-D, 4-D or 5-D ([N, C, *spatial]), got shape ",
+              shape_of(input.sizes));
+  ETM_REQUIRE(weight.dim() == input.dim(), kOp, ": weight of shape ", shape_of(weight.sizes),
+              " does not match input of shape ", shape_of(input.sizes), " (", input.dim(), "-D expected)");
+  ETM_REQUIRE(weight.dtype == input.dtype, kOp, ": weight has dtype ", dtype_name(weight.dtype),
+              " but input has ", dtype_name(input.dtype));
+  const size_t spatial = static_cast<size_t>(input.dim() - 2);
+  const std::vector<int64_t> stride = expanded("stride", options.stride, spatial, 1);
+  const std::vector<int64_t> padding = expanded("padding", options.padding, spatial, 0);
+  const std::vector<int64_t> dilation = expanded("dilation", options.dilation, spatial, 1);
+  const std::vector<int64_t> output_padding =
+      options.output_padding.empty() ? std::vector<int64_t>(spatial, 0)
+                                     : expanded("output_padding", options.output_padding, spatial, 0);
+  const int64_t groups = options.groups;
+  ETM_REQUIRE(groups > 0, kOp, ": groups must be positive, got ", groups);
+
+  const int64_t batch = input.sizes[0];
+  const int64_t in_channels = input.sizes[1];
+  ETM_REQUIRE(in_channels % groups == 0, kOp, ": ", in_channels, " input channels are not divisible by ",
+              groups, " groups");
+  int64_t out_channels;
+  if (options.transposed) {
+    ETM_REQUIRE(weight.sizes[0] == in_channels, kOp, ": transposed weight of shape ", shape_of(weight.sizes),
+                " needs ", in_channels, " (input channels) in dimension 0, input has shape ",
+                shape_of(input.sizes));
+    out_channels = weight.sizes[1] * groups;
+    for (size_t d = 0; d < spatial; ++d) {
+      ETM_REQUIRE(output_padding[d] < stride[d] || output_padding[d] < dilation[d], kOp,
+                  ": output_padding ", shape_of(output_padding), " must be smaller than stride or dilation");
+    }
+  } else {
+    out_channels = weight.sizes[0];
+    ETM_REQUIRE(weight.sizes[1] * groups == in_channels, kOp, ": weight of shape ", shape_of(weight.sizes),
+                " expects ", weight.sizes[1] * groups, " input channels with ", groups,
+                " groups, but input of shape ", shape_of(input.sizes), " has ", in_channels);
+    ETM_REQUIRE(out_channels % groups == 0, kOp, ": ", out_channels, " output channels are not divisible by ",
+                groups, " groups");
+    for (int64_t v : output_padding)
+      ETM_REQUIRE(v == 0, kOp, ": output_padding ", shape_of(output_padding),
+                  " applies only to transposed convolution");
+  }
+  if (bias) {
+    require_operand("bias", *bias);
+    ETM_REQUIRE(bias->dtype == input.dtype, kOp, ": bias has dtype ", dtype_name(bias->dtype),
+                " but input has ", dtype_name(input.dtype));
+    ETM_REQUIRE(bias->dim() == 1 && bias->sizes[0] == out_channels, kOp, ": bias of shape ",
+                shape_of(bias->sizes), " does not match ", out_channels, " output channels");
+  }
+
+  for (size_t d = 0; d < spatial; ++d)
+    ETM_REQUIRE(weight.sizes[2 + d] > 0, kOp, ": weight of shape ", shape_of(weight.sizes),
+                " has an empty kernel");
+
+  std::vector<int64_t> output_sizes = {batch, out_channels};
+  for (size_t d = 0; d < spatial; ++d) {
+    const int64_t in = input.sizes[2 + d];
+    const int64_t span = dilation[d] * (weight.sizes[2 + d] - 1);
+    const int64_t size = options.transposed
+                             ? (in - 1) * stride[d] - 2 * padding[d] + span + output_padding[d] + 1
+                             : (in + 2 * padding[d] - span - 1) / stride[d] + 1;
+    const bool fits = options.transposed ? size > 0 : in + 2 * padding[d] > span;
+    ETM_REQUIRE(fits, kOp, ": output size ", size, " in spatial dimension ", d, " is too small (input ",
+                shape_of(input.sizes), ", weight ", shape_of(weight.sizes), ", stride ", shape_of(stride),
+                ", padding ", shape_of(padding), ", dilation ", shape_of(dilation), ")");
+    output_sizes.push_back(size);
+  }
+  const std::vector<int64_t> output_strides =
+      is_channels_last(input) ? channels_last_strides(output_sizes) : contiguous_strides(output_sizes);
+  std::unique_ptr<Tensor> output = Runtime::get().empty_tensor(output_sizes, output_strides, input.dtype);
+  if (output->numel() == 0) return output;
+
+  // Every problem runs as 3-D: missing leading spatial dimensions get size 1.
+  ConvParams params{};
+  params.batch = batch;
+  params.out_channels = out_channels;
+  params.in_channels_per_group = in_channels / groups;
+  params.out_channels_per_group = out_channels / groups;
+  const size_t lead = 3 - spatial;
+  for (size_t d = 0; d < 3; ++d) {
+    params.input_sizes[d] = params.output_sizes[d] = params.kernel_sizes[d] = 1;
+    params.stride[d] = params.dilation[d] = 1;
+    params.padding[d] = 0;
+  }
+  for (size_t d = 0; d < spatial; ++d) {
+    params.input_sizes[lead + d] = input.sizes[2 + d];
+    params.output_sizes[lead + d] = output_sizes[2 + d];
+    params.kernel_sizes[lead + d] = weight.sizes[2 + d];
+    params.stride[lead + d] = stride[d];
+    params.padding[lead + d] = padding[d];
+    params.dilation[lead + d] = dilation[d];
+  }
+  auto spread_strides = [&](const std::vector<int64_t>& strides, int64_t* into) {
+    into[0] = strides[0];
+    into[1] = strides[1];
+    for (size_t d = 0; d < 3; ++d) into[2 + d] = d < lead ? 0 : strides[2 + d - lead];
+  };
+  spread_strides(input.strides, params.input_strides);
+  spread_strides(weight.strides, params.weight_strides);
+  spread_strides(output->strides, params.output_strides);
+  params.has_bias = bias != nullptr;
+  params.bias_stride = bias ? bias->strides[0] : 0;
+
+  const uint64_t grid_x = static_cast<uint64_t>(params.output_sizes[2]);
+  const uint64_t grid_y = static_cast<uint64_t>(params.output_sizes[0] * params.output_sizes[1]);
+  const uint64_t grid_z = static_cast<uint64_t>(batch * out_channels);
+  for (uint64_t extent : {grid_x, grid_y, grid_z})
+    ETM_REQUIRE(extent <= UINT32_MAX, kOp, ": the output has ", extent,
+                " elements along one dispatch dimension, more than 2^32 - 1");
+
+  // With no input channels or an empty input the kernel reads nothing but its bias; the
+  // empty operands may have no buffer, so the output stands in for them.
+  const bool reads_input = input.numel() > 0 && weight.numel() > 0;
+  const Tensor& input_bound = reads_input ? input : *output;
+  const Tensor& weight_bound = reads_input ? weight : *output;
+  const Tensor& bias_bound = bias ? *bias : *output;
+  const std::string name = std::string(options.transposed ? "convolution_transposed_" : "convolution_") +
+                           kernel_suffix(input.dtype);
+  KernelLaunch launch(shader_kernel("convolution.metal", name));
+  launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params);
+  const uint64_t group_x = std::min<uint64_t>(grid_x, 32);
+  const uint64_t group_y = std::min<uint64_t>(grid_y, std::max<uint64_t>(1, 128 / group_x));
+  launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
+  // The stream keeps the last dispatch's bindings (Metal semantics); drop them so the
+  // operands are not kept alive until this thread's next dispatch.
+  Runtime::get().current_stream().start_encoding(nullptr);
+  return output;
+}
+
+}  // namespace etm::ops

@@ -1,0 +1,253 @@
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace etm::ops {
+namespace {
+
+// Mirrors MatmulParams in shaders/matmul.metal (same order, same sizes).
+struct MatmulParams {
+  int64_t batch;
+  int64_t rows;
+  int64_t columns;
+  int64_t depth;
+  int64_t a_strides[3];
+  int64_t b_strides[3];
+  int64_t out_strides[3];
+  int64_t addend_strides[3];
+  float alpha;
+  float beta;
+  int32_t has_addend;
+  int32_t padding;
+};
+static_assert(sizeof(MatmulParams) == 144, "MatmulParams must match the MSL struct");
+
+// The tiled kernels' geometry (shaders/matmul.metal: four simdgroups, 32-deep K steps).
+constexpr uint64_t kTiledThreads = 128;
+constexpr uint64_t kTileDepth = 32;
+constexpr uint64_t kRowDotSimdgroups = 4;
+// Below this extent in M, N or K the tiled kernels waste most of their tile.
+constexpr int64_t kTiledMinimum = 16;
+constexpr int64_t kLargeTileMinimum = 256;
+constexpr int64_t kRowDotMinimumDepth = 64;
+
+std::string shape_of(const Tensor& t) {
+  std::ostringstream text;
+  text << '[';
+  for (size_t i = 0; i < t.sizes.size(); ++i) text << (i ? ", " : "") << t.sizes[i];
+  text << ']';
+  return text.str();
+}
+
+const char* kernel_suffix(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be on device mps, not device type ",
+              t.device_type);
+  ETM_REQUIRE(kernel_suffix(t.dtype), op, ": ", name, " has dtype ", dtype_name(t.dtype),
+              "; supported are float32, float16 and bfloat16");
+  ETM_REQUIRE(t.dim() == dim, op, ": ", name, " must be ", dim, "-D, got shape ", shape_of(t));
+}
+
+// True when the byte ranges the two tensors' elements can reach intersect in one buffer.
+bool shares_memory(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.storage || !b.storage) return false;
+  if (!a.storage->buffer || a.storage->buffer != b.storage->buffer) return false;
+  const size_t a_first = a.storage->buffer_offset + a.storage_offset * a.itemsize();
+  const size_t b_first = b.storage->buffer_offset + b.storage_offset * b.itemsize();
+  return a_first < b_first + b.reach_bytes() && b_first < a_first + a.reach_bytes();
+}
+
+bool has_internal_overlap(const Tensor& t) {
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    if (t.sizes[d] > 1 && t.strides[d] == 0) return true;
+  return false;
+}
+
+// sizes and strides as [batch, rows, columns]; a matrix is a batch of one.
+struct Batched {
+  int64_t sizes[3];
+  int64_t strides[3];
+};
+
+Batched batched(const Tensor& t) {
+  if (t.dim() == 2) return {{1, t.sizes[0], t.sizes[1]}, {0, t.strides[0], t.strides[1]}};
+  return {{t.sizes[0], t.sizes[1], t.sizes[2]}, {t.strides[0], t.strides[1], t.strides[2]}};
+}
+
+// Strides that read `addend` broadcast to `shape` (aligned at the trailing dimension, as
+// torch broadcasts); throws unless it broadcasts.
+void broadcast_strides(const char* op, const Tensor& addend, const Tensor& out, int64_t* strides) {
+  const int64_t out_dim = out.dim();
+  ETM_REQUIRE(addend.dim() <= out_dim, op, ": self of shape ", shape_of(addend),
+              " does not broadcast to the output shape ", shape_of(out));
+  const int64_t lead = out_dim - addend.dim();
+  const int64_t first_batched = 3 - out_dim;  // 2-D outputs have no batch dimension
+  strides[0] = 0;
+  for (int64_t d = 0; d < out_dim; ++d) {
+    int64_t stride = 0;
+    if (d >= lead) {
+      const int64_t size = addend.sizes[d - lead];
+      ETM_REQUIRE(size == out.sizes[d] || size == 1, op, ": self of shape ", shape_of(addend),
+                  " does not broadcast to the output shape ", shape_of(out));
+      stride = size == 1 ? 0 : addend.strides[d - lead];
+    }
+    strides[first_batched + d] = stride;
+  }
+}
+
+void require_grid_extent(const char* op, int64_t extent) {
+  ETM_REQUIRE(extent <= int64_t(UINT32_MAX), op, ": dimension of ", extent,
+              " elements exceeds the dispatch limit of 2^32 - 1");
+}
+
+// Chooses the kernel for the problem's shape and encodes it; `bind` binds the operands.
+template <typename Bind>
+void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t N, int64_t K,
+                     const MatmulParams& params, uint64_t batch) {
+  if (M >= kTiledMinimum && N >= kTiledMinimum && K >= kTiledMinimum) {
+    const bool large = M >= kLargeTileMinimum && N >= kLargeTileMinimum;
+    const uint64_t block = large ? 64 : 32;
+    const size_t staged = (2 * block * kTileDepth) * sizeof(float);
+    const size_t results = block * block * sizeof(float);
+    KernelLaunch launch(shader_kernel("matmul.metal", (large ? "matmul_tiled64_" : "matmul_tiled32_") + suffix));
+    bind(launch).threadgroup_memory(0, std::max(staged, results));
+    launch.threadgroups({(uint64_t(N) + block - 1) / block, (uint64_t(M) + block - 1) / block, batch},
+                        {kTiledThreads, 1, 1});
+    return;
+  }
+  if ((M == 1 || N == 1) && K >= kRowDotMinimumDepth && params.a_strides[2] == 1 && params.b_strides[1] == 1) {
+    KernelLaunch launch(shader_kernel("matmul.metal", "matmul_rowdot_" + suffix));
+    bind(launch);
+    const uint64_t outputs = uint64_t(M) * uint64_t(N);
+    launch.threadgroups({(outputs + kRowDotSimdgroups - 1) / kRowDotSimdgroups, batch, 1},
+                        {32 * kRowDotSimdgroups, 1, 1});
+    return;
+  }
+  KernelLaunch launch(shader_kernel("matmul.metal", "matmul_naive_" + suffix));
+  bind(launch);
+  const uint64_t group_x = std::min<uint64_t>(uint64_t(N), 64);
+  const uint64_t group_y = std::min<uint64_t>(uint64_t(M), std::max<uint64_t>(1, 256 / group_x));
+  launch.threads({uint64_t(N), uint64_t(M), batch}, {group_x, group_y, 1});
+}
+
+
+// out = alpha * (a @ b) + beta * addend over a batch (3-D operands) or one matrix (2-D).
+void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
+                   const Tensor* addend, double beta, double alpha) {
+  ETM_REQUIRE(a.dtype == b.dtype && out.dtype == a.dtype, op, ": dtypes differ (out ",
+              dtype_name(out.dtype), ", operands ", dtype_name(a.dtype), " and ", dtype_name(b.dtype), ")");
+  ETM_REQUIRE(!addend || addend->dtype == out.dtype, op, ": self has dtype ", dtype_name(addend->dtype),
+              " but the product has ", dtype_name(out.dtype));
+  const Batched ab = batched(a), bb = batched(b), ob = batched(out);
+  ETM_REQUIRE(ab.sizes[2] == bb.sizes[1], op, ": cannot multiply shapes ", shape_of(a), " and ",
+              shape_of(b), " (inner dimensions differ)");
+  ETM_REQUIRE(ab.sizes[0] == bb.sizes[0], op, ": batch sizes differ: ", shape_of(a), " and ",
+              shape_of(b));
+  ETM_REQUIRE(ob.sizes[0] == ab.sizes[0] && ob.sizes[1] == ab.sizes[1] && ob.sizes[2] == bb.sizes[2], op,
+              ": out has shape ", shape_of(out), " but the product of ", shape_of(a), " and ",
+              shape_of(b), " needs ", (a.dim() == 3 ? concat("[", ab.sizes[0], ", ") : std::string("[")),
+              ab.sizes[1], ", ", bb.sizes[2], "]");
+  ETM_REQUIRE(!has_internal_overlap(out), op, ": out of shape ", shape_of(out),
+              " has overlapping elements (a zero stride)");
+  ETM_REQUIRE(!shares_memory(out, a) && !shares_memory(out, b), op,
+              ": out overlaps an input matrix; the product cannot be written in place");
+
+  MatmulParams params{};
+  params.batch = ab.sizes[0];
+  params.rows = ab.sizes[1];
+  params.columns = bb.sizes[2];
+  params.depth = ab.sizes[2];
+  std::copy(ab.strides, ab.strides + 3, params.a_strides);
+  std::copy(bb.strides, bb.strides + 3, params.b_strides);
+  std::copy(ob.strides, ob.strides + 3, params.out_strides);
+  params.alpha = static_cast<float>(alpha);
+  params.beta = static_cast<float>(beta);
+  params.has_addend = addend && beta != 0.0;
+  if (addend) broadcast_strides(op, *addend, out, params.addend_strides);
+  if (params.has_addend) {
+    // Reading self and writing out element by element is safe only when they coincide.
+    const bool same_elements = addend->storage_offset == out.storage_offset && addend->sizes == out.sizes &&
+                               addend->strides == out.strides;
+    ETM_REQUIRE(!shares_memory(out, *addend) || same_elements, op,
+                ": out partially overlaps self; pass out == self or separate tensors");
+  }
+
+  if (out.numel() == 0) return;
+  require_grid_extent(op, params.batch);
+  require_grid_extent(op, params.rows);
+  require_grid_extent(op, params.columns);
+
+  const int64_t M = params.rows, N = params.columns, K = params.depth;
+  // With K == 0 the operands are empty and may have no buffer; the kernel never reads them.
+  const Tensor& a_bound = K == 0 ? out : a;
+  const Tensor& b_bound = K == 0 ? out : b;
+  const Tensor& addend_bound = params.has_addend ? *addend : out;
+  const std::string suffix = kernel_suffix(out.dtype);
+  const uint64_t batch = static_cast<uint64_t>(params.batch);
+
+  auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
+    return launch.tensor(0, out).tensor(1, a_bound).tensor(2, b_bound).tensor(3, addend_bound).value(4, params);
+  };
+  dispatch_matmul(bind, suffix, M, N, K, params, batch);
+  // The stream keeps the last dispatch's bindings (Metal semantics); drop them so the
+  // operands are not kept alive until this thread's next dispatch.
+  Runtime::get().current_stream().start_encoding(nullptr);
+}
+
+}  // namespace
+
+void mm_out(const Tensor& out, const Tensor& self, const Tensor& mat2) {
+  constexpr const char* op = "mm";
+  require_operand(op, "self", self, 2);
+  require_operand(op, "mat2", mat2, 2);
+  require_operand(op, "out", out, 2);
+  encode_matmul(op, out, self, mat2, nullptr, 0.0, 1.0);
+}
+
+void addmm_out(const Tensor& out, const Tensor& self, const Tensor& mat1, const Tensor& mat2,
+               double beta, double alpha) {
+  constexpr const char* op = "addmm";
+  require_operand(op, "mat1", mat1, 2);
+  require_operand(op, "mat2", mat2, 2);
+  require_operand(op, "out", out, 2);
+  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be on device mps, not device type ",
+              self.device_type);
+  encode_matmul(op, out, mat1, mat2, &self, beta, alpha);
+}
+
+void bmm_out(const Tensor& out, const Tensor& self, const Tensor& mat2) {
+  constexpr const char* op = "bmm";
+  require_operand(op, "self", self, 3);
+  require_operand(op, "mat2", mat2, 3);
+  require_operand(op, "out", out, 3);
+  encode_matmul(op, out, self, mat2, nullptr, 0.0, 1.0);
+}
+
+void baddbmm_out(const Tensor& out, const Tensor& self, const Tensor& batch1, const Tensor& batch2,
+                 double beta, double alpha) {
+  constexpr const char* op = "baddbmm";
+  require_operand(op, "batch1", batch1, 3);
+  require_operand(op, "batch2", batch2, 3);
+  require_operand(op, "out", out, 3);
+  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be on device mps, not device type ",
+              self.device_type);
+  encode_matmul(op, out, batch1, batch2, &self, beta, alpha);
+}
+
+}  // namespace etm::ops

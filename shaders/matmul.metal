@@ -1,0 +1,181 @@
+// Batched matrix products for mm, addmm, bmm and baddbmm:
+//   out[b, m, n] = alpha * sum_k a[b, m, k] * b[b, k, n] + beta * addend[b, m, n]
+// Every operand is bound at its first element and indexed through the strides in
+// MatmulParams, so transposed, sliced and offset views need no copies. Products accumulate
+// in float for every element type. The addend is read only when has_addend is set (the host
+// clears it when beta == 0, so NaNs there never reach the result).
+#include <metal_stdlib>
+using namespace metal;
+
+struct MatmulParams {
+  long batch;
+  long rows;     // M
+  long columns;  // N
+  long depth;    // K
+  long a_strides[3];       // batch, row, depth
+  long b_strides[3];       // batch, depth, column
+  long out_strides[3];     // batch, row, column
+  long addend_strides[3];  // batch, row, column; 0 along broadcast dimensions
+  float alpha;
+  float beta;
+  int has_addend;
+  int padding;
+};
+
+template <typename T>
+inline void store_result(device T* out, const device T* addend, constant MatmulParams& p, long batch,
+                         long row, long column, float product) {
+  float value = p.alpha * product;
+  if (p.has_addend) {
+    const long at = batch * p.addend_strides[0] + row * p.addend_strides[1] + column * p.addend_strides[2];
+    value += p.beta * float(addend[at]);
+  }
+  out[batch * p.out_strides[0] + row * p.out_strides[1] + column * p.out_strides[2]] = T(value);
+}
+
+// One thread per output element: small and oddly shaped problems, K == 0, and the
+// matrix-vector case whose shared operand is read along a strided K (threads of a
+// simdgroup then read neighbouring columns).
+template <typename T>
+kernel void matmul_naive(device T* out [[buffer(0)]],
+                         const device T* a [[buffer(1)]],
+                         const device T* b [[buffer(2)]],
+                         const device T* addend [[buffer(3)]],
+                         constant MatmulParams& p [[buffer(4)]],
+                         uint3 position [[thread_position_in_grid]]) {
+  const long column = position.x, row = position.y, batch = position.z;
+  if (column >= p.columns || row >= p.rows || batch >= p.batch) return;
+  const device T* a_row = a + batch * p.a_strides[0] + row * p.a_strides[1];
+  const device T* b_column = b + batch * p.b_strides[0] + column * p.b_strides[2];
+  float sum = 0.0f;
+  for (long k = 0; k < p.depth; ++k) {
+    sum += float(a_row[k * p.a_strides[2]]) * float(b_column[k * p.b_strides[1]]);
+  }
+  store_result(out, addend, p, batch, row, column, sum);
+}
+
+// One simdgroup per output element, its lanes splitting K: matrix-vector products (M == 1
+// or N == 1) where both operands are read along a unit-stride K, e.g. x @ weight.t().
+constant constexpr uint kRowDotSimdgroups = 4;
+
+template <typename T>
+kernel void matmul_rowdot(device T* out [[buffer(0)]],
+                          const device T* a [[buffer(1)]],
+                          const device T* b [[buffer(2)]],
+                          const device T* addend [[buffer(3)]],
+                          constant MatmulParams& p [[buffer(4)]],
+                          uint2 group [[threadgroup_position_in_grid]],
+                          uint simdgroup [[simdgroup_index_in_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]]) {
+  const long element = long(group.x) * kRowDotSimdgroups + simdgroup;
+  const long batch = group.y;
+  if (element >= p.rows * p.columns) return;
+  const long row = element / p.columns, column = element % p.columns;
+  const device T* a_row = a + batch * p.a_strides[0] + row * p.a_strides[1];
+  const device T* b_column = b + batch * p.b_strides[0] + column * p.b_strides[2];
+  float sum = 0.0f;
+  for (long k = lane; k < p.depth; k += 32) {
+    sum += float(a_row[k * p.a_strides[2]]) * float(b_column[k * p.b_strides[1]]);
+  }
+  sum = simd_sum(sum);
+  if (lane == 0) store_result(out, addend, p, batch, row, column, sum);
+}
+
+// Tiled product on simdgroup matrices. A threadgroup of four simdgroups (2 x 2) computes a
+// block of (16 * FragmentsM) x (16 * FragmentsN) outputs; each simdgroup owns
+// FragmentsM x FragmentsN 8x8 accumulators. Per step of kTileDepth along K, the threads
+// stage the A and B tiles in threadgroup memory as float (zero outside the matrices, so
+// partial tiles need no special case), and the simdgroups multiply from there.
+constant constexpr uint kTileDepth = 32;
+constant constexpr uint kTiledThreads = 128;
+
+template <typename T, uint FragmentsM, uint FragmentsN>
+kernel void matmul_tiled(device T* out [[buffer(0)]],
+                         const device T* a [[buffer(1)]],
+                         const device T* b [[buffer(2)]],
+                         const device T* addend [[buffer(3)]],
+                         constant MatmulParams& p [[buffer(4)]],
+                         threadgroup float* tiles [[threadgroup(0)]],
+                         uint3 group [[threadgroup_position_in_grid]],
+                         uint thread_index [[thread_index_in_threadgroup]],
+                         uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  constexpr uint kBlockM = 16 * FragmentsM;
+  constexpr uint kBlockN = 16 * FragmentsN;
+  // A tile: kBlockM x kTileDepth, then B tile: kTileDepth x kBlockN. The epilogue reuses
+  // the same memory for the kBlockM x kBlockN results (the host sizes it for both).
+  threadgroup float* a_tile = tiles;
+  threadgroup float* b_tile = tiles + kBlockM * kTileDepth;
+
+  const long batch = group.z;
+  const long row0 = long(group.y) * kBlockM;
+  const long column0 = long(group.x) * kBlockN;
+  const device T* a_batch = a + batch * p.a_strides[0];
+  const device T* b_batch = b + batch * p.b_strides[0];
+
+  const uint simd_row = (simdgroup / 2) * 8 * FragmentsM;
+  const uint simd_column = (simdgroup % 2) * 8 * FragmentsN;
+
+  simdgroup_float8x8 accumulators[FragmentsM][FragmentsN];
+  for (uint i = 0; i < FragmentsM; ++i) {
+    for (uint j = 0; j < FragmentsN; ++j) accumulators[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  }
+
+  for (long k0 = 0; k0 < p.depth; k0 += kTileDepth) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint i = thread_index; i < kBlockM * kTileDepth; i += kTiledThreads) {
+      const long row = row0 + i / kTileDepth, k = k0 + i % kTileDepth;
+      a_tile[i] = (row < p.rows && k < p.depth) ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+    }
+    for (uint i = thread_index; i < kTileDepth * kBlockN; i += kTiledThreads) {
+      const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
+      b_tile[i] = (k < p.depth && column < p.columns) ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (uint kk = 0; kk < kTileDepth; kk += 8) {
+      simdgroup_float8x8 a_fragments[FragmentsM];
+      simdgroup_float8x8 b_fragments[FragmentsN];
+      for (uint i = 0; i < FragmentsM; ++i) {
+        simdgroup_load(a_fragments[i], a_tile, kTileDepth, ulong2(kk, simd_row + 8 * i));
+      }
+      for (uint j = 0; j < FragmentsN; ++j) {
+        simdgroup_load(b_fragments[j], b_tile, kBlockN, ulong2(simd_column + 8 * j, kk));
+      }
+      for (uint i = 0; i < FragmentsM; ++i) {
+        for (uint j = 0; j < FragmentsN; ++j) {
+          simdgroup_multiply_accumulate(accumulators[i][j], a_fragments[i], b_fragments[j], accumulators[i][j]);
+        }
+      }
+    }
+  }
+
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup float* results = tiles;
+  for (uint i = 0; i < FragmentsM; ++i) {
+    for (uint j = 0; j < FragmentsN; ++j) {
+      simdgroup_store(accumulators[i][j], results, kBlockN, ulong2(simd_column + 8 * j, simd_row + 8 * i));
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = thread_index; i < kBlockM * kBlockN; i += kTiledThreads) {
+    const long row = row0 + i / kBlockN, column = column0 + i % kBlockN;
+    if (row < p.rows && column < p.columns) store_result(out, addend, p, batch, row, column, results[i]);
+  }
+}
+
+#define INSTANTIATE_MATMUL(T, SUFFIX)                                                             \
+  template [[host_name("matmul_naive_" #SUFFIX)]] kernel void matmul_naive<T>(                    \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint3); \
+  template [[host_name("matmul_rowdot_" #SUFFIX)]] kernel void matmul_rowdot<T>(                  \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
+      uint, uint);                                                                                \
+  template [[host_name("matmul_tiled32_" #SUFFIX)]] kernel void matmul_tiled<T, 2, 2>(            \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
+      threadgroup float*, uint3, uint, uint);                                                     \
+  template [[host_name("matmul_tiled64_" #SUFFIX)]] kernel void matmul_tiled<T, 4, 4>(            \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
+      threadgroup float*, uint3, uint, uint);
+
+INSTANTIATE_MATMUL(float, float32)
+INSTANTIATE_MATMUL(half, float16)
+INSTANTIATE_MATMUL(bfloat, bfloat16)

@@ -1,0 +1,257 @@
+"""aoti_torch_mps_convolution against torch eager CPU (aten.convolution in float64 on the same
+rounded inputs).
+
+Tolerances, relative to the scale sqrt(R) of a random-normal sum of R = C_in/groups * kernel
+volume products: float32 1e-5, float16 1e-2, bfloat16 2e-2 (products accumulate in float32,
+only the stored result is rounded)."""
+
+import math
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import EtmetalError, Tensor, ffi, lib
+from etmetal_testing import fails
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def device_view(view):
+    """A device tensor with `view`'s values, sizes, strides and storage offset."""
+    base = torch.as_strided(view, (view.untyped_storage().size() // view.element_size(),), (1,), 0)
+    device_base = Tensor.from_array(base.clone(), copy=True)
+    out = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
+        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
+    result = Tensor(out[0])
+    result.device_base = device_base
+    return result
+
+
+def random(*shape, dtype=torch.float32):
+    return torch.randn(shape, dtype=torch.float32).to(dtype)
+
+
+def int_array(values):
+    return ffi.new("int64_t[]", list(values)), len(values)
+
+
+def call(input, weight, bias, stride, padding, dilation, transposed=False, output_padding=None,
+         groups=1, bias_handle=None):
+    """(code, result Tensor or None) of the etmetal call on device copies of the operands."""
+    spatial = input.dim() - 2
+    output_padding = [0] * spatial if output_padding is None else output_padding
+    device_input, device_weight = device_view(input), device_view(weight)
+    device_bias = device_view(bias) if bias is not None else None
+    if bias_handle is None:
+        bias_handle = ffi.new("AtenTensorHandle*", device_bias.handle) if device_bias else ffi.NULL
+    ret = ffi.new("AtenTensorHandle*")
+    code = lib.aoti_torch_mps_convolution(
+        device_input.handle, device_weight.handle, bias_handle, *int_array(stride), *int_array(padding),
+        *int_array(dilation), int(transposed), *int_array(output_padding), groups, ret)
+    return code, (Tensor(ret[0]) if code == 0 else None)
+
+
+def reference(input, weight, bias, stride, padding, dilation, transposed=False, output_padding=None,
+              groups=1):
+    spatial = input.dim() - 2
+    output_padding = [0] * spatial if output_padding is None else output_padding
+    return torch.ops.aten.convolution(input.double(), weight.double(),
+                                      bias.double() if bias is not None else None, stride, padding,
+                                      dilation, transposed, output_padding, groups)
+
+
+def check(input, weight, bias, stride, padding, dilation, transposed=False, output_padding=None,
+          groups=1):
+    code, result = call(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    etmetal_py.check(code)
+    expected = reference(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    value = result.torch()
+    assert value.dtype == input.dtype
+    assert tuple(value.shape) == tuple(expected.shape)
+    reduction = (input.shape[1] // groups) * math.prod(weight.shape[2:])
+    tolerance = TOLERANCE[input.dtype]
+    torch.testing.assert_close(value.double(), expected, rtol=tolerance,
+                               atol=tolerance * max(1.0, math.sqrt(reduction)))
+    return result
+
+
+# (input shape, weight shape, stride, padding, dilation, groups)
+FORWARD_CASES = [
+    ((2, 3, 17), (4, 3, 3), [1], [0], [1], 1),
+    ((1, 4, 20), (6, 2, 5), [2], [3], [2], 2),
+    ((2, 3, 9, 11), (5, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((1, 6, 13, 10), (4, 3, 3, 2), [2, 3], [1, 0], [2, 1], 2),
+    ((2, 8, 12, 12), (8, 1, 3, 3), [1, 1], [1, 1], [1, 1], 8),  # depthwise
+    ((1, 4, 7, 7), (6, 4, 1, 1), [1, 1], [0, 0], [1, 1], 1),  # pointwise
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), [1, 2, 1], [1, 0, 2], [2, 1, 1], 1),
+    ((2, 4, 4, 5, 6), (4, 1, 3, 3, 3), [2, 1, 1], [1, 1, 1], [1, 1, 2], 4),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("input_shape,weight_shape,stride,padding,dilation,groups", FORWARD_CASES)
+def test_forward(input_shape, weight_shape, stride, padding, dilation, groups, with_bias, dtype, no_leaks):
+    input, weight = random(*input_shape, dtype=dtype), random(*weight_shape, dtype=dtype)
+    bias = random(weight_shape[0], dtype=dtype) if with_bias else None
+    check(input, weight, bias, stride, padding, dilation, groups=groups)
+
+
+# (input shape, weight shape [C_in, C_out/groups, *k], stride, padding, dilation, output_padding, groups)
+TRANSPOSED_CASES = [
+    ((2, 3, 9), (3, 4, 3), [2], [1], [1], [1], 1),
+    ((1, 4, 7), (4, 3, 4), [3], [0], [2], [1], 2),
+    ((2, 4, 5, 6), (4, 3, 3, 3), [2, 2], [1, 1], [1, 1], [1, 0], 1),
+    ((1, 6, 4, 7), (6, 2, 2, 3), [1, 3], [0, 2], [2, 1], [1, 2], 3),
+    ((1, 4, 6, 6), (4, 1, 3, 3), [2, 2], [1, 1], [1, 1], [0, 1], 4),  # depthwise
+    ((1, 2, 3, 4, 5), (2, 3, 2, 3, 2), [2, 1, 3], [0, 1, 1], [1, 2, 1], [1, 0, 2], 1),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("input_shape,weight_shape,stride,padding,dilation,output_padding,groups",
+                         TRANSPOSED_CASES)
+def test_transposed(input_shape, weight_shape, stride, padding, dilation, output_padding, groups,
+                    with_bias, dtype, no_leaks):
+    input, weight = random(*input_shape, dtype=dtype), random(*weight_shape, dtype=dtype)
+    bias = random(weight_shape[1] * groups, dtype=dtype) if with_bias else None
+    check(input, weight, bias, stride, padding, dilation, True, output_padding, groups)
+
+
+def test_single_value_parameter_lists_apply_to_every_dimension(no_leaks):
+    input, weight = random(1, 2, 9, 8), random(3, 2, 3, 3)
+    code, result = call(input, weight, None, [2], [1], [1])
+    etmetal_py.check(code)
+    expected = reference(input, weight, None, [2, 2], [1, 1], [1, 1])
+    torch.testing.assert_close(result.torch().double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_channels_last_input_gives_channels_last_output(transposed, dtype, no_leaks):
+    input = random(2, 6, 9, 7, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    weight = random(6, 4, 3, 3, dtype=dtype)
+    bias = random(8 if transposed else 6, dtype=dtype)
+    if not transposed:
+        weight = random(6, 3, 3, 3, dtype=dtype)
+    args = ([2, 1], [1, 1], [1, 2], transposed, [1, 0] if transposed else [0, 0], 2)
+    result = check(input, weight, bias, *args)
+    sizes = result.sizes
+    n, c, h, w = sizes
+    assert result.strides == (h * w * c, 1, w * c, c)
+    contiguous = check(input.contiguous(), weight, bias, *args)
+    assert contiguous.strides == (c * h * w, h * w, w, 1)
+    assert torch.equal(result.torch(), contiguous.torch())
+
+
+def test_channels_last_3d(no_leaks):
+    input = random(1, 3, 4, 5, 6).contiguous(memory_format=torch.channels_last_3d)
+    weight = random(2, 3, 2, 2, 2)
+    result = check(input, weight, None, [1, 1, 1], [0, 1, 0], [1, 1, 1])
+    n, c, d, h, w = result.sizes
+    assert result.strides == (d * h * w * c, 1, h * w * c, w * c, c)
+
+
+def test_strided_offset_input_and_permuted_weight(no_leaks):
+    input = random(3, 8, 15, 13)[1:, ::2, 2:, 1::2]
+    weight = random(3, 3, 4, 4).permute(2, 3, 0, 1)  # [4, 4, 3, 3], non-contiguous
+    assert input.storage_offset() > 0 and not input.is_contiguous() and not weight.is_contiguous()
+    bias = random(8)[::2]
+    check(input, weight, bias, [1, 2], [1, 0], [1, 1])
+
+
+def test_empty_batch_gives_empty_output(no_leaks):
+    input, weight = torch.empty(0, 3, 8, 8), random(4, 3, 3, 3)
+    code, result = call(input, weight, None, [1, 1], [0, 0], [1, 1])
+    etmetal_py.check(code)
+    assert result.sizes == (0, 4, 6, 6)
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+def expect_error(code, *fragments):
+    """The call failed with a message naming the op and the problem, and poisoned the stream."""
+    fails(code, "convolution", *fragments)
+    with pytest.raises(EtmetalError):
+        etmetal_py.synchronize()
+
+
+def test_channel_mismatch(no_leaks):
+    code, _ = call(random(1, 3, 8, 8), random(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1])
+    expect_error(code, "expects 2 input channels", "has 3")
+
+
+def test_groups_must_divide_channels(no_leaks):
+    code, _ = call(random(1, 6, 8, 8), random(5, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], groups=2)
+    expect_error(code, "5 output channels are not divisible by 2 groups")
+    code, _ = call(random(1, 5, 8, 8), random(4, 1, 3, 3), None, [1, 1], [0, 0], [1, 1], groups=2)
+    expect_error(code, "5 input channels are not divisible by 2 groups")
+
+
+def test_rank_mismatch(no_leaks):
+    code, _ = call(random(1, 3, 8), random(4, 3, 3, 3), None, [1], [0], [1])
+    expect_error(code, "does not match input")
+
+
+def test_kernel_larger_than_padded_input(no_leaks):
+    code, _ = call(random(1, 3, 4, 4), random(2, 3, 5, 5), None, [1, 1], [0, 0], [1, 1])
+    expect_error(code, "too small")
+
+
+def test_bad_parameter_lists(no_leaks):
+    input, weight = random(1, 3, 8, 8), random(2, 3, 3, 3)
+    code, _ = call(input, weight, None, [1, 1, 1], [0, 0], [1, 1])
+    expect_error(code, "stride has 3 values for a 2-D convolution")
+    code, _ = call(input, weight, None, [0, 1], [0, 0], [1, 1])
+    expect_error(code, "stride must be >= 1")
+    code, _ = call(input, weight, None, [1, 1], [-1, 0], [1, 1])
+    expect_error(code, "padding must be >= 0")
+    code, _ = call(input, weight, None, [1, 1], [0, 0], [1, 1], output_padding=[1, 0])
+    expect_error(code, "applies only to transposed")
+    code, _ = call(input, random(3, 2, 3, 3), None, [2, 2], [0, 0], [1, 1], True, [2, 0])
+    expect_error(code, "smaller than stride or dilation")
+
+
+def test_unsupported_and_mixed_dtypes(no_leaks):
+    code, _ = call(torch.ones(1, 3, 8, 8, dtype=torch.int32), torch.ones(2, 3, 3, 3, dtype=torch.int32), None,
+                   [1, 1], [0, 0], [1, 1])
+    expect_error(code, "int32", "supported are float32, float16 and bfloat16")
+    code, _ = call(random(1, 3, 8, 8), random(2, 3, 3, 3, dtype=torch.float16), None, [1, 1], [0, 0], [1, 1])
+    expect_error(code, "weight has dtype float16 but input has float32")
+    code, _ = call(random(1, 3, 8, 8), random(2, 3, 3, 3), random(2, dtype=torch.bfloat16), [1, 1], [0, 0],
+                   [1, 1])
+    expect_error(code, "bias has dtype bfloat16")
+
+
+def test_bias_of_wrong_size(no_leaks):
+    code, _ = call(random(1, 3, 8, 8), random(2, 3, 3, 3), random(3), [1, 1], [0, 0], [1, 1])
+    expect_error(code, "bias of shape [3] does not match 2 output channels")
+
+
+def test_null_handles(no_leaks):
+    input, weight = Tensor.from_array(random(1, 3, 8, 8), copy=True), Tensor.from_array(random(2, 3, 3, 3), copy=True)
+    ret = ffi.new("AtenTensorHandle*")
+    ones = ffi.new("int64_t[]", [1, 1])
+    zeros = ffi.new("int64_t[]", [0, 0])
+    code = lib.aoti_torch_mps_convolution(ffi.NULL, weight.handle, ffi.NULL, ones, 2, zeros, 2, ones, 2, 0,
+                                          zeros, 2, 1, ret)
+    expect_error(code, "null tensor handle")
+    code = lib.aoti_torch_mps_convolution(input.handle, weight.handle, ffi.new("AtenTensorHandle*"), ones, 2,
+                                          zeros, 2, ones, 2, 0, zeros, 2, 1, ret)
+    expect_error(code, "bias points to a null handle")
+    code = lib.aoti_torch_mps_convolution(input.handle, weight.handle, ffi.NULL, ones, 2, zeros, 2, ones, 2, 0,
+                                          zeros, 2, 1, ffi.NULL)
+    expect_error(code, "ret0 is null")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_large(dtype):
+    input, weight, bias = random(4, 32, 40, 40, dtype=dtype), random(64, 32, 3, 3, dtype=dtype), random(64, dtype=dtype)
+    check(input, weight, bias, [1, 1], [1, 1], [1, 1])
+    check(input, random(32, 16, 4, 4, dtype=dtype), None, [2, 2], [1, 1], [1, 1], True, [0, 0], 1)

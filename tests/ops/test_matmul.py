@@ -1,0 +1,295 @@
+"""aoti_torch_mps_{mm,addmm,bmm,baddbmm}_out against torch eager CPU.
+
+The reference is computed in float64 from the same (rounded) inputs. Tolerances, relative to
+the scale sqrt(K) of a random-normal dot product: float32 1e-5, float16 1e-2, bfloat16 2e-2
+(products accumulate in float32; only the stored result is rounded to the output dtype).
+
+The shapes are chosen to reach each kernel of shaders/matmul.metal: the one-thread-per-output
+kernel (small or odd shapes, K == 0, M == 1 against a row-major matrix), the simdgroup
+row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and the 32x32 and
+64x64 simdgroup-matrix tiled kernels, with tails in every dimension."""
+
+import math
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import EtmetalError, Tensor, ffi, lib
+from etmetal_testing import fails
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def device_view(view):
+    """A device tensor with `view`'s values, sizes, strides and storage offset: the view's
+    whole storage is copied to the device and the view is rebuilt over it."""
+    base = torch.as_strided(view, (view.untyped_storage().size() // view.element_size(),), (1,), 0)
+    device_base = Tensor.from_array(base.clone(), copy=True)
+    out = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
+        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
+    result = Tensor(out[0])
+    result.device_base = device_base
+    return result
+
+
+def random(*shape, dtype=torch.float32):
+    return torch.randn(shape, dtype=torch.float32).to(dtype)
+
+
+def assert_matches(result, expected, dtype, depth):
+    tolerance = TOLERANCE[dtype] * max(1.0, math.sqrt(depth))
+    torch.testing.assert_close(result.double(), expected.double(), rtol=TOLERANCE[dtype],
+                               atol=tolerance)
+
+
+def filled_like(shape, dtype, value=float("nan")):
+    return torch.full(shape, value, dtype=dtype)
+
+
+def run(function, out, *operands, scalars=()):
+    """Runs the op into a device copy of `out` (any strides) and returns the result."""
+    device_out = device_view(out)
+    handles = [device_view(x) for x in operands]
+    etmetal_py.check(function(device_out.handle, *[h.handle for h in handles], *scalars))
+    return device_out.torch()
+
+
+def reference_addmm(self, a, b, beta, alpha):
+    product = a.double() @ b.double()
+    if beta == 0:
+        return alpha * product
+    return beta * self.double() + alpha * product
+
+
+# (M, K, N): naive, row-dot candidates, 32x32 tiles with tails, 64x64 tiles with tails.
+MM_SHAPES = [(1, 1, 1), (3, 5, 7), (1, 300, 37), (45, 130, 1), (33, 47, 19), (64, 32, 64),
+             (260, 40, 300)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,K,N", MM_SHAPES)
+def test_mm_contiguous(M, K, N, dtype, no_leaks):
+    a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
+    assert result.dtype == dtype
+    assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,K,N", [(1, 300, 37), (7, 33, 5), (70, 90, 41), (1, 64, 1)])
+def test_addmm_with_transposed_weight(M, K, N, dtype, no_leaks):
+    # What Inductor emits for nn.Linear: addmm(bias, x, weight.t()).
+    x, weight, bias = random(M, K, dtype=dtype), random(N, K, dtype=dtype), random(N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), dtype), bias, x, weight.t(),
+                 scalars=(1.0, 1.0))
+    assert_matches(result, reference_addmm(bias, x, weight.t(), 1.0, 1.0), dtype, K)
+
+
+@pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36)])
+def test_mm_offset_and_strided_views(M, K, N, no_leaks):
+    # Every operand is a slice with a storage offset and non-unit strides in both dimensions.
+    a = random(2 * M + 3, 3 * K)[3::2, 1::3]
+    b = random(2 * N, K + 1).t()[1:, 1::2]
+    out = filled_like((M + 2, 2 * N), torch.float32)[2:, ::2]
+    assert a.shape == (M, K) and b.shape == (K, N) and out.shape == (M, N)
+    result = run(lib.aoti_torch_mps_mm_out, out, a, b)
+    assert_matches(result, a.double() @ b.double(), torch.float32, K)
+
+
+def test_mm_result_lands_in_a_strided_out_only(no_leaks):
+    M, K, N = 20, 17, 18
+    a, b = random(M, K), random(K, N)
+    storage = filled_like((M, 2 * N + 1), torch.float32, 7.0)
+    out_view = storage[:, 1::2]
+    device_storage = Tensor.from_array(storage, copy=True)
+    out = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        device_storage.handle, 2, ffi.new("int64_t[]", [M, N]), ffi.new("int64_t[]", list(out_view.stride())),
+        1, out))
+    out_tensor = Tensor(out[0])
+    ta, tb = Tensor.from_array(a, copy=True), Tensor.from_array(b, copy=True)
+    etmetal_py.check(lib.aoti_torch_mps_mm_out(out_tensor.handle, ta.handle, tb.handle))
+    written = device_storage.torch()
+    expected = storage.clone()
+    expected[:, 1::2] = (a.double() @ b.double()).float()
+    untouched = torch.ones_like(storage, dtype=torch.bool)
+    untouched[:, 1::2] = False
+    assert torch.equal(written[untouched], expected[untouched])
+    assert_matches(written[:, 1::2], expected[:, 1::2], torch.float32, K)
+
+
+@pytest.mark.parametrize("self_shape", [(), (1,), (23,), (1, 23), (31, 1), (31, 23)])
+@pytest.mark.parametrize("beta,alpha", [(1.0, 1.0), (0.5, -2.0)])
+def test_addmm_broadcasts_self(self_shape, beta, alpha, no_leaks):
+    M, K, N = 31, 20, 23
+    self, a, b = random(*self_shape), random(M, K), random(K, N)
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), torch.float32), self, a, b,
+                 scalars=(beta, alpha))
+    assert_matches(result, reference_addmm(self, a, b, beta, alpha), torch.float32, K)
+
+
+@pytest.mark.parametrize("M,K,N", [(4, 6, 5), (48, 40, 33)])
+def test_addmm_beta_zero_ignores_nan_self(M, K, N, no_leaks):
+    self = torch.full((M, N), float("nan"))
+    self[0, 0] = float("inf")
+    a, b = random(M, K), random(K, N)
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), torch.float32), self, a, b,
+                 scalars=(0.0, 1.5))
+    assert torch.isfinite(result).all()
+    assert_matches(result, 1.5 * (a.double() @ b.double()), torch.float32, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_addmm_in_place_out_is_self(dtype, no_leaks):
+    M, K, N = 34, 21, 40
+    self, a, b = random(M, N, dtype=dtype), random(M, K, dtype=dtype), random(K, N, dtype=dtype)
+    device_self = Tensor.from_array(self, copy=True)
+    ta, tb = Tensor.from_array(a, copy=True), Tensor.from_array(b, copy=True)
+    etmetal_py.check(lib.aoti_torch_mps_addmm_out(device_self.handle, device_self.handle, ta.handle,
+                                                  tb.handle, 0.25, 2.0))
+    assert_matches(device_self.torch(), reference_addmm(self, a, b, 0.25, 2.0), dtype, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_depth_gives_beta_self_or_zeros(dtype, no_leaks):
+    M, N = 6, 9
+    a, b, self = torch.empty(M, 0, dtype=dtype), torch.empty(0, N, dtype=dtype), random(N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
+    assert torch.equal(result, torch.zeros(M, N, dtype=dtype))
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), dtype), self, a, b,
+                 scalars=(3.0, 1.0))
+    assert_matches(result, (3.0 * self.double()).expand(M, N), dtype, 1)
+    result = run(lib.aoti_torch_mps_bmm_out, filled_like((2, M, N), dtype), torch.empty(2, M, 0, dtype=dtype),
+                 torch.empty(2, 0, N, dtype=dtype))
+    assert torch.equal(result, torch.zeros(2, M, N, dtype=dtype))
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 4), (3, 5, 0), (0, 0, 0)])
+def test_empty_output_is_a_no_op(shape, no_leaks):
+    M, K, N = shape
+    result = run(lib.aoti_torch_mps_mm_out, torch.empty(M, N), random(M, K), random(K, N))
+    assert result.shape == (M, N)
+    result = run(lib.aoti_torch_mps_bmm_out, torch.empty(0, M, N), random(0, M, K), random(0, K, N))
+    assert result.shape == (0, M, N)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,M,K,N", [(3, 5, 7, 2), (2, 1, 128, 33), (4, 37, 50, 29), (2, 70, 20, 300)])
+def test_bmm(B, M, K, N, dtype, no_leaks):
+    a, b = random(B, M, K, dtype=dtype), random(B, K, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_bmm_out, filled_like((B, M, N), dtype), a, b)
+    assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+def test_bmm_permuted_batches_and_out(no_leaks):
+    # Batch dimension not outermost in any operand, as attention's q @ k.transpose(-1, -2).
+    B, M, K, N = 3, 20, 24, 18
+    a = random(M, B, K).permute(1, 0, 2)
+    b = random(B, N, K).transpose(1, 2)
+    out = filled_like((M, N, B), torch.float32).permute(2, 0, 1)
+    result = run(lib.aoti_torch_mps_bmm_out, out, a, b)
+    assert_matches(result, a.double() @ b.double(), torch.float32, K)
+
+
+@pytest.mark.parametrize("self_shape", [(18,), (20, 1), (1, 20, 18), (3, 20, 18), (3, 1, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_baddbmm_broadcasts_self(self_shape, dtype, no_leaks):
+    B, M, K, N = 3, 20, 24, 18
+    self, a, b = random(*self_shape, dtype=dtype), random(B, M, K, dtype=dtype), random(B, K, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((B, M, N), dtype), self, a, b,
+                 scalars=(-1.0, 0.5))
+    assert_matches(result, reference_addmm(self, a, b, -1.0, 0.5), dtype, K)
+
+
+def test_baddbmm_beta_zero_ignores_nan_self(no_leaks):
+    self = torch.full((2, 3, 4), float("nan"))
+    a, b = random(2, 3, 5), random(2, 5, 4)
+    result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((2, 3, 4), torch.float32), self, a, b,
+                 scalars=(0.0, 1.0))
+    assert_matches(result, a.double() @ b.double(), torch.float32, 5)
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+def expect_error(code, *fragments):
+    """The call failed with a message naming the op and problem, and poisoned the stream."""
+    fails(code, *fragments)
+    with pytest.raises(EtmetalError):
+        etmetal_py.synchronize()
+
+
+def handles(*arrays):
+    return [Tensor.from_array(x, copy=True) for x in arrays]
+
+
+def test_mismatched_inner_dimensions(no_leaks):
+    out, a, b = handles(torch.empty(3, 4), random(3, 5), random(6, 4))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, a.handle, b.handle), "mm", "cannot multiply",
+                 "[3, 5]", "[6, 4]")
+
+
+def test_wrong_out_shape(no_leaks):
+    out, a, b = handles(torch.empty(3, 5), random(3, 5), random(5, 4))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, a.handle, b.handle), "mm", "out has shape [3, 5]",
+                 "[3, 4]")
+
+
+def test_wrong_rank(no_leaks):
+    out, a, b = handles(torch.empty(2, 3, 4), random(2, 3, 5), random(2, 5, 4))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, a.handle, b.handle), "mm", "must be 2-D")
+    out2 = handles(torch.empty(3, 4))[0]
+    a2 = handles(random(3, 5))[0]
+    expect_error(lib.aoti_torch_mps_bmm_out(out2.handle, a2.handle, b.handle), "bmm", "must be 3-D")
+
+
+def test_batch_mismatch(no_leaks):
+    out, a, b = handles(torch.empty(2, 3, 4), random(2, 3, 5), random(3, 5, 4))
+    expect_error(lib.aoti_torch_mps_bmm_out(out.handle, a.handle, b.handle), "bmm", "batch sizes differ")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
+def test_unsupported_dtype(dtype, no_leaks):
+    out, a, b = handles(torch.zeros(3, 4, dtype=dtype), torch.ones(3, 5, dtype=dtype), torch.ones(5, 4, dtype=dtype))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, a.handle, b.handle), "mm",
+                 "supported are float32, float16 and bfloat16")
+
+
+def test_mixed_dtypes(no_leaks):
+    out, a, b = handles(torch.empty(3, 4), random(3, 5), random(5, 4, dtype=torch.float16))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, a.handle, b.handle), "mm", "dtypes differ")
+    out, self, a, b = handles(torch.empty(3, 4), random(4, dtype=torch.bfloat16), random(3, 5), random(5, 4))
+    expect_error(lib.aoti_torch_mps_addmm_out(out.handle, self.handle, a.handle, b.handle, 1.0, 1.0),
+                 "addmm", "self has dtype bfloat16")
+
+
+def test_self_that_does_not_broadcast(no_leaks):
+    out, self, a, b = handles(torch.empty(3, 4), random(5), random(3, 5), random(5, 4))
+    expect_error(lib.aoti_torch_mps_addmm_out(out.handle, self.handle, a.handle, b.handle, 0.0, 1.0),
+                 "addmm", "does not broadcast")
+
+
+def test_out_overlapping_an_input(no_leaks):
+    a, b = handles(random(4, 4), random(4, 4))
+    expect_error(lib.aoti_torch_mps_mm_out(a.handle, a.handle, b.handle), "mm", "overlaps an input")
+
+
+def test_null_handles(no_leaks):
+    out, a, b = handles(torch.empty(3, 4), random(3, 5), random(5, 4))
+    expect_error(lib.aoti_torch_mps_mm_out(out.handle, ffi.NULL, b.handle), "aoti_torch_mps_mm_out", "null")
+    expect_error(lib.aoti_torch_mps_addmm_out(ffi.NULL, out.handle, a.handle, b.handle, 1.0, 1.0),
+                 "aoti_torch_mps_addmm_out", "null")
+    expect_error(lib.aoti_torch_mps_baddbmm_out(out.handle, out.handle, ffi.NULL, b.handle, 1.0, 1.0),
+                 "aoti_torch_mps_baddbmm_out", "null")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,K,N", [(513, 257, 129), (256, 1024, 256), (1, 4096, 1000), (1000, 777, 1)])
+def test_mm_large(M, K, N, dtype):
+    a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
+    assert_matches(result, a.double() @ b.double(), dtype, K)
