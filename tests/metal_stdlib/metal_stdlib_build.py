@@ -40,12 +40,14 @@ def compile_program(source, output, std="c++20", extra_flags=(), optimize="-O1")
     return output
 
 
-def run_program(binary, stdin_text=None, timeout=120):
+def run_program(binary, stdin_text=None, timeout=120, with_stderr=False):
+    """The program's standard output (and error, with with_stderr); fails the test when it
+    exits non-zero."""
     result = subprocess.run([str(binary)], input=stdin_text, capture_output=True, text=True,
                             timeout=timeout)
     assert result.returncode == 0, f"{binary.name} failed ({result.returncode}):\n" \
                                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout
+    return (result.stdout, result.stderr) if with_stderr else result.stdout
 
 
 def parse_tables(text):

@@ -10,8 +10,9 @@ from metal_stdlib_build import PROGRAMS, build_dir, compile_program, run_program
 @pytest.mark.parametrize("std", ["c++17", "c++20"])
 def test_vector_and_scalar_semantics(std, build_dir):
     binary = compile_program(PROGRAMS / "vector_semantics.cpp", build_dir / f"vector_semantics_{std}", std=std)
-    output = run_program(binary)
+    output, errors = run_program(binary, with_stderr=True)
     assert output.strip().endswith("0 failures"), output
+    assert errors == "[com.etmetal.test:stdlib] info value 7 of 2.5 (x)\n", errors
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,10 @@ def collective_expectations(n):
         "quad_is_first": (quad_position == 0).astype(float),
         "quad_fill_down1": np.where(quad_position + 1 < 4, value_at(lanes + 1), fill_at(quad_base)),
         "quad_rotate_up1": value_at(quad_base + (quad_position - 1) % 4),
+        "float_xor_bits": every * np.bitwise_xor.reduce(u),  # floats combine their bit patterns
+        "builtin_sum": every * x.sum(),
+        "builtin_fill_down4": fill_shuffle(4, SIMD_WIDTH, down=True),
+        "builtin_lane": lanes.astype(float),
     }
     return expected
 
@@ -172,6 +176,7 @@ def test_simdgroup_matrix(results):
     a_half = (np.arange(64) % 9 - 4.0).reshape(8, 8)
     b_half = ((np.arange(64) % 5) * 0.5).reshape(8, 8)
     np.testing.assert_array_equal(row(results, "matrix.mixed").reshape(8, 8), a_half @ b_half + c)
+    np.testing.assert_array_equal(row(results, "matrix.operator_product").reshape(8, 8), (a @ b) @ c)
 
 
 def test_atomics_are_atomic_across_host_threads(results):

@@ -23,11 +23,12 @@ struct operation {
 #define CONVERSION(name, expression) \
   {#name, 1, [](const uint32_t* a) -> uint32_t { return uint32_t(expression); }}
 // One math function for float (f32.), half (f16.) and bfloat (bf16.). The arguments are float
-// bits; the test sends values exactly representable in the evaluated type.
+// bits; the test sends values exactly representable in the evaluated type. bfloat arguments
+// go through float (Metal has no bfloat overloads) and the result is stored back as bfloat.
 #define UNARY(function)                                                                                   \
   {"f32." #function, 1, [](const uint32_t* a) { return float_bits(metal::function(bits_float(a[0]))); }}, \
   {"f16." #function, 1, [](const uint32_t* a) { return float_bits(float(metal::function(half(bits_float(a[0]))))); }}, \
-  {"bf16." #function, 1, [](const uint32_t* a) { return float_bits(float(metal::function(bfloat(bits_float(a[0]))))); }}
+  {"bf16." #function, 1, [](const uint32_t* a) { return float_bits(float(bfloat(metal::function(bfloat(bits_float(a[0])))))); }}
 #define BINARY(function)                                                                                   \
   {"f32." #function, 2,                                                                                    \
    [](const uint32_t* a) { return float_bits(metal::function(bits_float(a[0]), bits_float(a[1]))); }},     \
@@ -37,7 +38,7 @@ struct operation {
    }},                                                                                                     \
   {"bf16." #function, 2,                                                                                   \
    [](const uint32_t* a) {                                                                                 \
-     return float_bits(float(metal::function(bfloat(bits_float(a[0])), bfloat(bits_float(a[1])))));        \
+     return float_bits(float(bfloat(metal::function(bfloat(bits_float(a[0])), bfloat(bits_float(a[1]))))));  \
    }}
 
 const operation operations[] = {

@@ -210,6 +210,10 @@ void collectives(const char* prefix, uint32_t threads) {
   auto& quad_first = t.row("quad_is_first", threads);
   auto& quad_fill = t.row("quad_fill_down1", threads);
   auto& quad_rotate = t.row("quad_rotate_up1", threads);
+  auto& float_xor = t.row("float_xor_bits", threads);
+  auto& builtin_sum = t.row("builtin_sum", threads);
+  auto& builtin_fill = t.row("builtin_fill_down4", threads);
+  auto& builtin_lane = t.row("builtin_lane", threads);
   test_executor::run_threadgroup(threads, [&](uint32_t l) {
     const float x = input(l);
     const uint u = l * 7u + 3u;
@@ -258,6 +262,10 @@ void collectives(const char* prefix, uint32_t threads) {
     quad_first[l] = quad_is_first();
     quad_fill[l] = quad_shuffle_and_fill_down(x, fill, ushort(1));
     quad_rotate[l] = quad_shuffle_rotate_up(x, ushort(1));
+    float_xor[l] = double(as_type<uint>(simd_xor(as_type<float>(u))));
+    builtin_sum[l] = __metal_simd_sum(x);
+    builtin_fill[l] = __metal_simd_shuffle_and_fill_down(x, fill, ushort(4), __metal_get_simdgroup_size(ushort()));
+    builtin_lane[l] = __metal_get_thread_index_in_simdgroup(ushort());
   });
   t.print(prefix);
 }
@@ -323,7 +331,7 @@ void matrices() {
   for (int i = 0; i < 64; ++i) c_source[i] = float(i) * 0.5f;
   for (int i = 0; i < 64; ++i) a_half[i] = half(float(i % 9) - 4.0f);
   for (int i = 0; i < 64; ++i) b_half[i] = half(float(i % 5) * 0.5f);
-  float d_out[64], e_out[8 * 9] = {}, identity_out[64], filled_out[64], mixed_out[64];
+  float d_out[64], e_out[8 * 9] = {}, identity_out[64], filled_out[64], mixed_out[64], operator_out[64];
   std::vector<float> elements_x(32), elements_y(32);
   test_executor::run_threadgroup(32, [&](uint32_t l) {
     simdgroup_float8x8 a, b, c, d, e;
@@ -345,6 +353,7 @@ void matrices() {
     simdgroup_float8x8 mixed;
     simdgroup_multiply_accumulate(mixed, ah, bh, c);
     simdgroup_store(mixed, mixed_out);
+    simdgroup_store((a * b) * c, operator_out);
   });
   print_row("matrix.d", std::vector<float>(d_out, d_out + 64));
   print_row("matrix.e_transposed", std::vector<float>(e_out, e_out + 72));
@@ -353,6 +362,7 @@ void matrices() {
   print_row("matrix.identity2", std::vector<float>(identity_out, identity_out + 64));
   print_row("matrix.filled3", std::vector<float>(filled_out, filled_out + 64));
   print_row("matrix.mixed", std::vector<float>(mixed_out, mixed_out + 64));
+  print_row("matrix.operator_product", std::vector<float>(operator_out, operator_out + 64));
 }
 
 // Host threads hammer the same atomics, as threadgroups on several workers do.

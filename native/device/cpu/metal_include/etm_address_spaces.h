@@ -15,3 +15,5 @@
 #define ray_data
 #define object_data
 #define kernel
+// Memory coherence qualifiers (`coherent(device)`): one coherent memory on the CPU.
+#define coherent(scope)

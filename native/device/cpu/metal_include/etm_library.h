@@ -14,4 +14,6 @@
 #include "etm_atomic.h"
 #include "etm_simd.h"
 #include "etm_simdgroup_matrix.h"
+#include "etm_logging.h"
+#include "etm_compiler_builtins.h"
 #include "etm_address_spaces.h"

@@ -1,5 +1,5 @@
-// metal_math, metal_common, metal_geometric and metal_relational for float, half and bfloat
-// scalars and vectors.
+// metal_math, metal_common, metal_geometric and metal_relational for float and half scalars and
+// for float, half and bfloat vectors.
 //
 // Every function is declared directly in namespace metal, with Apple's overload set: one
 // overload per floating scalar type plus one template for vectors and swizzles. metal::fast
@@ -60,35 +60,32 @@ inline float smoothstep(float edge0, float edge1, float x) {
 
 }  // namespace etm_msl
 
-// Scalar overloads for float, half and bfloat, plus the vector template, of a function whose
-// float version is `float_expression` over parameters named x, y, z.
+// Scalar overloads for float and half, plus the vector template, of a function whose float
+// version is `float_expression` over parameters named x, y, z. Like Apple's library, there are
+// no bfloat scalar overloads: a bfloat argument converts to float and the result is float.
+// (MLX defines metal::exp(bfloat) and friends itself; ours would be redefinitions.)
 #define ETM_FLOAT_FUNCTION_1(name, float_expression)                                          \
   inline float name(float x) { return float_expression; }                                     \
   inline half name(half x) { return half(name(float(x))); }                                   \
-  inline bfloat name(bfloat x) { return bfloat(name(float(x))); }                             \
   template <class V, std::enable_if_t<etm_msl::is_float_vector_like_v<V>, int> = 0>          \
   inline etm_msl::plain_vector_t<V> name(const V& x) {                                        \
-    return etm_msl::map_components([](auto c) { return name(c); }, x);                        \
+    return etm_msl::map_components([](auto c) { return decltype(c)(name(c)); }, x);           \
   }
 #define ETM_FLOAT_FUNCTION_2(name, float_expression)                                          \
   inline float name(float x, float y) { return float_expression; }                           \
   inline half name(half x, half y) { return half(name(float(x), float(y))); }                 \
-  inline bfloat name(bfloat x, bfloat y) { return bfloat(name(float(x), float(y))); }         \
   template <class A, class B,                                                                 \
             std::enable_if_t<etm_msl::are_float_vector_arguments_v<A, B>, int> = 0>           \
   inline etm_msl::common_vector_t<A, B> name(const A& x, const B& y) {                        \
-    return etm_msl::map_components([](auto a, auto b) { return name(a, b); }, x, y);          \
+    return etm_msl::map_components([](auto a, auto b) { return decltype(a)(name(a, b)); }, x, y); \
   }
 #define ETM_FLOAT_FUNCTION_3(name, float_expression)                                          \
   inline float name(float x, float y, float z) { return float_expression; }                   \
   inline half name(half x, half y, half z) { return half(name(float(x), float(y), float(z))); } \
-  inline bfloat name(bfloat x, bfloat y, bfloat z) {                                          \
-    return bfloat(name(float(x), float(y), float(z)));                                        \
-  }                                                                                           \
   template <class A, class B, class C,                                                        \
             std::enable_if_t<etm_msl::are_float_vector_arguments_v<A, B, C>, int> = 0>        \
   inline etm_msl::common_vector_t<A, B, C> name(const A& x, const B& y, const C& z) {         \
-    return etm_msl::map_components([](auto a, auto b, auto c) { return name(a, b, c); }, x, y, z); \
+    return etm_msl::map_components([](auto a, auto b, auto c) { return decltype(a)(name(a, b, c)); }, x, y, z); \
   }
 // Predicates: bool for scalars, a bool vector for vectors.
 #define ETM_FLOAT_PREDICATE_1(name, float_expression)                                         \
@@ -182,7 +179,6 @@ ETM_FLOAT_PREDICATE_2(isunordered, __builtin_isunordered(x, y))
 // Functions with integer or reference parameters.
 inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
 inline half ldexp(half x, int k) { return half(__builtin_ldexpf(float(x), k)); }
-inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
 template <class V, class K,
           std::enable_if_t<etm_msl::is_float_vector_like_v<V> &&
                                (std::is_integral<K>::value ||
@@ -190,7 +186,8 @@ template <class V, class K,
                            int> = 0>
 inline etm_msl::plain_vector_t<V> ldexp(const V& x, const K& k) {
   etm_msl::plain_vector_t<V> result(etm_msl::zero_tag{});
-  for (int i = 0; i < etm_msl::components_v<V>; ++i) result[i] = ldexp(x[i], int(etm_msl::component(k, i)));
+  for (int i = 0; i < etm_msl::components_v<V>; ++i)
+    result[i] = etm_msl::element_t<V>(ldexp(x[i], int(etm_msl::component(k, i))));
   return result;
 }
 
@@ -204,11 +201,10 @@ inline etm_vec::vector<int, etm_msl::components_v<V>, false> ilogb(const V& x) {
 
 inline float frexp(float x, int& exponent) { return __builtin_frexpf(x, &exponent); }
 inline half frexp(half x, int& exponent) { return half(__builtin_frexpf(float(x), &exponent)); }
-inline bfloat frexp(bfloat x, int& exponent) { return bfloat(__builtin_frexpf(float(x), &exponent)); }
 template <class T, int N, bool P, bool Q, std::enable_if_t<etm_msl::is_float_scalar_v<T>, int> = 0>
 inline etm_vec::vector<T, N, false> frexp(const etm_vec::vector<T, N, P>& x, etm_vec::vector<int, N, Q>& exponent) {
   etm_vec::vector<T, N, false> result(etm_msl::zero_tag{});
-  for (int i = 0; i < N; ++i) result[i] = frexp(x[i], exponent[i]);
+  for (int i = 0; i < N; ++i) result[i] = T(frexp(x[i], exponent[i]));
   return result;
 }
 

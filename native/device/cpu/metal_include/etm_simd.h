@@ -147,6 +147,9 @@ inline uint64_t ballot(const call_site& site, bool vote, bool quad, uint64_t* ac
   return bits;
 }
 
+// The caller's lane, from a collective that exchanges nothing.
+inline uint32_t current_lane(const call_site& site) { return exchange(site.id(), nullptr, 0).lane; }
+
 inline bool is_first_active(const call_site& site, bool quad) {
   const etm_cpu_simd_view view = exchange(site.id(), nullptr, 0);
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
@@ -156,6 +159,36 @@ inline bool is_first_active(const call_site& site, bool quad) {
 }
 
 struct vote_access;
+
+// Bitwise reductions combine the bit patterns, also of floating-point values.
+template <class T> struct bits_of {
+  using type = T;
+};
+template <> struct bits_of<float> {
+  using type = uint32_t;
+};
+template <> struct bits_of<_Float16> {
+  using type = uint16_t;
+};
+template <> struct bits_of<bfloat> {
+  using type = uint16_t;
+};
+template <class T, class Op> struct bitwise {
+  T operator()(const T& a, const T& b) const {
+    using B = typename bits_of<T>::type;
+    const B result = B(Op()(__builtin_bit_cast(B, a), __builtin_bit_cast(B, b)));
+    return __builtin_bit_cast(T, result);
+  }
+};
+struct bit_and {
+  template <class B> B operator()(const B& a, const B& b) const { return B(a & b); }
+};
+struct bit_or {
+  template <class B> B operator()(const B& a, const B& b) const { return B(a | b); }
+};
+struct bit_xor {
+  template <class B> B operator()(const B& a, const B& b) const { return B(a ^ b); }
+};
 
 template <class T> struct plus {
   T operator()(const T& a, const T& b) const { return a + b; }
@@ -226,13 +259,13 @@ struct vote_access {
     return etm_msl::reduce(ETM_CALL_SITE, data, quad, [](const T& a, const T& b) { return T(::metal::max(a, b)); }); \
   }                                                                                                \
   template <class T> inline T prefix##and(T data, ETM_CALL_SITE_PARAMETER) {                      \
-    return etm_msl::reduce(ETM_CALL_SITE, data, quad, [](const T& a, const T& b) { return T(a & b); }); \
+    return etm_msl::reduce(ETM_CALL_SITE, data, quad, etm_msl::bitwise<T, etm_msl::bit_and>{});   \
   }                                                                                                \
   template <class T> inline T prefix##or(T data, ETM_CALL_SITE_PARAMETER) {                       \
-    return etm_msl::reduce(ETM_CALL_SITE, data, quad, [](const T& a, const T& b) { return T(a | b); }); \
+    return etm_msl::reduce(ETM_CALL_SITE, data, quad, etm_msl::bitwise<T, etm_msl::bit_or>{});    \
   }                                                                                                \
   template <class T> inline T prefix##xor(T data, ETM_CALL_SITE_PARAMETER) {                      \
-    return etm_msl::reduce(ETM_CALL_SITE, data, quad, [](const T& a, const T& b) { return T(a ^ b); }); \
+    return etm_msl::reduce(ETM_CALL_SITE, data, quad, etm_msl::bitwise<T, etm_msl::bit_xor>{});   \
   }                                                                                                \
   template <class T> inline T prefix##prefix_inclusive_sum(T data, ETM_CALL_SITE_PARAMETER) {     \
     return etm_msl::scan(ETM_CALL_SITE, data, quad, true, T(0), etm_msl::plus<T>{});                \

@@ -20,9 +20,6 @@ constexpr fragment_position fragment_of_lane(uint32_t lane) {
   return {(quad & 4u) + (lane / 2) % 4, (quad & 2u) * 2 + (lane % 2) * 2};
 }
 
-// The caller's lane, from a collective that exchanges nothing.
-inline uint32_t current_lane(const call_site& site) { return exchange(site.id(), nullptr, 0).lane; }
-
 }  // namespace etm_msl
 
 namespace metal {
@@ -133,6 +130,15 @@ template <class TD, class TA, class TB>
 inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
                                const simdgroup_matrix<TB, 8, 8>& b, ETM_CALL_SITE_PARAMETER) {
   etm_msl::multiply_accumulate(ETM_CALL_SITE, d, a, b, float2(0.0f, 0.0f));
+}
+
+// a * b, a collective like simdgroup_multiply. An operator cannot take the caller's location,
+// so every `*` shares one call site: lanes must not diverge between two of them.
+template <class T>
+inline simdgroup_matrix<T, 8, 8> operator*(const simdgroup_matrix<T, 8, 8>& a, const simdgroup_matrix<T, 8, 8>& b) {
+  simdgroup_matrix<T, 8, 8> product;
+  etm_msl::multiply_accumulate(etm_msl::call_site{__FILE__, __LINE__, 0u}, product, a, b, float2(0.0f, 0.0f));
+  return product;
 }
 
 }  // namespace metal

@@ -52,11 +52,14 @@ struct call_site {
 #define ETM_CALL_SITE_PARAMETER std::source_location etm_location = std::source_location::current()
 #define ETM_CALL_SITE \
   (etm_msl::call_site{etm_location.file_name(), unsigned(etm_location.line()), unsigned(etm_location.column())})
+// Passes the caller's site on to another SIMD-group function.
+#define ETM_CALL_SITE_ARGUMENTS etm_location
 #else
 // C++17 has no column: two collectives on one line share a site, which only matters when
 // lanes diverge between them.
 #define ETM_CALL_SITE_PARAMETER const char *etm_file = __builtin_FILE(), unsigned etm_line = __builtin_LINE()
 #define ETM_CALL_SITE (etm_msl::call_site{etm_file, etm_line, 0u})
+#define ETM_CALL_SITE_ARGUMENTS etm_file, etm_line
 #endif
 
 namespace etm_msl {

@@ -95,6 +95,21 @@ using std::underlying_type_t;
 using std::index_sequence;
 using std::make_index_sequence;
 
+// Apple's spellings of the logical traits, used by code that enables Metal internals (MLX).
+template <class... B> using _disjunction = std::disjunction<B...>;
+template <class... B> using _conjunction = std::conjunction<B...>;
+
+// uniform<T>: a value the same in every thread. Converts to and from T.
+template <class T> struct uniform {
+  uniform() = default;
+  constexpr uniform(T value) : value_(value) {}
+  constexpr operator T() const { return value_; }
+
+ private:
+  T value_;
+};
+template <class T> constexpr uniform<T> make_uniform(T value) { return uniform<T>(value); }
+
 // Address spaces do not exist on the CPU, so removing one changes nothing.
 template <class T> struct remove_addrspace { using type = T; };
 template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
