@@ -97,7 +97,7 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
   for (int r = 0; r < kRows; ++r) {
     const float total = simd_sum(acc[r]);
     const int n = n0 + r;
-    if (lane == 0 && n < p.N) out[pair * p.N + n] = T(total);
+    if (lane == 0 && n < p.N) out[long(pair) * p.N + n] = T(total);
   }
 }
 

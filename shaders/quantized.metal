@@ -35,6 +35,28 @@ struct QuantizedMatmulParams {
   long zero_stride_g;
 };
 
+// The BITS bytes of 8 packed values as one integer: 32 bits suffice up to 4-bit values.
+template <int BITS>
+struct OctetWord {
+  typedef ulong type;
+};
+template <>
+struct OctetWord<1> {
+  typedef uint type;
+};
+template <>
+struct OctetWord<2> {
+  typedef uint type;
+};
+template <>
+struct OctetWord<3> {
+  typedef uint type;
+};
+template <>
+struct OctetWord<4> {
+  typedef uint type;
+};
+
 // The 8 values that start at value index k (a multiple of 8) of a weight row. Values past K
 // read as 0; packed formats only ever hold whole octets (K % 8 == 0).
 template <int BITS, int FORMAT>
@@ -48,8 +70,9 @@ inline void load_octet(const device uchar* row, int k, int K, thread float* q) {
     return;
   }
   const device uchar* octet = row + (k / 8) * BITS;
-  ulong packed = 0;
-  for (int i = 0; i < BITS; ++i) packed |= ulong(octet[i]) << (8 * i);
+  typedef typename OctetWord<BITS>::type Word;
+  Word packed = 0;
+  for (int i = 0; i < BITS; ++i) packed |= Word(octet[i]) << (8 * i);
   const uint mask = (1u << BITS) - 1u;
   for (int j = 0; j < 8; ++j) q[j] = float(uint(packed >> (j * BITS)) & mask);
 }
@@ -107,7 +130,7 @@ kernel void qmv(const device T* a [[buffer(0)]],
   for (int r = 0; r < kRows; ++r) {
     const float total = simd_sum(acc[r]);
     const int n = n0 + r;
-    if (lane == 0 && n < p.N) out[m * p.N + n] = T(total);
+    if (lane == 0 && n < p.N) out[long(m) * p.N + n] = T(total);
   }
 }
 
@@ -173,7 +196,7 @@ kernel void qmm(const device T* a [[buffer(0)]],
     if (m >= p.M) break;
     for (int j = 0; j < 4; ++j) {
       const int n = n0 + tn + j;
-      if (n < p.N) out[m * p.N + n] = T(acc[i][j]);
+      if (n < p.N) out[long(m) * p.N + n] = T(acc[i][j]);
     }
   }
 }
