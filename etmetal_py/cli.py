@@ -290,23 +290,58 @@ def _optional_string(function_name: str) -> str | None:
     return ffi.string(value).decode() if value != ffi.NULL else None
 
 
+def _cpu_kernel_cache_dir() -> str:
+    """The CPU device's kernel cache, by the rule in native/device/cpu/kernel_compiler.h."""
+    if os.environ.get("ETMETAL_CACHE_DIR"):
+        return os.environ["ETMETAL_CACHE_DIR"]
+    if os.environ.get("XDG_CACHE_HOME"):
+        return os.path.join(os.environ["XDG_CACHE_HOME"], "etmetal")
+    if os.environ.get("HOME"):
+        return os.path.join(os.environ["HOME"], ".cache", "etmetal")
+    return f"/tmp/etmetal-cache-{os.getuid()}"
+
+
+def _cpu_kernel_compiler() -> str:
+    """The CPU device's C++ compiler, by the same rule: $ETMETAL_CXX, else g++, else clang++."""
+    import shutil
+    import subprocess
+
+    requested = os.environ.get("ETMETAL_CXX")
+    candidates = [requested] if requested else ["g++", "clang++"]
+    for name in candidates:
+        path = shutil.which(name)
+        if path is None:
+            continue
+        try:
+            version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=30).stdout.splitlines()
+        except (OSError, subprocess.SubprocessError):
+            version = []
+        return f"{path} ({version[0].strip()})" if version else path
+    return f"not found ({'ETMETAL_CXX=' + requested if requested else 'no g++ or clang++ on PATH'})"
+
+
 def command_info(args: argparse.Namespace) -> int:
     import etmetal_py
 
+    kind = etmetal_py.device_kind()
     print(f"library:      {etmetal_py.library_path()}")
     print(f"version:      {etmetal_py.__version__}")
-    print(f"device:       {etmetal_py.device_name()} ({etmetal_py.device_kind()})")
+    print(f"device:       {etmetal_py.device_name()} ({kind})")
     compiler = _optional_string("etmetal_shader_compiler")
-    print(f"compiler:     {compiler or 'not reported by this libetmetal'}")
     cache = _optional_string("etmetal_kernel_cache_dir")
+    if kind == "cpu":
+        compiler = compiler or _cpu_kernel_compiler()
+        cache = cache or _cpu_kernel_cache_dir()
+    print(f"compiler:     {compiler or 'the Metal framework compiles MSL'}")
     if cache:
         if os.path.isdir(cache):
             size, files = _directory_size(cache)
             print(f"kernel cache: {cache} ({files} files, {size / 1e6:.1f} MB)")
         else:
-            print(f"kernel cache: {cache} (empty)")
+            print(f"kernel cache: {cache} (not created yet)")
     else:
-        print("kernel cache: not reported by this libetmetal")
+        print("kernel cache: Metal's own shader cache")
     try:
         import torch
 

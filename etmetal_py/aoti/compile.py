@@ -121,12 +121,15 @@ def describe_compile_failure(exc: BaseException) -> str:
     return message
 
 
-def _sign_package_libraries(package_path: str, identity: str) -> None:
-    """Sign every .so inside the package with `codesign -f -s identity` (macOS only)."""
+def _check_codesign_available() -> None:
     if sys.platform != "darwin":
         raise ValueError("codesign_identity is only supported on macOS")
     if shutil.which("codesign") is None:
-        raise CompileError("codesign_identity given but the codesign tool is not installed")
+        raise ValueError("codesign_identity given but the codesign tool is not installed")
+
+
+def _sign_package_libraries(package_path: str, identity: str) -> None:
+    """Sign every .so inside the package with `codesign -f -s identity` (macOS only)."""
     with tempfile.TemporaryDirectory(prefix="etmetal-sign-") as work:
         rewritten = os.path.join(work, "signed.pt2")
         with zipfile.ZipFile(package_path) as source, \
@@ -261,6 +264,8 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
         parent = os.path.dirname(os.path.abspath(package_path))
         if not os.path.isdir(parent):
             raise ValueError(f"package directory does not exist: {parent}")
+    if codesign_identity:
+        _check_codesign_available()
     cores = resolve_gpu_cores(gpu_cores)
     configs = build_inductor_configs(inductor_configs, external_weights)
     if ep.example_inputs is None:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import etmetal_py
+from conftest import assert_outputs_close, load_runner, require_shader_compiler
 from etmetal_py.aoti import CompileError, ExportError, aoti_compile_and_package, export
 from etmetal_py.aoti._symbols import undefined_symbols
 from etmetal_py.aoti.compile import build_inductor_configs
@@ -30,9 +31,14 @@ class KitchenSink(nn.Module):
     def forward(self, x, q, k, v, mask):
         part = x[:, 2:18] * self.conv_free_scale
         image = part.reshape(1, 4, 2, 8).contiguous(memory_format=torch.channels_last)
-        padding = torch.zeros(image.shape[0], 4, 2, 8) + self.tiny.sum()
+        padding = torch.zeros(image.shape[0], 4, 2, 8) + self.tiny.sum() + torch.arange(8) * 0
         attention = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return (image + padding) * self.temperature, attention
+
+
+def seeded_kitchen_sink() -> KitchenSink:
+    torch.manual_seed(0)
+    return KitchenSink()
 
 
 def kitchen_sink_inputs():
@@ -95,7 +101,7 @@ def test_export_reports_what_torch_export_rejects():
 
 
 def test_kitchen_sink_compiles_with_only_runtime_symbols_left_open(tmp_path):
-    program = export(KitchenSink(), kitchen_sink_inputs())
+    program = export(seeded_kitchen_sink(), kitchen_sink_inputs())
     path = aoti_compile_and_package(program, package_path=str(tmp_path / "sink.pt2"))
     names, wrapper = _package_texts(path)
     # SDPA takes the math-for-mps route that torch takes on macOS.
@@ -109,6 +115,13 @@ def test_kitchen_sink_compiles_with_only_runtime_symbols_left_open(tmp_path):
     assert not [s for s in foreign if any(m in s for m in ("c10", "5torch", "N2at", "Py"))]
     assert "aoti_torch_mps_create_shader_library" in strong
     assert not any("proxy_executor" in s for s in strong)
+
+    require_shader_compiler()
+    inputs = kitchen_sink_inputs()
+    with torch.no_grad():
+        expected = seeded_kitchen_sink()(*inputs)
+    with load_runner(path) as runner:
+        assert_outputs_close(runner(*inputs), expected, 1e-4, 1e-4)
 
 
 def test_signature_records_dtypes_shapes_and_dynamic_ranges(tmp_path):
@@ -175,6 +188,9 @@ def test_bad_package_paths_are_refused(tmp_path):
         aoti_compile_and_package(program, package_path=str(tmp_path / "missing" / "m.pt2"))
     with pytest.raises(TypeError):
         aoti_compile_and_package(nn.ReLU())
+    if sys.platform != "darwin":
+        with pytest.raises(ValueError, match="only supported on macOS"):
+            aoti_compile_and_package(program, codesign_identity="Developer ID")
 
 
 def test_external_weights_and_link_settings_reach_inductor():
