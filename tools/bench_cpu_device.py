@@ -89,9 +89,12 @@ kernel void generated_kernel(device float* out_ptr0, constant float* in_ptr0,
 
 def embed_c10_headers(names):
     """The c10/metal headers pasted in include order, each once (what Inductor embeds)."""
-    import torch
+    import importlib.util
 
-    base = Path(torch.__file__).parent / "include"
+    spec = importlib.util.find_spec("torch")  # the wheel's headers; torch itself is not imported
+    if spec is None or spec.origin is None:
+        sys.exit("the large-library benchmark reads c10/metal headers from an installed torch")
+    base = Path(spec.origin).parent / "include"
     seen, out = set(), []
 
     def paste(relative):

@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
-#include <regex>
 #include <sstream>
 
 #if __has_include(<elf.h>)
@@ -177,20 +177,23 @@ bool probe_compiler(const std::string& path, const std::string& cache_directory,
     if (write_file(temporary, text.data(), text.size())) std::rename(temporary.c_str(), record.c_str());
   }
   out->version_text = text;
-  const std::string first_line = text.substr(0, text.find('\n'));
-  std::smatch match;
-  if (std::regex_search(text, match, std::regex("clang version ([0-9]+)"))) {
+  // "clang version 16.0.6 ..." anywhere, or g++'s first line ending in its version:
+  // "g++ (Debian 12.2.0-14) 12.2.0".
+  const size_t clang = text.find("clang version ");
+  std::string version;
+  if (clang != std::string::npos) {
     out->clang = true;
-    out->major = std::stoi(match[1]);
-    return true;
+    version = text.substr(clang + 14);
+  } else {
+    const std::string first_line = text.substr(0, text.find('\n'));
+    const size_t end = first_line.find_last_not_of(" \t\r");
+    if (end == std::string::npos) return false;
+    const size_t begin = first_line.find_last_of(" \t", end);
+    version = first_line.substr(begin == std::string::npos ? 0 : begin + 1);
   }
-  if (std::regex_search(first_line, match, std::regex("([0-9]+)\\.[0-9]+(\\.[0-9]+)?\\s*$")) ||
-      std::regex_search(first_line, match, std::regex("\\) ([0-9]+)\\.[0-9]+"))) {
-    out->clang = false;
-    out->major = std::stoi(match[1]);
-    return true;
-  }
-  return false;
+  if (version.empty() || !std::isdigit(static_cast<unsigned char>(version[0]))) return false;
+  out->major = std::atoi(version.c_str());
+  return true;
 }
 
 bool acceptable(const CompilerProbe& probe) {
@@ -337,8 +340,9 @@ Status KernelCompiler::initialize() {
     }
   } else {
     std::string rejected;
-    for (const char* name : {"clang++", "clang++-19", "clang++-18", "clang++-17", "clang++-16", "clang++-15",
-                             "g++", "g++-14", "g++-13", "g++-12"}) {
+    // g++ first: the emulated Metal headers are developed and tested against it.
+    for (const char* name : {"g++", "g++-14", "g++-13", "g++-12", "clang++", "clang++-19", "clang++-18",
+                             "clang++-17", "clang++-16", "clang++-15"}) {
       const std::string path = find_on_path(name);
       CompilerProbe candidate;
       if (path.empty() || !probe_compiler(path, cache_directory_, &candidate)) continue;

@@ -1,7 +1,7 @@
 // Builds translated kernel sources into shared objects with the host C++ compiler, through
 // an on-disk cache shared by processes.
 //
-// Compiler: $ETMETAL_CXX, else the first of clang++ (>= 15) and g++ (>= 12) on PATH;
+// Compiler: $ETMETAL_CXX, else the first of g++ (>= 12) and clang++ (>= 15) on PATH;
 // $ETMETAL_CXXFLAGS adds flags.
 // Cache: $ETMETAL_CACHE_DIR, else $XDG_CACHE_HOME/etmetal, else ~/.cache/etmetal. Objects
 // are keyed by a hash of the translated source, the kernel selection, the compiler's
