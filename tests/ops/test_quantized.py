@@ -133,6 +133,7 @@ def test_pack_lowbit_matches_bit_stream():
     expected = torch.tensor([[(stream >> (8 * i)) & 0xFF for i in range(3)]], dtype=torch.uint8)
     assert torch.equal(quantize.pack_lowbit(values, 3), expected)
     assert torch.equal(quantize.unpack_lowbit(expected, 3, 8), values)
+    assert torch.equal(torch.ops.torchao._pack_weight_3bit(values), expected)
 
 
 def test_quantize_lowbit_round_trip():
