@@ -2,6 +2,11 @@
 bfloat, simd collectives over partial simdgroups, atomics shared by threadgroups on several
 workers, simdgroup matrices), compiled and run by the CPU device through etmetal_py."""
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -157,3 +162,19 @@ def test_half_and_bfloat_math(library):
     magnitude = torch.from_numpy(np.abs(x).astype(np.float32)).to(torch.bfloat16).double()
     root = torch.sqrt(magnitude).to(torch.bfloat16)
     np.testing.assert_array_equal(out_bfloat.float().numpy(), (root * 2).float().numpy())
+
+
+def test_inductor_style_kernel_with_c10_headers(library):
+    """c10/metal headers included as they are (not translated): the address-space macros must
+    let them compile. The CPU device does not ship them, so torch's include directory is added
+    through ETMETAL_CXXFLAGS, in a fresh process because the compiler reads it once."""
+    torch = pytest.importorskip("torch")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    environment = dict(os.environ)
+    environment["ETMETAL_CXXFLAGS"] = (environment.get("ETMETAL_CXXFLAGS", "") +
+                                       f" -I{pathlib.Path(torch.__file__).parent / 'include'}").strip()
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), environment.get("PYTHONPATH")]))
+    script = pathlib.Path(__file__).parent / "programs" / "inductor_style_reduction.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environment,
+                            timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout[-3000:] + result.stderr[-3000:]

@@ -121,7 +121,7 @@ ETM_FLOAT_FUNCTION_1(cosh, __builtin_coshf(x))
 ETM_FLOAT_FUNCTION_1(cospi, etm_msl::cospi(x))
 ETM_FLOAT_FUNCTION_1(exp, __builtin_expf(x))
 ETM_FLOAT_FUNCTION_1(exp2, __builtin_exp2f(x))
-ETM_FLOAT_FUNCTION_1(exp10, __builtin_exp10f(x))
+ETM_FLOAT_FUNCTION_1(exp10, __builtin_powf(10.0f, x))  // exp10f is a GNU extension
 ETM_FLOAT_FUNCTION_1(fabs, __builtin_fabsf(x))
 ETM_FLOAT_FUNCTION_1(abs, __builtin_fabsf(x))
 ETM_FLOAT_FUNCTION_1(floor, __builtin_floorf(x))
