@@ -85,6 +85,13 @@ class EmbeddingArgmax(nn.Module):
         return vectors.argmax(-1), vectors.sum(1)
 
 
+class ChannelsLastInput(nn.Module):
+    """Compiled for a channels-last input: the runner must hand it over with those strides."""
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return image * 2 + image.mean(1, keepdim=True)
+
+
 @dataclass
 class Case:
     build: Callable[[], nn.Module]
@@ -124,6 +131,10 @@ CASES: dict[str, Case] = {
     "weights_in_blob": Case(ScaleShift, lambda g: (torch.randn(4, 64, generator=g),),
                             compile_options={"external_weights": True}),
     "mlp_gelu": Case(MLP, lambda g: (torch.randn(8, 32, generator=g),)),
+    "channels_last_input": Case(
+        ChannelsLastInput,
+        lambda g: (torch.randn(2, 3, 4, 5, generator=g).contiguous(
+            memory_format=torch.channels_last),)),
     "embedding_argmax": Case(EmbeddingArgmax,
                              lambda g: (torch.randint(0, 100, (3, 7), generator=g),)),
 }

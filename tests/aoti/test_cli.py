@@ -26,7 +26,8 @@ def run_cli(capsys, *arguments):
 def cli_package(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("cli") / "softmax.pt2")
     status = cli.main(["compile", f"{MODEL_FILE}:build", "--input", "batch=4x100",
-                       "--input", "batch=4x3:int64", "--dynamic", "batch=1:32", "-o", path])
+                       "--input", "batch=4x3:int64", "--dynamic", "batch=1:32", "--gpu-cores", "16",
+                       "-o", path])
     assert status == 0
     return path
 
@@ -36,9 +37,12 @@ def test_compile_writes_a_package_with_a_dynamic_batch(cli_package):
 
     with zipfile.ZipFile(cli_package) as archive:
         signature = json.loads(archive.read("softmax/etmetal/signature.json"))
-    shapes = [(i["dtype"], i["shape"], i["ranges"]) for i in signature["inputs"]]
-    assert shapes == [("float32", [None, 100], {"0": [1, 32]}),
-                      ("int64", [None, 3], {"0": [1, 32]})]
+    shapes = [(i["dtype"], i["shape"], i["strides"], i["ranges"]) for i in signature["inputs"]]
+    assert shapes == [("float32", [None, 100], None, {"0": [1, 32]}),
+                      ("int64", [None, 3], None, {"0": [1, 32]})]
+    assert [(o["dtype"], o["shape"]) for o in signature["outputs"]] == [
+        ("float32", [None, 100]), ("int64", [])]
+    assert signature["gpu_cores"] == 16
 
 
 def test_run_prints_outputs_and_latency_and_saves_them(cli_package, tmp_path, capsys):

@@ -1,6 +1,5 @@
 """Export for "mps" and AOT compilation: what the program and the package contain."""
 
-import json
 import sys
 import types
 import zipfile
@@ -14,7 +13,7 @@ import etmetal_py
 from conftest import assert_outputs_close, load_runner, require_shader_compiler
 from etmetal_py.aoti import CompileError, ExportError, aoti_compile_and_package, export
 from etmetal_py.aoti._symbols import undefined_symbols
-from etmetal_py.aoti.compile import build_inductor_configs
+from etmetal_py.aoti.compile import build_inductor_configs, describe_compile_failure
 from etmetal_py.aoti.export import real_constants_of
 
 
@@ -124,26 +123,6 @@ def test_kitchen_sink_compiles_with_only_runtime_symbols_left_open(tmp_path):
         assert_outputs_close(runner(*inputs), expected, 1e-4, 1e-4)
 
 
-def test_signature_records_dtypes_shapes_and_dynamic_ranges(tmp_path):
-    class Scale(nn.Module):
-        def forward(self, x, tokens):
-            return x * 2, tokens + 1
-
-    batch = torch.export.Dim("batch", min=2, max=32)
-    program = export(Scale(), (torch.randn(4, 6).half(), torch.zeros(4, dtype=torch.int64)),
-                     dynamic_shapes=({0: batch}, {0: batch}))
-    path = aoti_compile_and_package(program, package_path=str(tmp_path / "scale.pt2"),
-                                    gpu_cores=16)
-    with zipfile.ZipFile(path) as archive:
-        signature = json.loads(archive.read("scale/etmetal/signature.json"))
-    assert signature["gpu_cores"] == 16
-    first, second = signature["inputs"]
-    assert first == {"dtype": "float16", "shape": [None, 6], "strides": None,
-                     "ranges": {"0": [2, 32]}}
-    assert second["dtype"] == "int64" and second["shape"] == [None]
-    assert [o["dtype"] for o in signature["outputs"]] == ["float16", "int64"]
-
-
 def test_a_cpu_program_is_moved_by_the_compiler_and_left_unchanged(tmp_path):
     program = torch.export.export(nn.Sequential(nn.LayerNorm(4)), (torch.randn(2, 4),))
     path = aoti_compile_and_package(program, package_path=str(tmp_path / "cpu_program.pt2"))
@@ -220,6 +199,30 @@ def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
 def test_without_etmetal_ops_no_shims_are_added(monkeypatch):
     monkeypatch.setitem(sys.modules, "etmetal_py.ops", None)  # import fails: module absent
     assert "aot_inductor.custom_ops_to_c_shims" not in build_inductor_configs(None, False)
+
+
+def test_compile_failures_name_the_op_being_compiled():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.aten.special_bessel_j0.default, (x,))
+
+    def lower(node):
+        raise NotImplementedError("no lowering for this device\n  long argument dump")
+
+    class WrappedLikeInductor(RuntimeError):
+        def __init__(self, inner):
+            super().__init__(str(inner))
+            self.inner_exception = inner
+
+    try:
+        try:
+            lower(node)
+        except NotImplementedError as inner:
+            raise WrappedLikeInductor(inner) from inner
+    except WrappedLikeInductor as failure:
+        message = describe_compile_failure(failure)
+    assert message.startswith("while compiling op aten.special_bessel_j0.default")
+    assert "NotImplementedError: no lowering for this device" in message
 
 
 def test_package_level_names_are_the_aoti_functions():

@@ -45,3 +45,13 @@ def test_weights_in_blob_and_in_so_give_the_same_results(packages):
     with load_runner(in_so.path) as first, load_runner(in_blob.path) as second:
         assert torch.equal(first(x), second(x))
         assert_outputs_close(second(x), in_blob.expected((x,)), 1e-5, 1e-5)
+
+
+def test_inputs_get_the_strides_the_model_was_compiled_for(packages):
+    require_shader_compiler()
+    compiled = packages.get("channels_last_input")
+    image = compiled.inputs(6)[0]
+    with load_runner(compiled.path) as runner:
+        assert runner.input_signature[0]["strides"] == list(image.stride())
+        contiguous = image.contiguous()
+        assert_outputs_close(runner(contiguous), compiled.expected((contiguous,)), 1e-5, 1e-5)
