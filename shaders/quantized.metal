@@ -10,7 +10,7 @@
 //
 // Two kernels per format: qmv, the matrix-vector tile of MLX / llama.cpp (threadgroups of 2
 // simdgroups x 4 output rows, 16 values per lane per step, fp32 accumulation, simd_sum), used
-// for M = 1; and qmm, a 32x32 output tile staged through threadgroup memory, for M > 1.
+// for M = 1; and qmm, a 32x64 output tile staged through threadgroup memory, for M > 1.
 // Activations are indexed with strides; the output is a contiguous [M, N] tensor.
 #include <metal_stdlib>
 using namespace metal;
@@ -143,49 +143,56 @@ kernel void qmm(const device T* a [[buffer(0)]],
                 constant QuantizedMatmulParams& p [[buffer(5)]],
                 uint3 group_id [[threadgroup_position_in_grid]],
                 uint tid [[thread_index_in_threadgroup]]) {
-  constexpr int kTile = 32;            // output tile kTile x kTile, K step kTile
-  constexpr int kPitch = kTile + 1;    // padding against bank conflicts
-  // Both tiles are stored k-major: a_tile[k][m], w_tile[k][n].
-  threadgroup float a_tile[kTile * kPitch];
-  threadgroup float w_tile[kTile * kPitch];
+  constexpr int kTileM = 32;  // output tile kTileM x kTileN, K step kTileK, 128 threads
+  constexpr int kTileN = 64;
+  constexpr int kTileK = 32;
+  // Both tiles are stored k-major (a_tile[k][m], w_tile[k][n]), padded against bank conflicts.
+  constexpr int kPitchA = kTileM + 1;
+  constexpr int kPitchW = kTileN + 1;
+  threadgroup float a_tile[kTileK * kPitchA];
+  threadgroup float w_tile[kTileK * kPitchW];
 
-  const int m0 = int(group_id.y) * kTile;
-  const int n0 = int(group_id.x) * kTile;
-  // Loading: thread t fills 16 consecutive k of row t / 2 in both tiles.
-  const int load_row = int(tid) / 2;
-  const int load_k = (int(tid) % 2) * 16;
+  const int m0 = int(group_id.y) * kTileM;
+  const int n0 = int(group_id.x) * kTileN;
+  // Loading: thread t fills 8 consecutive k of activation row t / 4 and dequantizes 16
+  // consecutive k of weight row t / 2.
+  const int a_row = int(tid) / 4;
+  const int a_k = (int(tid) % 4) * 8;
+  const int w_row = int(tid) / 2;
+  const int w_k = (int(tid) % 2) * 16;
   // Computing: thread t owns a 4x4 block of the output tile.
-  const int tm = (int(tid) / 8) * 4;
-  const int tn = (int(tid) % 8) * 4;
+  const int tm = (int(tid) / 16) * 4;
+  const int tn = (int(tid) % 16) * 4;
 
   float acc[4][4];
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
-  const int m_load = m0 + load_row;
-  const int n_load = n0 + load_row;
-  for (int k0 = 0; k0 < p.K; k0 += kTile) {
-    const int k = k0 + load_k;
-    for (int j = 0; j < 16; ++j) {
-      a_tile[(load_k + j) * kPitch + load_row] =
-          m_load < p.M && k + j < p.K ? float(a[m_load * p.a_stride_m + (k + j) * p.a_stride_k]) : 0.0f;
+  const int m_load = m0 + a_row;
+  const int n_load = n0 + w_row;
+  for (int k0 = 0; k0 < p.K; k0 += kTileK) {
+    for (int j = 0; j < 8; ++j) {
+      const int k = k0 + a_k + j;
+      a_tile[(a_k + j) * kPitchA + a_row] =
+          m_load < p.M && k < p.K ? float(a[m_load * p.a_stride_m + k * p.a_stride_k]) : 0.0f;
     }
+    const int k = k0 + w_k;
     if (n_load < p.N && k < p.K) {
       const device uchar* row = w + n_load * p.w_stride_n;
       float q[16];
       load_octet<BITS, FORMAT>(row, k, p.K, q);
       load_octet<BITS, FORMAT>(row, k + 8, p.K, q + 8);
       const float2 sb = scale_and_bias<T, FORMAT>(scales, zeros, p, n_load, k / p.group_size);
-      for (int j = 0; j < 16; ++j) w_tile[(load_k + j) * kPitch + load_row] = sb.x * q[j] + sb.y;
+      for (int j = 0; j < 16; ++j) w_tile[(w_k + j) * kPitchW + w_row] = sb.x * q[j] + sb.y;
     } else {
-      for (int j = 0; j < 16; ++j) w_tile[(load_k + j) * kPitch + load_row] = 0.0f;
+      for (int j = 0; j < 16; ++j) w_tile[(w_k + j) * kPitchW + w_row] = 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int kk = 0; kk < kTile; ++kk) {
+    for (int kk = 0; kk < kTileK; ++kk) {
       float av[4];
       float wv[4];
-      for (int i = 0; i < 4; ++i) av[i] = a_tile[kk * kPitch + tm + i];
-      for (int j = 0; j < 4; ++j) wv[j] = w_tile[kk * kPitch + tn + j];
+      for (int i = 0; i < 4; ++i) av[i] = a_tile[kk * kPitchA + tm + i];
+      for (int j = 0; j < 4; ++j) wv[j] = w_tile[kk * kPitchW + tn + j];
       for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * wv[j];
     }

@@ -11,7 +11,7 @@ written in shaders/*.metal (every load counted, cached or not), per output eleme
 
 - qmv (M = 1): each simdgroup reads the activation row once for its 4 rows, every weight byte
   once, and one scale + one zero per 16-value lane step.
-- qmm (M > 1): a 32x32 output tile reads 32 activation rows and 32 weight rows across K, one
+- qmm (M > 1): a 32x64 output tile reads 32 activation rows and 64 weight rows across K, one
   scale + zero per 16-value load.
 - gather_qmv: qmv per pair, plus the pair's index.
 - gated_delta_rule: per state row and step, q_t and k_t (Dk each), v, g, beta; the state row is
@@ -68,7 +68,7 @@ def lowbit_bytes(M, K, N, bits, group_size, itemsize):
     if M == 1:
         actual = weights + 2 * itemsize * -(-K // 16) + K * itemsize / 4
     else:
-        actual = (weights + 2 * itemsize * -(-K // 16) + K * itemsize) / 32
+        actual = (weights + 2 * itemsize * -(-K // 16)) / 32 + K * itemsize / 64
     minimum = (weights + 2 * itemsize * groups) / M + K * itemsize / N
     return actual, minimum
 
@@ -111,7 +111,7 @@ def bench_int8pack(rows, repeats, M, K, N, dtype):
     if M == 1:
         actual = K + itemsize * -(-K // 16) + K * itemsize / 4
     else:
-        actual = (K + itemsize * -(-K // 16) + K * itemsize) / 32
+        actual = (K + itemsize * -(-K // 16)) / 32 + K * itemsize / 64
     minimum = (K + itemsize) / M + K * itemsize / N
     rows.append((f"int8pack {str(dtype)[6:]}", f"{M}x{K}x{N}", "qmv" if M == 1 else "qmm",
                  ours, eager, actual, minimum))

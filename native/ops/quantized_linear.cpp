@@ -74,9 +74,10 @@ std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, co
     launch.threadgroups({static_cast<uint64_t>(params.M), static_cast<uint64_t>(ceil_div(params.N, 8)), 1},
                         {32, 2, 1});
   } else {
-    launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 32)),
+    // 32 x 64 output tiles, 128 threads.
+    launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 64)),
                          static_cast<uint64_t>(ceil_div(params.M, 32)), 1},
-                        {64, 1, 1});
+                        {128, 1, 1});
   }
   return out;
 }
