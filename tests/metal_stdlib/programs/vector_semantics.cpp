@@ -147,6 +147,17 @@ void constructors() {
   CHECK(equals(float4(float3(1, 2, 3), 4), 1, 2, 3, 4));
   float4 partial = {1, 2};
   CHECK(equals(partial, 1, 2, 0, 0));
+  float4 first_only = {1};  // brace initialization is not a splat
+  CHECK(equals(first_only, 1, 0, 0, 0));
+  const int i = -1, j = 7;
+  uint2 converted = {i, j};  // converts like Metal, no narrowing error
+  CHECK(equals(converted, 0xffffffffu, 7u));
+  float4 mixed = {a.xy, 5};
+  CHECK(equals(mixed, 1, 2, 5, 0));
+  float4 copied{a};
+  CHECK(equals(copied, 1, 2, 3, 4));
+  float4 from_half{half4(1, 2, 3, 4)};
+  CHECK(equals(from_half, 1, 2, 3, 4));
   float4 splat = 2.5f;
   CHECK(equals(splat, 2.5f, 2.5f, 2.5f, 2.5f));
   float4 zero = {};
@@ -181,6 +192,7 @@ void operators_and_relational() {
   CHECK(equals(select(a, b, a < 0.0f), 1, 2, 3, 2));
   CHECK(select(1.0f, 2.0f, true) == 2.0f && select(1, 2, false) == 1);
   CHECK(equals(select(int3(1, 2, 3), int3(7), bool3(true, false, true)), 7, 2, 7));
+  CHECK(equals(select(a, b, true), 2, 2, 2, 2) && equals(select(a.xy, b.zw, false), 1, -2));
   uchar4 bytes(250, 3, 128, 0);
   CHECK(equals(bytes + uchar4(10), 4, 13, 138, 10));
   CHECK(equals(bytes >> 1, 125, 1, 64, 0));

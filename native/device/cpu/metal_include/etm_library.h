@@ -1,5 +1,39 @@
-// The whole emulated Metal standard library. Every public <metal_*> header includes this, so
-// that all system headers are included before the address-space macros are defined.
+// The Metal Shading Language standard library for compute kernels, emulated in C++ for the CPU
+// device. A translated kernel starts with `#include <metal_stdlib>`; every public <metal_*>
+// header includes this file, so all system headers are in before the address-space macros.
+//
+// Layout of the library:
+//   etm_base.h               predefined macros, system headers, scalar types, float constants
+//   etm_bfloat.h             bfloat (a class, round-to-nearest-even), `h` / `bf` literals
+//   etm_vector.h             vector types with swizzle members, operators, all/any/select
+//   etm_traits.h             metal:: type traits, numeric_limits, uniform<T>
+//   etm_as_type.h            as_type<T>
+//   etm_array.h              metal::array
+//   etm_math.h               math, common, geometric and relational functions (+ fast::, precise::)
+//   etm_integer.h            integer functions
+//   etm_sync.h               mem_flags, barriers, the call-site identity of collectives
+//   etm_atomic.h             atomics (GCC __atomic builtins: atomic across host threads)
+//   etm_simd.h               simd_* and quad_* collectives over etm_cpu_simd_exchange
+//   etm_simdgroup_matrix.h   8x8 simdgroup matrices (2 elements per lane)
+//   etm_logging.h            os_log (to standard error)
+//   etm_compiler_builtins.h  __metal_* builtins some MSL code calls directly
+//   etm_address_spaces.h     device, constant, thread, threadgroup ... as empty macros
+// Internal names live in namespaces etm_msl (helpers) and etm_vec (the vector classes and
+// their operators only, since argument-dependent lookup searches it); namespace metal holds
+// Metal's names only, because MSL code brings it into the global namespace.
+//
+// Where it differs from Apple's library (each is a compile error, never a silent difference,
+// unless noted):
+//   - Brace initializers with more components than the vector has are not rejected: the
+//     extra ones are ignored. Silent.
+//   - No 4-component swizzles with a repeated component (v.xxxx), no swizzle of a swizzle
+//     (v.xyz.xy); a swizzle's operator[] returns a value.
+//   - No matrix types (float4x4 ...), textures, samplers or imageblocks.
+//   - `constant` expands to nothing; the translator rewrites it in the MSL it translates.
+//   - simd_vote is 16 bytes (it keeps the active mask for all()).
+//   - In C++17 mode two collectives on one source line share a call site.
+//   - `cond ? bfloat_value : float_value` is ambiguous (bfloat is a class).
+//   - Math is at least as accurate as Metal's precise math; fast:: is the same code.
 #pragma once
 
 #include "etm_base.h"

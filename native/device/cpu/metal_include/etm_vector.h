@@ -162,8 +162,17 @@ ETM_SWIZZLE_COMPOUND(>>)
   constexpr explicit vector(S scalar) : vector(etm_msl::zero_tag{}) {                         \
     for (int i = 0; i < N; ++i) (*this)[i] = T(scalar);                                       \
   }                                                                                           \
+  /* Brace initialization from scalars of one type: `float4 v = {1};` is (1, 0, 0, 0) as in */ \
+  /* Metal, not a splat. A template, so that `uint2 p = {i, j}` converts instead of being a */   \
+  /* narrowing error; mixed braces fall through to the constructor below. */                  \
+  template <class U, std::enable_if_t<etm_msl::is_scalar_v<U>, int> = 0>                      \
+  constexpr vector(std::initializer_list<U> values) : vector(etm_msl::zero_tag{}) {           \
+    int next = 0;                                                                             \
+    for (const U& value : values)                                                             \
+      if (next < N) (*this)[next++] = T(value);                                               \
+  }                                                                                           \
   /* From scalars and vectors, e.g. float4(v.xy, 1, 2); components not given are zero, */     \
-  /* which is what a partial brace initializer `float4 v = {1, 2};` means in Metal. */        \
+  /* which is what a partial brace initializer `float4 v = {a.xy};` means in Metal. */        \
   template <class... A,                                                                       \
             std::enable_if_t<(sizeof...(A) >= 2) &&                                          \
                                  (etm_msl::is_component_argument_v<A> && ...) &&              \
@@ -410,6 +419,10 @@ constexpr bool any(bool value) { return value; }
 template <class T, std::enable_if_t<etm_msl::is_scalar_v<T>, int> = 0>
 constexpr T select(T a, T b, bool c) {
   return c ? b : a;
+}
+template <class A, class B, std::enable_if_t<etm_msl::is_vector_like_v<A>, int> = 0>
+constexpr etm_msl::plain_vector_t<A> select(const A& a, const B& b, bool c) {
+  return c ? etm_msl::plain_vector_t<A>(b) : etm_msl::plain_vector_t<A>(a);
 }
 template <class A, class B, class C,
           std::enable_if_t<etm_msl::is_vector_like_v<A> && etm_msl::is_vector_like_v<C> &&
