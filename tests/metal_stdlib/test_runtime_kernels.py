@@ -56,6 +56,17 @@ kernel void histogram(device const uint* values [[buffer(0)]], device atomic_uin
   atomic_fetch_max_explicit(maximum, int(v), memory_order_relaxed);
 }
 
+// A threadgroup atomic counter: every thread takes a ticket, the last one records the count.
+kernel void tickets(device uint* out [[buffer(0)]], uint lid [[thread_position_in_threadgroup]],
+                    uint group [[threadgroup_position_in_grid]], uint size [[threads_per_threadgroup]]) {
+  threadgroup atomic_uint counter;
+  if (lid == 0) atomic_store_explicit(&counter, 0u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const uint ticket = atomic_fetch_add_explicit(&counter, 1u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (ticket == size - 1) out[group] = atomic_load_explicit(&counter, memory_order_relaxed);
+}
+
 // C (16x16) = A (16x32) * B (32x16): one simdgroup per 8x8 tile of C, four per threadgroup.
 kernel void gemm(device const half* a [[buffer(0)]], device const half* b [[buffer(1)]],
                  device float* c [[buffer(2)]], uint simdgroup [[simdgroup_index_in_threadgroup]]) {
@@ -178,3 +189,9 @@ def test_inductor_style_kernel_with_c10_headers(library):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environment,
                             timeout=600)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_threadgroup_atomics(library):
+    out = np.zeros(5, np.uint32)
+    library.function("tickets")(out, threads=5 * 48 - 10, group=48)  # the last group has 38
+    np.testing.assert_array_equal(out, [48, 48, 48, 48, 38])

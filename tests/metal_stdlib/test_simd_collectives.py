@@ -136,6 +136,8 @@ def test_inactive_lanes_and_call_sites(results):
     np.testing.assert_array_equal(row(results, "divergence.same_line_sum"),
                                   np.where(lanes < 12, x[:12].sum(), 100 * x[12:].sum()))
     np.testing.assert_array_equal(row(results, "divergence.after_barrier_sum"), np.full(32, 32.0))
+    # Writes before a simdgroup_barrier are visible to the other lanes after it.
+    np.testing.assert_array_equal(row(results, "divergence.simdgroup_barrier_neighbour"), np.roll(x, -1))
 
 
 def test_c10_reductions_with_partial_simdgroups(results):

@@ -279,8 +279,13 @@ void divergence() {
   auto& split_low = t.row("split_sum", 32);
   auto& same_line = t.row("same_line_sum", 32);
   auto& barrier_then_all = t.row("after_barrier_sum", 32);
+  auto& neighbour = t.row("simdgroup_barrier_neighbour", 32);
+  float shared[32] = {};
   test_executor::run_threadgroup(32, [&](uint32_t l) {
     const float x = input(l);
+    shared[l] = x;
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    neighbour[l] = shared[(l + 1) % 32];
     if (l % 2 == 0) {
       split_low[l] = simd_sum(x);
     } else {
