@@ -262,3 +262,17 @@ def test_fma_is_fused(evaluate):
     requests = [("f32.fma", np.array([[bits(x), bits(x), bits(-(1 + 2 ** -11))]], dtype=np.uint32).reshape(1, 3))]
     got = evaluate(requests)["f32.fma"].view(np.float32)[0]
     assert got == np.float32(2.0 ** -24)  # x*x - (1 + 2^-11) exactly, lost without fusion
+
+
+def test_swizzle_list_is_current():
+    """etm_swizzle_list.h is generated; it must be what the generator writes now."""
+    import importlib.util
+
+    from metal_stdlib_build import METAL_INCLUDE
+
+    spec = importlib.util.spec_from_file_location("generate_swizzle_list",
+                                                  PROGRAMS.parent / "generate_swizzle_list.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert (METAL_INCLUDE / "etm_swizzle_list.h").read_text() == generator.render()
+    assert "S(xyzw, 4, 228)" in generator.render() and "S(xxxx, 4, 0)" not in generator.render()
