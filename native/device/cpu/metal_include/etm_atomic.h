@@ -1,8 +1,10 @@
 // metal_atomic: metal::atomic<T> and the atomic_*_explicit functions.
 //
 // Threadgroups run on several host threads, so these are real atomics: GCC __atomic builtins
-// on the plain storage (the same bytes Metal's atomic<T> occupies in a buffer). Float
-// read-modify-write operations and integer min/max are compare-and-swap loops.
+// on the plain storage (the same bytes Metal's atomic<T> occupies in a buffer). Every operation
+// is sequentially consistent, whatever memory_order asks for (a stronger guarantee, and the one
+// x86-64 gives read-modify-writes anyway). Float read-modify-writes and min/max are
+// compare-and-swap loops.
 #pragma once
 
 #include "etm_sync.h"
