@@ -4,14 +4,33 @@ backend (aten._scaled_dot_product_attention_math, float64 on the same rounded in
 Tolerances (absolute, outputs and weights are O(1)): float32 2e-5, float16 3e-3, bfloat16
 2e-2: scores and softmax accumulate in float32, only the stored results are rounded."""
 
+import gc
+
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from etmetal_testing import fails
+from etmetal_testing import allocator_stats, fails
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaks_in_module():
+    """Every device allocation the module's tests make is freed by its end (checked once per
+    module: a collection per test would cost more than the tests)."""
+    try:
+        etmetal_py.synchronize()
+    except etmetal_py.EtmetalError:
+        pass  # an earlier module's sticky error, reported and cleared: not this module's
+    gc.collect()
+    before = allocator_stats()
+    yield
+    etmetal_py.synchronize()
+    gc.collect()
+    after = allocator_stats()
+    assert (after.live_bytes, after.live_allocations) == (before.live_bytes, before.live_allocations)
 
 
 def device_view(view):
@@ -98,7 +117,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
     (33, 9, 130, 7),     # head dim in the 256 class, small value dim
 ])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_math_backend(no_leaks, dtype, rows, keys, head_dim, value_dim, causal):
+def test_matches_math_backend(dtype, rows, keys, head_dim, value_dim, causal):
     torch.manual_seed(rows * 1000 + keys + head_dim)
     q = randn(2, 3, rows, head_dim, dtype=dtype)
     k = randn(2, 3, keys, head_dim, dtype=dtype)
@@ -108,7 +127,7 @@ def test_matches_math_backend(no_leaks, dtype, rows, keys, head_dim, value_dim, 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mask_shape", [(6, 11), (1, 1, 6, 11), (2, 1, 1, 11), (4, 1, 11), (11,)])
-def test_boolean_mask_broadcasts(no_leaks, dtype, mask_shape):
+def test_boolean_mask_broadcasts(dtype, mask_shape):
     torch.manual_seed(len(mask_shape))
     q, k, v = randn(2, 4, 6, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype)
     mask = torch.rand(mask_shape) > 0.3
@@ -121,7 +140,7 @@ def test_boolean_mask_broadcasts(no_leaks, dtype, mask_shape):
     (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
     (torch.bfloat16, torch.float32),
 ])
-def test_additive_mask(no_leaks, dtype, mask_dtype):
+def test_additive_mask(dtype, mask_dtype):
     torch.manual_seed(7)
     q, k, v = randn(1, 2, 9, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype)
     mask = (torch.randn(1, 2, 9, 40) * 2).to(mask_dtype)
@@ -129,7 +148,7 @@ def test_additive_mask(no_leaks, dtype, mask_dtype):
     check(q, k, v, mask=mask)
 
 
-def test_fully_masked_rows_give_zeros(no_leaks):
+def test_fully_masked_rows_give_zeros():
     torch.manual_seed(3)
     q, k, v = randn(1, 2, 4, 16), randn(1, 2, 70, 16), randn(1, 2, 70, 16)
     mask = torch.rand(1, 2, 4, 70) > 0.5
@@ -143,7 +162,7 @@ def test_fully_masked_rows_give_zeros(no_leaks):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads", [(8, 2), (6, 1), (4, 4)])
-def test_grouped_query_heads(no_leaks, dtype, heads, kv_heads):
+def test_grouped_query_heads(dtype, heads, kv_heads):
     torch.manual_seed(heads + kv_heads)
     q = randn(2, heads, 3, 64, dtype=dtype)
     k, v = randn(2, kv_heads, 50, 64, dtype=dtype), randn(2, kv_heads, 50, 64, dtype=dtype)
@@ -152,7 +171,7 @@ def test_grouped_query_heads(no_leaks, dtype, heads, kv_heads):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_and_offset_views(no_leaks, dtype):
+def test_strided_and_offset_views(dtype):
     torch.manual_seed(11)
     # [batch, rows, heads, dim] projections seen as [batch, heads, rows, dim]
     q = randn(2, 13, 4, 32, dtype=dtype).transpose(1, 2)
@@ -169,7 +188,7 @@ def test_strided_and_offset_views(no_leaks, dtype):
 
 
 @pytest.mark.parametrize("shape", [(3, 6, 16), (2, 2, 3, 6, 16), (1, 2, 1, 2, 5, 16)])
-def test_batch_dimensions(no_leaks, shape):
+def test_batch_dimensions(shape):
     torch.manual_seed(len(shape))
     q = randn(*shape)
     k = randn(*shape[:-2], 9, 16)
@@ -178,14 +197,14 @@ def test_batch_dimensions(no_leaks, shape):
     check(q, k, v, causal=True)
 
 
-def test_explicit_scale(no_leaks):
+def test_explicit_scale():
     torch.manual_seed(5)
     q, k, v = randn(1, 2, 4, 16), randn(1, 2, 10, 16), randn(1, 2, 10, 16)
     check(q, k, v, scale=0.37)
     check(q, k, v, scale=2.5, causal=True)
 
 
-def test_large_scores_are_stable(no_leaks):
+def test_large_scores_are_stable():
     # exp(score) overflows float32 here (scores ~ +-400); the online softmax subtracts the
     # running maximum. Scores that large carry ~1e-4 absolute rounding in float32.
     torch.manual_seed(9)
@@ -195,7 +214,7 @@ def test_large_scores_are_stable(no_leaks):
     check(q, k, v, tolerance=5e-4)
 
 
-def test_no_keys_gives_zero_output(no_leaks):
+def test_no_keys_gives_zero_output():
     q = randn(1, 2, 3, 8)
     k, v = torch.empty(1, 2, 0, 8), torch.empty(1, 2, 0, 5)
     code, out, weights = run_sdpa(q, k, v)
@@ -203,7 +222,7 @@ def test_no_keys_gives_zero_output(no_leaks):
     assert torch.equal(out, torch.zeros(1, 2, 3, 5)) and weights.shape == (1, 2, 3, 0)
 
 
-def test_no_rows_gives_empty_outputs(no_leaks):
+def test_no_rows_gives_empty_outputs():
     q, k, v = torch.empty(1, 2, 0, 8), randn(1, 2, 4, 8), randn(1, 2, 4, 8)
     code, out, weights = run_sdpa(q, k, v)
     assert code == 0 and out.shape == (1, 2, 0, 8) and weights.shape == (1, 2, 0, 4)
@@ -236,11 +255,11 @@ def _call_fails(*fragments, **arguments):
     ("mask dtype", ["attn_mask dtype"], dict(mask=torch.ones(3, 4, dtype=torch.int64))),
     ("rank", ["dimensions"], dict(q=randn(3, 8), k=randn(4, 8), v=randn(4, 8))),
 ])
-def test_bad_arguments(no_leaks, case, fragments, arguments):
+def test_bad_arguments(case, fragments, arguments):
     _call_fails(*fragments, **arguments)
 
 
-def test_null_result_pointer(no_leaks):
+def test_null_result_pointer():
     q = Tensor.from_array(randn(1, 1, 2, 8), copy=True)
     r = ffi.new("AtenTensorHandle*")
     fails(lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps(

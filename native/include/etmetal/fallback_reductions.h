@@ -1,0 +1,61 @@
+/* Sorting, scan and normalization fallbacks of AOTInductor's Metal shim (torch 2.13
+ * c_shim_mps.h), same names and signatures, ATen semantics.
+ *
+ * Inputs are tensors on device mps with any strides and storage offsets. Each function
+ * stores new handles to freshly allocated, contiguous results in its ret pointers (the caller
+ * deletes them); everything is computed on the device, encoded on the calling thread's
+ * stream: the call returns before the work has run. A failure returns 1, sets
+ * etmetal_last_error(), poisons the calling thread's stream and leaves the ret pointers
+ * untouched. `dim` may be negative (counted from the end); tensors have at most 9 dims. */
+#ifndef ETMETAL_FALLBACK_REDUCTIONS_H
+#define ETMETAL_FALLBACK_REDUCTIONS_H
+
+#include "aoti_shim.h"
+
+ETMETAL_BEGIN_DECLS
+
+/* The k largest (largest != 0) or smallest elements of self along dim: *ret0 values (self's
+ * dtype), *ret1 their int64 indices along dim. Results are always in sorted order (largest
+ * first, or smallest first), which also satisfies sorted == 0; equal values keep their input
+ * order; NaN counts as larger than every number. Dtypes: float32, float16, bfloat16, int64,
+ * int32, int16, int8, uint8, bool. 0 <= k <= size of dim. */
+ETMETAL_API AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k, int64_t dim,
+                                               int32_t largest, int32_t sorted,
+                                               AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+/* Stable sort of self along dim, ascending or descending: *ret0 values, *ret1 int64
+ * indices. NaN sorts after every number (first when descending). Dtypes as topk. */
+ETMETAL_API AOTITorchError aoti_torch_mps_sort(AtenTensorHandle self, int64_t dim,
+                                               int32_t descending, AtenTensorHandle* ret0,
+                                               AtenTensorHandle* ret1);
+
+/* sort with an optional stable flag; the sort is stable whatever the flag says. */
+ETMETAL_API AOTITorchError aoti_torch_mps_sort_stable(AtenTensorHandle self, int32_t* stable,
+                                                      int64_t dim, int32_t descending,
+                                                      AtenTensorHandle* ret0,
+                                                      AtenTensorHandle* ret1);
+
+/* Cumulative sum along dim into *ret0. Result dtype: *dtype when dtype is not NULL, else
+ * self's dtype for float32/float16/bfloat16 and int64 for integer and bool inputs.
+ * Supported: floating inputs to float32/float16/bfloat16; integer and bool inputs to
+ * int64/int32/float32. Elements are converted to the result dtype, then summed in float32
+ * (floating results) or wrapping 64-bit integers. */
+ETMETAL_API AOTITorchError aoti_torch_mps_cumsum(AtenTensorHandle self, int64_t dim,
+                                                 int32_t* dtype, AtenTensorHandle* ret0);
+
+/* RMS normalization over the trailing dims normalized_shape[0..normalized_shape_len_):
+ * *ret0 = input / sqrt(mean(input^2) + eps) * weight (input's dtype and shape), *ret1 = the
+ * float32 rstd, shaped as input's leading sizes followed by a 1 per normalized dim. input is
+ * float32, float16 or bfloat16; weight (NULL, or a pointer to a handle of shape
+ * normalized_shape and input's dtype) is optional; eps NULL means float32's machine epsilon
+ * (1.1920929e-07) for every dtype, as ATen's CPU and MPS kernels use. Computed in float32. */
+ETMETAL_API AOTITorchError aoti_torch_mps__fused_rms_norm(AtenTensorHandle input,
+                                                          const int64_t* normalized_shape,
+                                                          int64_t normalized_shape_len_,
+                                                          AtenTensorHandle* weight, double* eps,
+                                                          AtenTensorHandle* ret0,
+                                                          AtenTensorHandle* ret1);
+
+ETMETAL_END_DECLS
+
+#endif

@@ -1,0 +1,141 @@
+#include "ops/normalization.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kOp = "_fused_rms_norm";
+constexpr const char* kShaderFile = "normalization.metal";
+constexpr int kMaxDims = 8;
+
+// Must match RmsNormParams in shaders/normalization.metal.
+struct RmsNormParams {
+  int64_t input_row_strides[kMaxDims];
+  int64_t input_column_strides[kMaxDims];
+  int64_t weight_column_strides[kMaxDims];
+  uint32_t row_sizes[kMaxDims];
+  uint32_t column_sizes[kMaxDims];
+  uint32_t row_dims;
+  uint32_t column_dims;
+  uint32_t rows;
+  uint32_t columns;
+  uint32_t has_weight;
+  float eps;
+};
+static_assert(sizeof(RmsNormParams) == 280, "RmsNormParams must match the MSL layout");
+
+const char* float_type_name(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float";
+    case DType::float16: return "half";
+    case DType::bfloat16: return "bfloat";
+    default: return nullptr;
+  }
+}
+
+uint32_t to_u32(int64_t value, const char* what) {
+  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, kOp, ": ", what, " ", value,
+              " exceeds the kernel's 32-bit range");
+  return static_cast<uint32_t>(value);
+}
+
+}  // namespace
+
+RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
+                              const Tensor* weight, std::optional<double> eps) {
+  ETM_REQUIRE(input.device_type == kDeviceMps, kOp, ": input must be an mps tensor (device type ",
+              input.device_type, ")");
+  const char* type_name = float_type_name(input.dtype);
+  ETM_REQUIRE(type_name, kOp, ": input dtype ", dtype_name(input.dtype),
+              " is not supported (float32, float16, bfloat16)");
+  const int64_t n = input.dim();
+  const int64_t normalized = static_cast<int64_t>(normalized_shape.size());
+  ETM_REQUIRE(normalized >= 1 && normalized <= n, kOp, ": normalized_shape has ", normalized,
+              " dimensions; it needs 1 to the input's ", n);
+  const int64_t leading = n - normalized;
+  for (int64_t d = 0; d < normalized; ++d) {
+    ETM_REQUIRE(input.sizes[leading + d] == normalized_shape[d], kOp,
+                ": normalized_shape does not match the input's trailing sizes (dimension ",
+                leading + d, ": ", normalized_shape[d], " vs ", input.sizes[leading + d], ")");
+  }
+  ETM_REQUIRE(leading <= kMaxDims, kOp, ": at most ", kMaxDims, " leading dimensions are supported");
+  if (weight) {
+    ETM_REQUIRE(weight->device_type == kDeviceMps, kOp, ": weight must be an mps tensor");
+    ETM_REQUIRE(weight->sizes == normalized_shape, kOp, ": weight must have shape normalized_shape");
+    ETM_REQUIRE(weight->dtype == input.dtype, kOp, ": weight dtype ", dtype_name(weight->dtype),
+                " differs from the input's ", dtype_name(input.dtype));
+  }
+
+  RmsNormParams p{};
+  p.eps = static_cast<float>(eps ? *eps : std::numeric_limits<float>::epsilon());
+  p.has_weight = weight ? 1 : 0;
+  int64_t rows = 1, columns = 1;
+  for (int64_t d = 0; d < leading; ++d) {
+    p.input_row_strides[d] = input.strides[d];
+    p.row_sizes[d] = to_u32(input.sizes[d], "size");
+    rows *= input.sizes[d];
+  }
+  p.row_dims = static_cast<uint32_t>(leading);
+  // Normalized dimensions that are one run of memory in both input and weight merge into
+  // one, so the usual contiguous row takes the kernel's single-stride path.
+  for (int64_t d = leading; d < n; ++d) {
+    const int64_t size = input.sizes[d];
+    const int64_t weight_stride = weight ? weight->strides[d - leading] : 0;
+    columns *= size;
+    if (size == 1) continue;
+    const uint32_t last = p.column_dims;
+    if (last > 0 && p.input_column_strides[last - 1] == input.strides[d] * size &&
+        p.weight_column_strides[last - 1] == weight_stride * size) {
+      p.column_sizes[last - 1] = to_u32(int64_t{p.column_sizes[last - 1]} * size, "row length");
+      p.input_column_strides[last - 1] = input.strides[d];
+      p.weight_column_strides[last - 1] = weight_stride;
+      continue;
+    }
+    ETM_REQUIRE(last < kMaxDims, kOp, ": too many non-mergeable normalized dimensions");
+    p.column_sizes[last] = to_u32(size, "size");
+    p.input_column_strides[last] = input.strides[d];
+    p.weight_column_strides[last] = weight_stride;
+    ++p.column_dims;
+  }
+  if (p.column_dims == 0) {  // every normalized size is 1
+    p.column_sizes[0] = 1;
+    p.column_dims = 1;
+  }
+  p.rows = to_u32(rows, "number of rows");
+  p.columns = to_u32(columns, "row length");
+
+  std::vector<int64_t> rstd_sizes(input.sizes.begin(), input.sizes.begin() + leading);
+  rstd_sizes.resize(static_cast<size_t>(n), 1);
+  Runtime& runtime = Runtime::get();
+  RmsNormOutputs result;
+  result.output = runtime.empty_tensor(input.sizes, contiguous_strides(input.sizes), input.dtype);
+  result.rstd = runtime.empty_tensor(rstd_sizes, contiguous_strides(rstd_sizes),
+                                     static_cast<int32_t>(DType::float32));
+  if (rows == 0) return result;
+  // Without elements the output is empty and nothing is read: bind rstd in the other slots.
+  const Tensor& input_bound = columns > 0 ? input : *result.rstd;
+  const Tensor& output_bound = columns > 0 ? *result.output : *result.rstd;
+  const Tensor& weight_bound = weight && columns > 0 ? *weight : input_bound;
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string("rms_norm_") + type_name));
+    const uint64_t group = std::min<uint64_t>({static_cast<uint64_t>(rows), 256, launch.max_threads_per_group()});
+    launch.tensor(0, input_bound).tensor(1, weight_bound).tensor(2, output_bound)
+        .tensor(3, *result.rstd).value(4, p)
+        .threads({static_cast<uint64_t>(rows), 1, 1}, {group, 1, 1});
+  }
+  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the
+  // inputs are not kept alive until this thread's next dispatch.
+  runtime.current_stream().start_encoding(nullptr);
+  return result;
+}
+
+}  // namespace etm::ops

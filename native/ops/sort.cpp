@@ -1,0 +1,168 @@
+#include "ops/sort.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ops/kernel_launch.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kShaderFile = "sort.metal";
+constexpr int kMaxDims = 8;
+constexpr uint32_t kBlock = 16;  // elements insertion-sorted per thread before merging
+
+// Must match SortParams in shaders/sort.metal.
+struct SortParams {
+  int64_t input_outer[kMaxDims];
+  int64_t values_outer[kMaxDims];
+  int64_t indices_outer[kMaxDims];
+  int64_t input_stride;
+  int64_t values_stride;
+  int64_t indices_stride;
+  uint32_t outer_sizes[kMaxDims];
+  uint32_t outer_dims;
+  uint32_t length;
+  uint32_t lines;
+  uint32_t block;
+  uint32_t width;
+  uint32_t count;
+  uint32_t descending;
+};
+static_assert(sizeof(SortParams) == 280, "SortParams must match the MSL layout");
+
+const char* element_type_name(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float";
+    case DType::float16: return "half";
+    case DType::bfloat16: return "bfloat";
+    case DType::int64: return "long";
+    case DType::int32: return "int";
+    case DType::int16: return "short";
+    case DType::int8: return "char";
+    case DType::uint8: return "uchar";
+    case DType::bool_: return "bool";
+    default: return nullptr;
+  }
+}
+
+uint32_t to_u32(const char* op, int64_t value, const char* what) {
+  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, op, ": ", what, " ", value,
+              " exceeds the kernels' 32-bit range");
+  return static_cast<uint32_t>(value);
+}
+
+device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
+  device::Size3 group;
+  group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
+  group.y = std::max<uint64_t>(1, std::min(grid.y, limit / group.x));
+  return group;
+}
+
+// Sorts every line of `self` along `dim` and keeps the first `count` elements of each.
+SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool descending,
+                       int64_t count) {
+  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be an mps tensor (device type ",
+              self.device_type, ")");
+  const char* type_name = element_type_name(self.dtype);
+  ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
+  const int64_t n = self.dim();
+  const int64_t wrap = std::max<int64_t>(n, 1);
+  ETM_REQUIRE(dim >= -wrap && dim < wrap, op, ": dim ", dim, " is out of range for a ", n,
+              "-dimensional tensor");
+  if (dim < 0) dim += wrap;
+  ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
+  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  ETM_REQUIRE(count >= 0 && count <= length, op, ": k = ", count, " is out of range for ", length,
+              " elements along dim ", dim);
+
+  std::vector<int64_t> out_sizes = self.sizes;
+  if (n > 0) out_sizes[dim] = count;
+  const std::vector<int64_t> out_strides = contiguous_strides(out_sizes);
+  Runtime& runtime = Runtime::get();
+  SortOutputs result;
+  result.values = runtime.empty_tensor(out_sizes, out_strides, self.dtype);
+  result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
+
+  SortParams p{};
+  int64_t lines = 1;
+  for (int64_t d = 0; d < n; ++d) {
+    if (d == dim) continue;
+    p.input_outer[p.outer_dims] = self.strides[d];
+    p.values_outer[p.outer_dims] = out_strides[d];
+    p.indices_outer[p.outer_dims] = out_strides[d];
+    p.outer_sizes[p.outer_dims] = to_u32(op, self.sizes[d], "size");
+    ++p.outer_dims;
+    lines *= self.sizes[d];
+  }
+  if (n > 0) {
+    p.input_stride = self.strides[dim];
+    p.values_stride = out_strides[dim];
+    p.indices_stride = out_strides[dim];
+  }
+  if (lines == 0 || length == 0) return result;
+  p.length = to_u32(op, length, "length");
+  p.lines = to_u32(op, lines, "number of lines");
+  to_u32(op, lines * length, "element count");
+  p.block = kBlock;
+  p.count = static_cast<uint32_t>(count);
+  p.descending = descending ? 1 : 0;
+
+  const std::vector<int64_t> work_sizes = {lines * length};
+  std::unique_ptr<Tensor> work_values[2], work_indices[2];
+  for (int i = 0; i < 2; ++i) {
+    work_values[i] = runtime.empty_tensor(work_sizes, {1}, self.dtype);
+    work_indices[i] = runtime.empty_tensor(work_sizes, {1}, static_cast<int32_t>(DType::int64));
+  }
+  const std::string suffix = type_name;
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "sort_blocks_" + suffix));
+    const device::Size3 grid{(static_cast<uint64_t>(length) + kBlock - 1) / kBlock,
+                             static_cast<uint64_t>(lines), 1};
+    launch.tensor(0, self).tensor(1, *work_values[0]).tensor(2, *work_indices[0]).value(3, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+  }
+  int current = 0;
+  for (uint64_t width = kBlock; width < static_cast<uint64_t>(length); width *= 2) {
+    p.width = static_cast<uint32_t>(width);
+    KernelLaunch launch(shader_kernel(kShaderFile, "sort_merge_" + suffix));
+    const device::Size3 grid{(static_cast<uint64_t>(length) + 2 * width - 1) / (2 * width),
+                             static_cast<uint64_t>(lines), 1};
+    launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
+        .tensor(2, *work_values[1 - current]).tensor(3, *work_indices[1 - current]).value(4, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+    current = 1 - current;
+  }
+  if (count > 0) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "sort_store_" + suffix));
+    const device::Size3 grid{static_cast<uint64_t>(count), static_cast<uint64_t>(lines), 1};
+    launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
+        .tensor(2, *result.values).tensor(3, *result.indices).value(4, p)
+        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+  }
+  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the working
+  // buffers and inputs are not kept alive until this thread's next dispatch.
+  runtime.current_stream().start_encoding(nullptr);
+  return result;
+}
+
+}  // namespace
+
+SortOutputs sort(const Tensor& self, int64_t dim, bool descending) {
+  const int64_t n = self.dim();
+  const int64_t wrap = std::max<int64_t>(n, 1);
+  const int64_t wrapped = dim < 0 ? dim + wrap : dim;
+  const int64_t length = (n == 0 || wrapped < 0 || wrapped >= n) ? 1 : self.sizes[wrapped];
+  return sort_lines("sort", self, dim, descending, length);
+}
+
+SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest) {
+  return sort_lines("topk", self, dim, largest, k);
+}
+
+}  // namespace etm::ops

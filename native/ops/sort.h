@@ -1,0 +1,24 @@
+// Sort and top-k along one dimension as MSL kernels (shaders/sort.metal), ATen semantics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace etm::ops {
+
+struct SortOutputs {
+  std::unique_ptr<Tensor> values;   // self's dtype, contiguous
+  std::unique_ptr<Tensor> indices;  // int64, contiguous, positions along `dim` in self
+};
+
+// Stable sort of `self` (any strides; float, integer or bool dtypes) along `dim` (negative
+// counts from the end); NaN sorts after every number (before, when descending).
+SortOutputs sort(const Tensor& self, int64_t dim, bool descending);
+
+// The k largest (or smallest) elements along `dim`, always in sorted order (which also
+// satisfies sorted=false), ties in input order; NaN counts as the largest value.
+SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest);
+
+}  // namespace etm::ops

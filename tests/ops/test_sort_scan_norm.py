@@ -1,0 +1,400 @@
+"""aoti_torch_mps_{topk,sort,sort_stable,cumsum,_fused_rms_norm} against torch eager CPU.
+
+Sort and top-k results must be exact (values and indices; the sort is stable, and top-k
+inputs are drawn without ties so its indices are unique). cumsum: float32 1e-5 relative to
+the running magnitude, float16 1e-2, bfloat16 2e-2 (elements are rounded to the result dtype,
+sums kept in float32); integer results exact. RMSNorm: float32 1e-5, float16 1e-2,
+bfloat16 2e-2 relative; rstd 1e-5 relative (float32 in every case)."""
+
+import gc
+import math
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import Tensor, ffi, lib
+from etmetal_testing import allocator_stats, fails
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+DTYPE_CODE = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+              torch.float16: 5, torch.float32: 6, torch.bool: 11, torch.bfloat16: 15}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaks_in_module():
+    """Every device allocation the module's tests make is freed by its end (checked once per
+    module: a collection per test would cost more than the tests)."""
+    try:
+        etmetal_py.synchronize()
+    except etmetal_py.EtmetalError:
+        pass  # an earlier module's sticky error, reported and cleared: not this module's
+    gc.collect()
+    before = allocator_stats()
+    yield
+    etmetal_py.synchronize()
+    gc.collect()
+    after = allocator_stats()
+    assert (after.live_bytes, after.live_allocations) == (before.live_bytes, before.live_allocations)
+
+
+def device_view(view):
+    """A device tensor with `view`'s values, sizes, strides and storage offset."""
+    base = view._base if view._base is not None else view
+    flat = torch.as_strided(base, (base.untyped_storage().size() // base.element_size(),), (1,), 0)
+    device_base = Tensor.from_array(flat.clone(), copy=True)
+    out = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
+        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
+    result = Tensor(out[0])
+    result._base_tensor = device_base
+    return result
+
+
+def as_device(x):
+    if x.is_contiguous() and x.storage_offset() == 0 and x._base is None:
+        return Tensor.from_array(x, copy=True)
+    return device_view(x)
+
+
+def results(code, *handles):
+    assert code == 0, etmetal_py.last_error()
+    return [Tensor(h[0]).torch() for h in handles]
+
+
+def call_topk(x, k, dim, largest=True, sorted_=True):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    t = as_device(x)  # kept alive across the call
+    code = lib.aoti_torch_mps_topk(t.handle, k, dim, int(largest), int(sorted_), r0, r1)
+    return code, r0, r1
+
+
+def call_sort(x, dim, descending=False, stable=None):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    if stable is None:
+        code = lib.aoti_torch_mps_sort(t.handle, dim, int(descending), r0, r1)
+    else:
+        flag = ffi.new("int32_t*", int(stable)) if stable != "null" else ffi.NULL
+        code = lib.aoti_torch_mps_sort_stable(t.handle, flag, dim, int(descending), r0, r1)
+    return code, r0, r1
+
+
+def call_cumsum(x, dim, dtype=None):
+    r0 = ffi.new("AtenTensorHandle*")
+    dtype_arg = ffi.new("int32_t*", DTYPE_CODE[dtype]) if dtype is not None else ffi.NULL
+    t = as_device(x)
+    return lib.aoti_torch_mps_cumsum(t.handle, dim, dtype_arg, r0), r0
+
+
+def call_rms_norm(x, normalized_shape, weight=None, eps=None):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    w = as_device(weight) if weight is not None else None
+    weight_arg = ffi.new("AtenTensorHandle*", w.handle) if w is not None else ffi.NULL
+    eps_arg = ffi.new("double*", eps) if eps is not None else ffi.NULL
+    t = as_device(x)
+    code = lib.aoti_torch_mps__fused_rms_norm(
+        t.handle, ffi.new("int64_t[]", list(normalized_shape)), len(normalized_shape),
+        weight_arg, eps_arg, r0, r1)
+    return code, r0, r1
+
+
+def distinct_values(shape, dtype):
+    """Values without ties (a permutation), exactly representable in `dtype`."""
+    n = math.prod(shape)
+    limit = {torch.float16: 2048, torch.bfloat16: 256, torch.int8: 256, torch.uint8: 256}.get(dtype)
+    values = torch.randperm(n) if limit is None or n <= limit else torch.randint(0, limit, (n,))
+    if dtype == torch.int8:
+        values = values - 128
+    return values.reshape(shape).to(dtype)
+
+
+def with_ties(shape, dtype):
+    return torch.randint(0, 5, shape).to(dtype) if dtype != torch.bool else torch.rand(shape) > 0.5
+
+
+def expect_poisoned():
+    with pytest.raises(etmetal_py.EtmetalError):
+        etmetal_py.synchronize()
+    etmetal_py.synchronize()
+
+
+# ----------------------------------------------------------------------------- sort
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
+@pytest.mark.parametrize("shape,dim", [((37,), 0), ((5, 100), 1), ((6, 17, 3), 1), ((4, 33), 0)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_is_stable_and_matches_torch(dtype, shape, dim, descending):
+    torch.manual_seed(sum(shape) + dim)
+    x = with_ties(shape, dtype)
+    values, indices = results(*call_sort(x, dim, descending))
+    expected_values, expected_indices = torch.sort(x, dim=dim, descending=descending, stable=True)
+    assert values.dtype == x.dtype and indices.dtype == torch.int64
+    assert torch.equal(values, expected_values)
+    assert torch.equal(indices, expected_indices)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sort_orders_nan_like_torch(dtype):
+    x = torch.tensor([3.0, float("nan"), -1.0, float("inf"), float("nan"), -float("inf"), 0.0, 3.0]).to(dtype)
+    for descending in (False, True):
+        values, indices = results(*call_sort(x, 0, descending))
+        expected_values, expected_indices = torch.sort(x, descending=descending, stable=True)
+        assert torch.equal(values.isnan(), expected_values.isnan())
+        assert torch.equal(torch.nan_to_num(values), torch.nan_to_num(expected_values))
+        assert torch.equal(indices, expected_indices)
+
+
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 31, 33, 255, 1000, 4099])
+def test_sort_lengths_around_block_and_merge_widths(length):
+    torch.manual_seed(length)
+    x = torch.randn(2, length)
+    values, indices = results(*call_sort(x, -1))
+    expected_values, expected_indices = torch.sort(x, dim=-1, stable=True)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_sort_of_strided_offset_view():
+    torch.manual_seed(1)
+    x = torch.randn(7, 40, 3)[2:, 5:35:2, 1].t()  # non-contiguous, storage offset
+    assert x.storage_offset() > 0 and not x.is_contiguous()
+    for dim in (0, 1, -1):
+        values, indices = results(*call_sort(x, dim, descending=True, stable=True))
+        expected_values, expected_indices = torch.sort(x, dim=dim, descending=True, stable=True)
+        assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+        assert values.is_contiguous() and indices.is_contiguous()
+
+
+@pytest.mark.parametrize("stable", [True, False, "null"])
+def test_sort_stable_entry_point(stable):
+    x = torch.randint(0, 3, (9, 20)).float()
+    values, indices = results(*call_sort(x, 1, True, stable=stable))
+    expected_values, expected_indices = torch.sort(x, dim=1, descending=True, stable=True)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_sort_scalar_and_empty():
+    values, indices = results(*call_sort(torch.tensor(2.5), 0))
+    assert values.shape == () and values.item() == 2.5 and indices.item() == 0
+    values, indices = results(*call_sort(torch.empty(3, 0), 1))
+    assert values.shape == (3, 0) and indices.shape == (3, 0)
+
+
+# ----------------------------------------------------------------------------- topk
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS)
+@pytest.mark.parametrize("shape,k,dim", [((50,), 7, 0), ((3, 64), 64, 1), ((9, 20, 4), 5, 1),
+                                         ((130, 3), 1, 0), ((2, 300), 0, -1)])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_matches_torch(dtype, shape, k, dim, largest):
+    torch.manual_seed(k + sum(shape))
+    x = distinct_values(shape, dtype)  # narrow dtypes may still hold ties in long inputs
+    values, indices = results(*call_topk(x, k, dim, largest))
+    expected_values, expected_indices = torch.topk(x, k, dim=dim, largest=largest, sorted=True)
+    assert values.dtype == x.dtype and indices.dtype == torch.int64
+    assert torch.equal(values, expected_values)
+    # the indices point at the values, whatever order torch gives equal values
+    assert torch.equal(torch.gather(x, dim if dim >= 0 else x.dim() + dim, indices), values)
+    if len(torch.unique(x)) == x.numel():
+        assert torch.equal(indices, expected_indices)
+
+
+def test_topk_nan_counts_as_largest():
+    x = torch.tensor([1.0, float("nan"), 5.0, -2.0, float("nan")])
+    values, indices = results(*call_topk(x, 3, 0, largest=True))
+    assert values[:2].isnan().all() and values[2] == 5.0 and indices.tolist() == [1, 4, 2]
+    values, indices = results(*call_topk(x, 2, 0, largest=False))
+    assert values.tolist() == [-2.0, 1.0] and indices.tolist() == [3, 0]
+
+
+def test_topk_unsorted_flag_and_views():
+    torch.manual_seed(4)
+    x = torch.randn(10, 50)[1::3, ::2]
+    values, indices = results(*call_topk(x, 4, 1, largest=True, sorted_=False))
+    expected = torch.topk(x, 4, dim=1)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+
+
+# ----------------------------------------------------------------------------- cumsum
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,dim", [((1000,), 0), ((3, 5000), 1), ((70, 6), 0), ((4, 9, 2), 1),
+                                       ((5, 300), -1)])
+def test_cumsum_floats(dtype, shape, dim):
+    torch.manual_seed(sum(shape))
+    x = torch.randn(shape).to(dtype)
+    code, r0 = call_cumsum(x, dim)
+    (out,) = results(code, r0)
+    expected = torch.cumsum(x.double(), dim=dim)
+    assert out.dtype == dtype and out.shape == x.shape
+    bound = torch.cumsum(x.double().abs(), dim=dim)
+    relative = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+    assert ((out.double() - expected).abs() <= relative * bound + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + [torch.bool])
+@pytest.mark.parametrize("out_dtype", [None, torch.int64, torch.int32, torch.float32])
+def test_cumsum_integers_and_dtype_override(dtype, out_dtype):
+    torch.manual_seed(2)
+    x = with_ties((6, 700), dtype) if dtype != torch.bool else torch.rand(6, 700) > 0.5
+    code, r0 = call_cumsum(x, 1, out_dtype)
+    (out,) = results(code, r0)
+    expected = torch.cumsum(x, dim=1, dtype=out_dtype)
+    assert out.dtype == expected.dtype  # int64 by default for integer and bool inputs
+    assert torch.equal(out, expected)
+
+
+def test_cumsum_int64_wraps_like_torch():
+    x = torch.tensor([2**62, 2**62, 2**62, -5], dtype=torch.int64)
+    (out,) = results(*call_cumsum(x, 0))
+    assert torch.equal(out, torch.cumsum(x, 0))
+    x = torch.tensor([2**30, 2**30, 2**30], dtype=torch.int32)
+    (out,) = results(*call_cumsum(x, 0, torch.int32))
+    assert torch.equal(out, torch.cumsum(x, 0, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cumsum_float_override_rounds_elements_first(out_dtype):
+    torch.manual_seed(8)
+    x = torch.randn(4, 50)
+    (out,) = results(*call_cumsum(x, 1, out_dtype))
+    expected = torch.cumsum(x.to(out_dtype).double(), dim=1)
+    relative = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}[out_dtype]
+    assert out.dtype == out_dtype
+    assert ((out.double() - expected).abs() <= relative * torch.cumsum(x.abs().double(), 1) + 1e-6).all()
+
+
+def test_cumsum_of_strided_offset_view():
+    torch.manual_seed(6)
+    x = torch.randn(8, 600, 3)[1:, 50::2, 2]
+    for dim in (0, 1):
+        (out,) = results(*call_cumsum(x, dim))
+        torch.testing.assert_close(out, torch.cumsum(x, dim), rtol=1e-5, atol=1e-4)
+        assert out.is_contiguous()
+
+
+def test_cumsum_scalar_and_empty():
+    (out,) = results(*call_cumsum(torch.tensor(3.5), 0))
+    assert out.shape == () and out.item() == 3.5
+    (out,) = results(*call_cumsum(torch.empty(0, 4, dtype=torch.int32), 0))
+    assert out.shape == (0, 4) and out.dtype == torch.int64
+
+
+# ---------------------------------------------------------------------------- rms norm
+
+
+def rms_reference(x, normalized_shape, weight, eps):
+    dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+    xd = x.double()
+    rstd = torch.rsqrt(xd.pow(2).mean(dim=dims, keepdim=True) + eps)
+    out = xd * rstd
+    if weight is not None:
+        out = out * weight.double()
+    return out, rstd
+
+
+RMS_TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,normalized", [((4, 64), 1), ((2, 3, 129), 1), ((5, 6, 7), 2),
+                                              ((1, 4096), 1), ((3, 1, 1), 2)])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rms_norm_matches_torch(dtype, shape, normalized, with_weight):
+    torch.manual_seed(sum(shape))
+    x = torch.randn(shape).to(dtype)
+    normalized_shape = shape[len(shape) - normalized:]
+    weight = torch.randn(normalized_shape).to(dtype) if with_weight else None
+    out, rstd = results(*call_rms_norm(x, normalized_shape, weight, 1e-6))
+    ref_out, ref_rstd = rms_reference(x, normalized_shape, weight, 1e-6)
+    torch_out, torch_rstd = torch.ops.aten._fused_rms_norm(x, list(normalized_shape), weight, 1e-6)
+    assert out.dtype == dtype and rstd.dtype == torch.float32
+    assert out.shape == torch_out.shape and rstd.shape == torch_rstd.shape
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-5, atol=0)
+    tolerance = RMS_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double(), ref_out, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rms_norm_default_eps_is_float32_epsilon(dtype):
+    # Tiny inputs make eps dominate; ATen uses float32's epsilon for every dtype.
+    x = (torch.randn(3, 8) * 1e-4).to(dtype)
+    out, rstd = results(*call_rms_norm(x, (8,)))
+    torch_out, torch_rstd = torch.ops.aten._fused_rms_norm(x, [8], None, None)
+    torch.testing.assert_close(rstd, torch_rstd, rtol=1e-5, atol=0)
+    torch.testing.assert_close(out.float(), torch_out.float(), rtol=RMS_TOLERANCE[dtype], atol=1e-3)
+
+
+def test_rms_norm_views():
+    torch.manual_seed(12)
+    x = torch.randn(6, 10, 32)[1:, ::3, :].transpose(0, 1)  # strided rows, offset
+    weight = torch.randn(2, 32)[1]  # a weight with a storage offset
+    out, rstd = results(*call_rms_norm(x, (32,), weight, 1e-5))
+    ref_out, ref_rstd = rms_reference(x, (32,), weight, 1e-5)
+    torch.testing.assert_close(out.double(), ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-5, atol=0)
+    # two normalized dims that do not merge into one run of memory
+    y = torch.randn(4, 6, 10)[:, :, 1:9]
+    out, rstd = results(*call_rms_norm(y, (6, 8)))
+    ref_out, ref_rstd = rms_reference(y, (6, 8), None, torch.finfo(torch.float32).eps)
+    torch.testing.assert_close(out.double(), ref_out, rtol=1e-5, atol=1e-5)
+    assert rstd.shape == (4, 1, 1)
+
+
+def test_rms_norm_empty_rows_give_nan_rstd():
+    out, rstd = results(*call_rms_norm(torch.empty(3, 0), (0,)))
+    assert out.shape == (3, 0) and rstd.shape == (3, 1) and rstd.isnan().all()
+
+
+# ------------------------------------------------------------------------- bad inputs
+
+
+def test_bad_arguments():
+    x = torch.randn(4, 5)
+    fails(call_topk(x, 6, 1)[0], "topk", "k = 6")
+    expect_poisoned()
+    fails(call_topk(x, 2, 2)[0], "topk", "dim 2")
+    expect_poisoned()
+    fails(call_sort(x, -3)[0], "sort", "dim -3")
+    expect_poisoned()
+    fails(call_sort(torch.randn(2, 2).double(), 0)[0], "sort", "float64")
+    expect_poisoned()
+    fails(call_cumsum(x, 0, torch.int64)[0], "cumsum", "not supported")
+    expect_poisoned()
+    fails(call_cumsum(x, 5)[0], "cumsum", "dim 5")
+    expect_poisoned()
+    fails(call_rms_norm(x, (4,))[0], "_fused_rms_norm", "normalized_shape")
+    expect_poisoned()
+    fails(call_rms_norm(x, (5,), torch.randn(5).half())[0], "_fused_rms_norm", "weight dtype")
+    expect_poisoned()
+    fails(call_rms_norm(x.to(torch.int32), (5,))[0], "_fused_rms_norm", "int32")
+    expect_poisoned()
+    r0 = ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    fails(lib.aoti_torch_mps_topk(t.handle, 1, 0, 1, 1, r0, ffi.NULL), "ret1")
+    expect_poisoned()
+    fails(lib.aoti_torch_mps_cumsum(ffi.NULL, 0, ffi.NULL, r0), "null tensor handle")
+    expect_poisoned()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+@pytest.mark.parametrize("length", [10_000, 65_537])
+def test_long_lines(dtype, length):
+    torch.manual_seed(length)
+    x = torch.randn(3, length).mul(1000).to(dtype)
+    values, indices = results(*call_sort(x, 1))
+    expected_values, expected_indices = torch.sort(x, dim=1, stable=True)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+    values, _ = results(*call_topk(x, 100, 1))
+    assert torch.equal(values, torch.topk(x, 100, dim=1).values)
+    if dtype in FLOATS:
+        (out,) = results(*call_cumsum(x, 1))
+        bound = torch.cumsum(x.double().abs(), 1)
+        relative = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+        assert ((out.double() - torch.cumsum(x.double(), 1)).abs() <= relative * bound + 1e-3).all()
