@@ -6,7 +6,9 @@ through libetmetal, against torch eager on CPU (the ops' reference kernels):
   projections of 4-bit experts, weighted combine;
 - a GatedDeltaNet-style block: 4-bit torchao linear projections, L2-normalized q / k, decay
   and update gates, gated_delta_rule over the sequence, output projection; the recurrent state
-  comes in as an input and its final value is an output.
+  comes in as an input and its final value is an output;
+- (slow) the GatedDeltaNet block in bfloat16, and torch's own _weight_int4pack_mm /
+  _weight_int8pack_mm fallbacks.
 
 Tolerances: float32 everywhere; outputs 1e-4 relative to their scale (reductions of a few
 hundred terms, orders of summation differ)."""
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import etmetal_py
-from etmetal_py.ops import quantize
+from etmetal_py.ops import quantize, reference
 
 GROUP_SIZE = 32
 
@@ -191,3 +193,34 @@ def test_gated_delta_net_block_bfloat16(tmp_path):
     out, new_state = runner(x, state)
     close(out, expected_out, 3e-2)
     close(new_state, expected_state, 3e-2)
+
+
+class TorchQuantizedLinears(torch.nn.Module):
+    """torch's own weight-quantized matmuls (MPS int4pack layout, int8pack): Inductor calls
+    torch's fallbacks aoti_torch_mps__weight_int{4,8}pack_mm, which libetmetal provides."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        mat2, sz = quantize.quantize_int4pack(torch.randn(64, 128, generator=g), GROUP_SIZE)
+        q8, s8 = quantize.quantize_int8pack(torch.randn(32, 64, generator=g))
+        self.register_buffer("mat2", mat2)
+        self.register_buffer("sz", sz)
+        self.register_buffer("q8", q8)
+        self.register_buffer("s8", s8)
+
+    def forward(self, x):
+        h = torch.ops.aten._weight_int4pack_mm(x, self.mat2, GROUP_SIZE, self.sz)
+        return torch.ops.aten._weight_int8pack_mm(torch.relu(h), self.q8, self.s8)
+
+
+@pytest.mark.slow
+def test_torch_quantized_fallbacks_end_to_end(tmp_path):
+    model = TorchQuantizedLinears()
+    x = torch.randn(3, 128)
+    # aten._weight_int4pack_mm has no CPU kernel for the MPS layout: the reference dequantizes.
+    hidden = reference.weight_int4pack_mm(x, model.mat2, GROUP_SIZE, model.sz)
+    expected = reference.weight_int8pack_mm(torch.relu(hidden), model.q8, model.s8)
+    runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps__weight_int4pack_mm",
+                                                      "aoti_torch_mps__weight_int8pack_mm"])
+    close(runner(x), expected)
