@@ -6,7 +6,7 @@
 //                 running max, sum of exponentials and unnormalised output row.
 //   sdpa_combine  one thread per (output column, query row, batch*head): merges the splits
 //                 of its row, writes the output and the row's log-sum-exp.
-//   sdpa_weights  one thread per (key, query row, batch*head): exp(score - log-sum-exp).
+//   sdpa_weights  one thread per (block of keys, query row, batch*head): exp(score - lse).
 // Splitting the keys gives decode (one query row, thousands of keys) as many threads as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
 //
@@ -43,6 +43,7 @@ struct SdpaParams {
   uint splits;         // key splits per row
   uint split_length;   // keys per split
   uint causal;         // key j is visible from row i iff j <= i
+  uint weight_keys;    // keys per sdpa_weights thread
   float scale;
 };
 
@@ -77,6 +78,26 @@ inline SdpaPosition sdpa_position(constant SdpaParams& p, uint batch_head, uint 
 }
 
 // The scaled, masked score of one key; -INFINITY when the key is masked out.
+// Dot product of a float row with `count` elements of `row` (stride 1 when `stride` is 1).
+// Four partial sums break the dependency chain of one running sum.
+template <typename T>
+inline float sdpa_dot(thread const float* left, device const T* row, long stride, uint count) {
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+  uint d = 0;
+  if (stride == 1) {
+    for (; d + 4 <= count; d += 4) {
+      s0 += left[d] * float(row[d]);
+      s1 += left[d + 1] * float(row[d + 1]);
+      s2 += left[d + 2] * float(row[d + 2]);
+      s3 += left[d + 3] * float(row[d + 3]);
+    }
+    for (; d < count; ++d) s0 += left[d] * float(row[d]);
+  } else {
+    for (; d < count; ++d) s0 += left[d] * float(row[long(d) * stride]);
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
 template <typename M, int MASK>
 inline float sdpa_mask_score(float score, device const M* mask, long mask_at, long key_stride,
                              uint key) {
@@ -114,13 +135,7 @@ kernel void sdpa_partial(device const T* q [[buffer(0)]],
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   for (uint key = begin; key < end; ++key) {
-    const long k_at = at.k + long(key) * p.k.row;
-    float score = 0.0f;
-    if (p.k.column == 1) {
-      for (uint d = 0; d < p.head_dim; ++d) score += query[d] * float(k[k_at + d]);
-    } else {
-      for (uint d = 0; d < p.head_dim; ++d) score += query[d] * float(k[k_at + long(d) * p.k.column]);
-    }
+    float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim);
     score = sdpa_mask_score<M, MASK>(score, mask, at.mask, p.mask.column, key);
     if (score == -INFINITY) continue;
     if (score > running_max) {
@@ -178,7 +193,7 @@ kernel void sdpa_combine(device const float* partial [[buffer(0)]],
   if (column == 0) log_sum_exp[row_index] = total > 0.0f ? row_max + log(total) : -INFINITY;
 }
 
-template <typename T, typename M, int MASK>
+template <typename T, typename M, int MASK, uint MAX_DIM>
 kernel void sdpa_weights(device const T* q [[buffer(0)]],
                          device const T* k [[buffer(1)]],
                          device const M* mask [[buffer(2)]],
@@ -187,34 +202,38 @@ kernel void sdpa_weights(device const T* q [[buffer(0)]],
                          constant SdpaParams& p [[buffer(5)]],
                          uint3 position [[thread_position_in_grid]],
                          uint3 grid [[threads_per_grid]]) {
-  const uint key = position.x, row = position.y, batch_head = position.z;
-  if (key >= p.keys || row >= p.rows || batch_head >= grid.z) return;
+  const uint block = position.x, row = position.y, batch_head = position.z;
+  const uint begin = block * p.weight_keys;
+  if (begin >= p.keys || row >= p.rows || batch_head >= grid.z) return;
   const ulong row_index = ulong(batch_head) * p.rows + row;
+  device T* row_weights = weights + row_index * p.keys;
+  const uint end = min(begin + p.weight_keys, p.keys);
   const float row_lse = log_sum_exp[row_index];
-  float weight = 0.0f;
-  if (row_lse != -INFINITY && !(p.causal && key > row)) {
+  // Keys past the causal limit, and every key of a fully masked row, get weight 0.
+  const uint visible_end = row_lse == -INFINITY ? begin : (p.causal ? clamp(row + 1, begin, end) : end);
+  if (visible_end > begin) {
     const SdpaPosition at = sdpa_position(p, batch_head, row);
-    const long k_at = at.k + long(key) * p.k.row;
-    float score = 0.0f;
-    for (uint d = 0; d < p.head_dim; ++d) {
-      score += float(q[at.q + long(d) * p.q.column]) * p.scale * float(k[k_at + long(d) * p.k.column]);
+    float query[MAX_DIM];
+    for (uint d = 0; d < p.head_dim; ++d) query[d] = float(q[at.q + long(d) * p.q.column]) * p.scale;
+    for (uint key = begin; key < visible_end; ++key) {
+      float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim);
+      score = sdpa_mask_score<M, MASK>(score, mask, at.mask, p.mask.column, key);
+      row_weights[key] = T(score == -INFINITY ? 0.0f : exp(score - row_lse));
     }
-    score = sdpa_mask_score<M, MASK>(score, mask, at.mask, p.mask.column, key);
-    if (score != -INFINITY) weight = exp(score - row_lse);
   }
-  weights[row_index * p.keys + key] = T(weight);
+  for (uint key = visible_end; key < end; ++key) row_weights[key] = T(0.0f);
 }
 
 #define SDPA_PARTIAL(T, TN, M, MN, MASK, DIM)                                       \
   template [[host_name("sdpa_partial_" #TN "_" #MN "_" #DIM)]] [[kernel]]            \
-  decltype(sdpa_partial<T, M, MASK, DIM>) sdpa_partial<T, M, MASK, DIM>;
+  decltype(sdpa_partial<T, M, MASK, DIM>) sdpa_partial<T, M, MASK, DIM>;            \
+  template [[host_name("sdpa_weights_" #TN "_" #MN "_" #DIM)]] [[kernel]]            \
+  decltype(sdpa_weights<T, M, MASK, DIM>) sdpa_weights<T, M, MASK, DIM>;
 
 #define SDPA_MASKED(T, TN, M, MN, MASK)                                              \
   SDPA_PARTIAL(T, TN, M, MN, MASK, 64)                                               \
   SDPA_PARTIAL(T, TN, M, MN, MASK, 128)                                              \
-  SDPA_PARTIAL(T, TN, M, MN, MASK, 256)                                              \
-  template [[host_name("sdpa_weights_" #TN "_" #MN)]] [[kernel]]                     \
-  decltype(sdpa_weights<T, M, MASK>) sdpa_weights<T, M, MASK>;
+  SDPA_PARTIAL(T, TN, M, MN, MASK, 256)
 
 // Per query dtype: no mask, a boolean mask, an additive mask of the query's dtype, and
 // (for half and bfloat queries) an additive float32 mask.

@@ -22,6 +22,8 @@ constexpr int64_t kMaxDim = 256;
 constexpr int64_t kTargetThreads = 16384;
 // A split shorter than this spends more on writing its partial row than on its keys.
 constexpr int64_t kMinSplitKeys = 8;
+// Keys per thread of the weights kernel: enough to amortize loading the query row.
+constexpr int64_t kMaxWeightKeys = 32;
 
 // Must match SdpaStrides / SdpaParams in shaders/attention.metal.
 struct SdpaStrides {
@@ -43,9 +45,10 @@ struct SdpaParams {
   uint32_t splits;
   uint32_t split_length;
   uint32_t causal;
+  uint32_t weight_keys;
   float scale;
 };
-static_assert(sizeof(SdpaParams) == 280, "SdpaParams must match the MSL layout");
+static_assert(sizeof(SdpaParams) == 288, "SdpaParams must match the MSL layout");
 
 const char* float_type_name(int32_t dtype) {
   switch (static_cast<DType>(dtype)) {
@@ -227,9 +230,12 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
         .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
   }
   if (keys > 0) {
-    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_weights_" + suffix));
-    const device::Size3 grid{static_cast<uint64_t>(keys), static_cast<uint64_t>(rows),
-                             static_cast<uint64_t>(batch_heads)};
+    const int64_t weight_keys =
+        std::clamp<int64_t>(row_count * keys / kTargetThreads, 1, std::min(keys, kMaxWeightKeys));
+    p.weight_keys = static_cast<uint32_t>(weight_keys);
+    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_weights_" + suffix + "_" + std::to_string(dim_class)));
+    const device::Size3 grid{static_cast<uint64_t>((keys + weight_keys - 1) / weight_keys),
+                             static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads)};
     launch.tensor(0, query).tensor(1, key).tensor(2, mask_bound).tensor(3, *log_sum_exp)
         .tensor(4, *result.weights).value(5, p)
         .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
