@@ -1,10 +1,17 @@
 """Scalars, vectors, conversions and math of the emulated Metal standard library, against
 hand-computed values (programs/vector_semantics.cpp) and numpy / torch (programs/scalar_eval.cpp)."""
 
+import os
+import re
+import shlex
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
-from metal_stdlib_build import PROGRAMS, build_dir, compile_program, run_program  # noqa: F401 (fixture)
+from metal_stdlib_build import (METAL_INCLUDE, PROGRAMS, build_dir,  # noqa: F401 (fixture)
+                                compile_program, run_program)
 
 
 @pytest.mark.parametrize("std", ["c++17", "c++20"])
@@ -13,6 +20,34 @@ def test_vector_and_scalar_semantics(std, build_dir):
     output, errors = run_program(binary, with_stderr=True)
     assert output.strip().endswith("0 failures"), output
     assert errors == "[com.etmetal.test:stdlib] info value 7 of 2.5 (x)\n", errors
+
+
+def clang_command():
+    """A clang++ >= 15 (clang 14 rejects _Float16 on x86-64): $METAL_STDLIB_TEST_CLANG (a
+    command line, e.g. `python -m ziglang c++`) or clang++ on PATH."""
+    configured = os.environ.get("METAL_STDLIB_TEST_CLANG")
+    command = shlex.split(configured) if configured else ([shutil.which("clang++")] if shutil.which("clang++") else None)
+    if not command:
+        pytest.skip("no clang++ (set METAL_STDLIB_TEST_CLANG to test the headers with clang)")
+    version = subprocess.run(command + ["--version"], capture_output=True, text=True).stdout
+    match = re.search(r"clang version (\d+)", version)
+    if not match or int(match.group(1)) < 15:
+        pytest.skip(f"clang >= 15 needed, found: {version.splitlines()[:1]}")
+    return command
+
+
+def test_vector_and_scalar_semantics_with_clang(tmp_path):
+    """The same checks compiled by clang, without -fsingle-precision-constant (clang has none),
+    minus the bfloat literal, which clang's lexer cannot hand to a literal operator."""
+    source = (PROGRAMS / "vector_semantics.cpp").read_text().replace(" && float(2.5bf) == 2.5f", "")
+    assert "2.5bf" not in source
+    (tmp_path / "vector_semantics.cpp").write_text(source)
+    binary = tmp_path / "vector_semantics_clang"
+    result = subprocess.run(clang_command() + ["-std=c++20", "-O1", "-Wall", f"-I{METAL_INCLUDE}",
+                                               str(tmp_path / "vector_semantics.cpp"), "-o", str(binary)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert run_program(binary).strip().endswith("0 failures")
 
 
 @pytest.fixture(scope="module")
@@ -267,8 +302,6 @@ def test_fma_is_fused(evaluate):
 def test_swizzle_list_is_current():
     """etm_swizzle_list.h is generated; it must be what the generator writes now."""
     import importlib.util
-
-    from metal_stdlib_build import METAL_INCLUDE
 
     spec = importlib.util.spec_from_file_location("generate_swizzle_list",
                                                   PROGRAMS.parent / "generate_swizzle_list.py")

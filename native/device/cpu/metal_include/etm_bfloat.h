@@ -105,9 +105,17 @@ constexpr bool is_float_scalar_v = std::is_floating_point<std::remove_cv_t<T>>::
 }  // namespace etm_msl
 
 // MSL literal suffixes: 1.0h is half, 1.0bf is bfloat. Unprefixed suffixes are reserved for
-// the implementation, which this library is.
+// the implementation, which this library is. clang's lexer never hands `1.0bf` to a literal
+// operator, so there the translator must rewrite bfloat literals.
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wuser-defined-literals"
+constexpr half operator""h(long double value) { return half(value); }
+#pragma clang diagnostic pop
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wliteral-suffix"
 constexpr half operator""h(long double value) { return half(value); }
 constexpr bfloat operator""bf(long double value) { return bfloat(float(value)); }
 #pragma GCC diagnostic pop
+#endif
