@@ -71,33 +71,6 @@ std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& valu
   return result;
 }
 
-// Strides of a channels-last layout ([N, C, *spatial] stored as [N, *spatial, C]).
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t stride = 1;
-  strides[1] = stride;
-  stride *= std::max<int64_t>(sizes[1], 1);
-  for (size_t d = sizes.size(); d-- > 2;) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(sizes[d], 1);
-  }
-  strides[0] = stride;
-  return strides;
-}
-
-// Strides equal to `expected` wherever the size is not 1 (a size-1 dimension's stride is
-// irrelevant to the layout).
-bool strides_match(const Tensor& t, const std::vector<int64_t>& expected) {
-  for (size_t d = 0; d < t.sizes.size(); ++d)
-    if (t.sizes[d] != 1 && t.strides[d] != expected[d]) return false;
-  return true;
-}
-
-bool is_channels_last(const Tensor& t) {
-  if (t.dim() != 4 && t.dim() != 5) return false;
-  return !t.is_contiguous() && strides_match(t, channels_last_strides(t.sizes));
-}
-
 }  // namespace
 
 std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, const Tensor* bias,
@@ -170,9 +143,11 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
                 ", padding ", shape_of(padding), ", dilation ", shape_of(dilation), ")");
     output_sizes.push_back(size);
   }
-  const std::vector<int64_t> output_strides =
-      is_channels_last(input) ? channels_last_strides(output_sizes) : contiguous_strides(output_sizes);
-  std::unique_ptr<Tensor> output = Runtime::get().empty_tensor(output_sizes, output_strides, input.dtype);
+  // Contiguous whatever the input layout: that is the layout Inductor's fake convolution
+  // gives an mps output when torch is built without MPS (the compile path of etmetal_py), and
+  // generated code indexes the result with the compiled strides.
+  std::unique_ptr<Tensor> output =
+      Runtime::get().empty_tensor(output_sizes, contiguous_strides(output_sizes), input.dtype);
   if (output->numel() == 0) return output;
 
   // Every problem runs as 3-D: missing leading spatial dimensions get size 1.

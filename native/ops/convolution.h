@@ -21,10 +21,10 @@ struct ConvolutionOptions {
 };
 
 // input [N, C_in, *spatial]; weight [C_out, C_in / groups, *kernel] (forward) or
-// [C_in, C_out / groups, *kernel] (transposed); bias [C_out] or null. Returns a new tensor
-// [N, C_out, *output_spatial] on device mps with input's dtype: channels-last when a 4-D or
-// 5-D input is channels-last (and not also contiguous), as ATen chooses, else contiguous.
-// The result is encoded on the calling thread's stream; nothing waits.
+// [C_in, C_out / groups, *kernel] (transposed); bias [C_out] or null. Returns a new
+// contiguous tensor [N, C_out, *output_spatial] on device mps with input's dtype, whatever
+// the input's layout (channels-last included). The result is encoded on the calling
+// thread's stream; nothing waits.
 std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, const Tensor* bias,
                                     const ConvolutionOptions& options);
 

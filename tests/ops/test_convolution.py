@@ -133,28 +133,25 @@ def test_single_value_parameter_lists_apply_to_every_dimension(no_leaks):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_channels_last_input_gives_channels_last_output(transposed, dtype, no_leaks):
+def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_leaks):
+    # Contiguous is what Inductor compiles for this call's result (see the e2e test below).
     input = random(2, 6, 9, 7, dtype=dtype).contiguous(memory_format=torch.channels_last)
-    weight = random(6, 4, 3, 3, dtype=dtype)
+    weight = random(6, 4 if transposed else 3, 3, 3, dtype=dtype)
     bias = random(8 if transposed else 6, dtype=dtype)
-    if not transposed:
-        weight = random(6, 3, 3, 3, dtype=dtype)
     args = ([2, 1], [1, 1], [1, 2], transposed, [1, 0] if transposed else [0, 0], 2)
     result = check(input, weight, bias, *args)
-    sizes = result.sizes
-    n, c, h, w = sizes
-    assert result.strides == (h * w * c, 1, w * c, c)
+    n, c, h, w = result.sizes
+    assert result.strides == (c * h * w, h * w, w, 1)
     contiguous = check(input.contiguous(), weight, bias, *args)
-    assert contiguous.strides == (c * h * w, h * w, w, 1)
     assert torch.equal(result.torch(), contiguous.torch())
 
 
-def test_channels_last_3d(no_leaks):
+def test_channels_last_3d_input_and_weight(no_leaks):
     input = random(1, 3, 4, 5, 6).contiguous(memory_format=torch.channels_last_3d)
-    weight = random(2, 3, 2, 2, 2)
+    weight = random(2, 3, 2, 2, 2).contiguous(memory_format=torch.channels_last_3d)
     result = check(input, weight, None, [1, 1, 1], [0, 1, 0], [1, 1, 1])
     n, c, d, h, w = result.sizes
-    assert result.strides == (d * h * w * c, 1, h * w * c, w * c, c)
+    assert result.strides == (c * d * h * w, d * h * w, h * w, w, 1)
 
 
 def test_strided_offset_input_and_permuted_weight(no_leaks):
@@ -247,6 +244,39 @@ def test_null_handles(no_leaks):
     code = lib.aoti_torch_mps_convolution(input.handle, weight.handle, ffi.NULL, ones, 2, zeros, 2, ones, 2, 0,
                                           zeros, 2, 1, ffi.NULL)
     expect_error(code, "ret0 is null")
+
+
+class ConvolutionModel(torch.nn.Module):
+    """Convolutions that Inductor lowers to the fallback, with its layout optimization (it
+    converts conv inputs and weights to channels-last) and generated kernels reading the
+    results with the strides it compiled."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2)
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.up = torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        self.conv1d = torch.nn.Conv1d(4, 6, 5, padding=2, dilation=2)
+        self.linear = torch.nn.Linear(6, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        y = self.up(self.depthwise(y) + y)  # [B, 4, 16, 16]
+        z = self.conv1d(y.flatten(2))       # [B, 6, 256]
+        return self.linear(z.transpose(1, 2)).sigmoid()
+
+
+@pytest.mark.slow
+def test_compiled_model_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    model = ConvolutionModel().eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        path = etmetal_py.aoti_compile_and_package(etmetal_py.export(model, (x,)), tmp_path / "conv.pt2")
+        runner = etmetal_py.aoti_load_package(path)
+        result = runner(x)
+        result = result[0] if isinstance(result, (list, tuple)) else result
+        torch.testing.assert_close(result, model(x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

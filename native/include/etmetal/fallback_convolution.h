@@ -18,9 +18,9 @@ ETMETAL_BEGIN_DECLS
  * spatial dimension or one for all; output_padding must be zero unless transposed. bias is
  * null (no bias) or points to a handle of a [C_out] tensor. Operands are float32, float16 or
  * bfloat16 tensors on device mps, all of one dtype, with any strides and storage offsets;
- * products accumulate in float32. *ret0 receives a new tensor (the caller deletes it) of the
- * input's dtype: channels-last when a 4-D or 5-D input is channels-last (and not also
- * contiguous), otherwise contiguous. */
+ * products accumulate in float32. *ret0 receives a new contiguous tensor (the caller deletes
+ * it) of the input's dtype, whatever the input's layout: the strides AOTInductor compiles for
+ * this call's result when torch is built without MPS (etmetal_py's compile path). */
 ETMETAL_API AOTITorchError aoti_torch_mps_convolution(
     AtenTensorHandle input, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride,
     int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
