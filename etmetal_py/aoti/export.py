@@ -81,10 +81,10 @@ def _standalone_copy(tensor: torch.Tensor) -> torch.Tensor:
     """
     tensor = tensor.detach()
     tight = tensor.numel() * tensor.element_size()
-    if tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tight \
-            and tensor.is_contiguous():
+    if tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tight:
         return tensor
-    return tensor.clone(memory_format=torch.contiguous_format)
+    # Keeps the strides of a dense tensor; an expanded (overlapping) one becomes contiguous.
+    return tensor.clone(memory_format=torch.preserve_format)
 
 
 def program_device_types(ep: ExportedProgram) -> set[str]:
@@ -124,7 +124,7 @@ def move_program_to_mps(ep: ExportedProgram) -> ExportedProgram:
             # this build does not have (the process would terminate).
             with value.fake_mode, torch.no_grad():
                 return torch.ops.aten._to_copy.default(value.detach(), device=MPS)
-        return fake_on_mps(_standalone_copy(value))
+        return fake_on_mps(value.detach())  # an example input: same sizes and strides
 
     with torch.no_grad():
         for name, value in list(ep.state_dict.items()):

@@ -24,10 +24,9 @@ import torch.utils._pytree as pytree
 
 from .. import _ffi
 from ..tensors import MPS, Tensor, dtype_code
+from .compile import SIGNATURE_FILE
 from ._symbols import (SymbolReadError, global_symbol_address, library_base, library_of_address,
                        local_symbol_offset, undefined_symbols)
-
-SIGNATURE_FILE = "etmetal/signature.json"
 
 # The model container API every AOTInductor model .so exports (aoti_runtime/interface.h).
 _CONTAINER_CDEF = """

@@ -52,17 +52,19 @@ class LayerNorm(nn.Module):
 
 
 class ScaleShift(nn.Module):
-    """Several weights of one shape plus a buffer and a 0-dim buffer."""
+    """Weights of one shape, a buffer, a 0-dim buffer, a weight that is a view into a larger
+    storage and a transposed (non-contiguous) weight."""
 
     def __init__(self, width: int = 64) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.randn(width))
-        self.shift = nn.Parameter(torch.randn(width))
+        self.shift = nn.Parameter(torch.randn(3, width)[1])
+        self.mix = nn.Parameter(torch.randn(width, 4).t())
         self.register_buffer("offset", torch.randn(width))
         self.register_buffer("gain", torch.tensor(1.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x * self.scale + self.shift) * self.gain - self.offset
+        return (x * self.scale + self.shift) * self.gain * self.mix - self.offset
 
 
 class MLP(nn.Module):
