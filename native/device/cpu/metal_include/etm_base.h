@@ -5,6 +5,7 @@
 // etm_address_spaces.h turns `thread`, `device` ... into macros (libstdc++ uses `thread`).
 // No <math.h>/<cmath>/<string.h>: they fill the global namespace with fabs, expm1f ... and
 // MSL code (c10/metal) calls `::fabs(x)` and unqualified `expm1f` expecting Metal's meaning.
+// Not <utility> either: libc++'s brings in <math.h>.
 #pragma once
 
 #ifndef __METAL__
@@ -24,7 +25,6 @@
 #include <initializer_list>
 #include <limits>
 #include <type_traits>
-#include <utility>
 #if __cplusplus >= 202002L
 #include <source_location>
 #endif

@@ -44,7 +44,6 @@ using std::disjunction_v;
 using std::enable_if;
 using std::enable_if_t;
 using std::false_type;
-using std::integer_sequence;
 using std::integral_constant;
 using std::is_base_of;
 using std::is_base_of_v;
@@ -74,7 +73,6 @@ using std::is_void;
 using std::is_void_v;
 using std::is_volatile;
 using std::is_volatile_v;
-using std::make_integer_sequence;
 using std::negation;
 using std::negation_v;
 using std::remove_const;
@@ -92,8 +90,6 @@ using std::remove_volatile_t;
 using std::true_type;
 using std::underlying_type;
 using std::underlying_type_t;
-using std::index_sequence;
-using std::make_index_sequence;
 
 // Apple's spellings of the logical traits, used by code that enables Metal internals (MLX).
 template <class... B> using _disjunction = std::disjunction<B...>;
