@@ -453,6 +453,9 @@ class ModelRunner:
 
     def run_flat(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Runs the model on flat CPU tensor inputs; returns the flat outputs as CPU tensors."""
+        if len(inputs) != self.num_inputs:
+            raise TypeError(f"the model takes {self.num_inputs} tensor input(s), "
+                            f"got {len(inputs)}")
         self._begin_run()
         try:
             return self._run_flat(inputs)

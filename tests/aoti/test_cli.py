@@ -100,6 +100,14 @@ def test_bad_arguments_give_one_line_and_status_2(arguments, message, cli_packag
     assert len(err.strip().splitlines()) == 1 and err.startswith("etmetal: error: ")
 
 
+def test_too_few_inputs_give_one_line_and_status_1(cli_package, tmp_path, capsys):
+    inputs = tmp_path / "one.npz"
+    np.savez(inputs, np.zeros((2, 100), np.float32))
+    status, out, err = run_cli(capsys, "run", cli_package, "--inputs", str(inputs))
+    assert status == 1
+    assert err.strip() == "etmetal: error: the model takes 2 tensor input(s), got 1"
+
+
 def test_a_broken_package_gives_one_line_and_status_1(tmp_path, capsys):
     broken = tmp_path / "broken.pt2"
     broken.write_bytes(b"PK\x03\x04 definitely not a whole archive")
