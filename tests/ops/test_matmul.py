@@ -293,3 +293,32 @@ def test_mm_large(M, K, N, dtype):
     a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
     assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+class MatmulModel(torch.nn.Module):
+    """Products that Inductor lowers to the fallbacks: addmm with a transposed weight view
+    (nn.Linear, one row and many), bmm of transposed views, baddbmm with alpha and beta."""
+
+    def __init__(self):
+        super().__init__()
+        self.project = torch.nn.Linear(96, 80)
+        self.head = torch.nn.Linear(80, 3)
+        self.addend = torch.nn.Parameter(torch.randn(1, 24, 24))
+
+    def forward(self, x, token):
+        h = self.project(x)                                     # [4, 24, 80]
+        scores = torch.bmm(h, h.transpose(1, 2)) / 10           # [4, 24, 24]
+        mixed = torch.baddbmm(self.addend, scores.softmax(-1), scores, beta=0.5, alpha=2.0)
+        return mixed, self.head(self.project(token))            # token: [1, 96]
+
+
+@pytest.mark.slow
+def test_compiled_model_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    model = MatmulModel().eval()
+    x, token = torch.randn(4, 24, 96), torch.randn(1, 96)
+    with torch.no_grad():
+        path = etmetal_py.aoti_compile_and_package(etmetal_py.export(model, (x, token)), tmp_path / "mm.pt2")
+        runner = etmetal_py.aoti_load_package(path)
+        for result, expected in zip(runner(x, token), model(x, token)):
+            torch.testing.assert_close(result, expected, rtol=1e-4, atol=1e-4)
