@@ -1,7 +1,8 @@
 // Scaled dot-product attention (ATen's _scaled_dot_product_attention_math_for_mps):
 //   out = softmax(scale * q k^T + mask) v,   weights = softmax(scale * q k^T + mask)
 // in three dispatches that need no threadgroup cooperation:
-//   sdpa_partial  one thread per (key split, query row, batch*head): a numerically stable
+//   sdpa_partial  one thread per (query head of a key/value group, key split, query row of a
+//                 key/value head), so the heads that share keys read them together; a numerically stable
 //                 online softmax over its split of the keys, in float32; writes the split's
 //                 running max, sum of exponentials and unnormalised output row.
 //   sdpa_combine  one thread per (output column, query row, batch*head): merges the splits
@@ -117,10 +118,15 @@ kernel void sdpa_partial(device const T* q [[buffer(0)]],
                          device const M* mask [[buffer(3)]],
                          device float* partial [[buffer(4)]],
                          constant SdpaParams& p [[buffer(5)]],
-                         uint3 position [[thread_position_in_grid]],
-                         uint3 grid [[threads_per_grid]]) {
-  const uint split = position.x, row = position.y, batch_head = position.z;
-  if (split >= p.splits || row >= p.rows || batch_head >= grid.z) return;
+                         uint3 position [[thread_position_in_grid]]) {
+  // x: query head within its key/value group, y: key split, z: query row of one key/value
+  // head. Neighbouring threads read the same keys and values, once from memory.
+  const uint member = position.x, split = position.y;
+  if (member >= p.kv_group || split >= p.splits) return;
+  const uint row = position.z % p.rows;
+  const uint kv_index = position.z / p.rows;  // batch * kv_heads + kv_head
+  const uint kv_heads = p.heads / p.kv_group;
+  const uint batch_head = (kv_index / kv_heads) * p.heads + (kv_index % kv_heads) * p.kv_group + member;
   const SdpaPosition at = sdpa_position(p, batch_head, row);
 
   float query[MAX_DIM];

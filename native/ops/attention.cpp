@@ -194,6 +194,7 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const int64_t batch_heads = batch * heads;
   if (batch_heads == 0 || rows == 0) return result;
   to_u32(batch_heads, "batch * heads");
+  to_u32(rows * batch * kv_heads, "query rows * batch * key/value heads");
 
   const int64_t row_count = batch_heads * rows;
   int64_t splits = std::clamp<int64_t>((kTargetThreads + row_count - 1) / row_count, 1,
@@ -216,8 +217,8 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
 
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_partial_" + suffix + "_" + std::to_string(dim_class)));
-    const device::Size3 grid{static_cast<uint64_t>(splits), static_cast<uint64_t>(rows),
-                             static_cast<uint64_t>(batch_heads)};
+    const device::Size3 grid{static_cast<uint64_t>(p.kv_group), static_cast<uint64_t>(splits),
+                             static_cast<uint64_t>(rows) * static_cast<uint64_t>(batch * kv_heads)};
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
         .tensor(4, *partial).value(5, p)
         .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
