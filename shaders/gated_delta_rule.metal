@@ -66,9 +66,12 @@ kernel void gated_delta_rule(const device T* q [[buffer(0)]],
   for (int i = 0; i < CAPACITY; ++i)
     s[i] = i < per_lane ? s_row[lane * p.state_strides[3] + i * s_step] : 0.0f;
 
-  const device T* q_t = q + row.b * p.q_strides[0] + row.hk * p.q_strides[2] + lane * p.q_strides[3];
-  const device T* k_t = k + row.b * p.k_strides[0] + row.hk * p.k_strides[2] + lane * p.k_strides[3];
-  const device T* v_t = v + row.b * p.v_strides[0] + row.hv * p.v_strides[2] + row.dv * p.v_strides[3];
+  const device T* q_t =
+      q + row.b * p.q_strides[0] + row.hk * p.q_strides[2] + lane * p.q_strides[3];
+  const device T* k_t =
+      k + row.b * p.k_strides[0] + row.hk * p.k_strides[2] + lane * p.k_strides[3];
+  const device T* v_t =
+      v + row.b * p.v_strides[0] + row.hv * p.v_strides[2] + row.dv * p.v_strides[3];
   const device T* g_t = g + row.b * p.g_strides[0] + row.hv * p.g_strides[2];
   const device T* beta_t = beta + row.b * p.beta_strides[0] + row.hv * p.beta_strides[2];
   device T* y_t = y + ((long(row.b) * p.T * p.Hv) + row.hv) * p.Dv + row.dv;
@@ -102,7 +105,8 @@ kernel void gated_delta_rule(const device T* q [[buffer(0)]],
     beta_t += p.beta_strides[1];
     y_t += y_step;
   }
-  for (int i = 0; i < per_lane && i < CAPACITY; ++i) s_row[lane * p.state_strides[3] + i * s_step] = s[i];
+  for (int i = 0; i < per_lane && i < CAPACITY; ++i)
+    s_row[lane * p.state_strides[3] + i * s_step] = s[i];
 }
 
 // Any Dk: the state row stays in device memory and each step passes over it twice.
@@ -124,11 +128,12 @@ kernel void gated_delta_rule_streaming(const device T* q [[buffer(0)]],
   for (int t = 0; t < p.T; ++t) {
     const device T* q_t = q + row.b * p.q_strides[0] + t * p.q_strides[1] + row.hk * p.q_strides[2];
     const device T* k_t = k + row.b * p.k_strides[0] + t * p.k_strides[1] + row.hk * p.k_strides[2];
-    const float decay = float(g[row.b * p.g_strides[0] + t * p.g_strides[1] + row.hv * p.g_strides[2]]);
+    const float decay =
+        float(g[row.b * p.g_strides[0] + t * p.g_strides[1] + row.hv * p.g_strides[2]]);
     const float gate =
         float(beta[row.b * p.beta_strides[0] + t * p.beta_strides[1] + row.hv * p.beta_strides[2]]);
-    const float value =
-        float(v[row.b * p.v_strides[0] + t * p.v_strides[1] + row.hv * p.v_strides[2] + row.dv * p.v_strides[3]]);
+    const float value = float(v[row.b * p.v_strides[0] + t * p.v_strides[1] +
+                                row.hv * p.v_strides[2] + row.dv * p.v_strides[3]]);
     float projected = 0.0f;
     for (int d = int(lane); d < p.Dk; d += 32)
       projected += s_row[d * p.state_strides[3]] * decay * float(k_t[d * p.k_strides[3]]);

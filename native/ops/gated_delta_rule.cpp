@@ -59,15 +59,16 @@ std::unique_ptr<Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const
     ETM_REQUIRE(size <= kMaxDimension, "a dimension is too large: ", size);
   ETM_REQUIRE(Dk > 0 && Dk % 32 == 0, "Dk (Q.size(3)) must be a positive multiple of 32, got ", Dk);
   ETM_REQUIRE(Dv > 0 && Dv % 32 == 0, "Dv (V.size(3)) must be a positive multiple of 32, got ", Dv);
-  ETM_REQUIRE(Hk > 0 && Hv % Hk == 0, "the key heads Hk = ", Hk, " must divide the value heads Hv = ",
-              Hv);
+  ETM_REQUIRE(Hk > 0 && Hv % Hk == 0, "the key heads Hk = ", Hk,
+              " must divide the value heads Hv = ", Hv);
   require_shape("K", k, {B, T, Hk, Dk}, "B, T, Hk, Dk");
   require_shape("V", v, {B, T, Hv, Dv}, "B, T, Hv, Dv");
   require_shape("G", g, {B, T, Hv}, "B, T, Hv");
   require_shape("Beta", beta, {B, T, Hv}, "B, T, Hv");
   require_shape("State", state, {B, Hv, Dv, Dk}, "B, Hv, Dv, Dk");
-  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"K", &k}, {"V", &v}, {"G", &g},
-                                {"Beta", &beta}}) {
+  using Named = std::pair<const char*, const Tensor*>;
+  for (const auto& [what, t] :
+       {Named{"K", &k}, Named{"V", &v}, Named{"G", &g}, Named{"Beta", &beta}}) {
     require_device_tensor(what, *t, t->dim());
     ETM_REQUIRE(t->dtype == q.dtype, what, " must have Q's dtype ", dtype_name(q.dtype), ", got ",
                 dtype_name(t->dtype));

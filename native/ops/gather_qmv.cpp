@@ -56,7 +56,8 @@ std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tenso
               w.sizes[2]);
   ETM_REQUIRE(w.strides[2] == 1, "W must be contiguous along its last dimension");
   const int64_t groups = (K + group_size - 1) / group_size;
-  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"S", &scales}, {"Z", &biases}}) {
+  using Named = std::pair<const char*, const Tensor*>;
+  for (const auto& [what, t] : {Named{"S", &scales}, Named{"Z", &biases}}) {
     require_device_tensor(what, *t, 3);
     ETM_REQUIRE(t->dtype == x.dtype, what, " must have X's dtype ", dtype_name(x.dtype), ", got ",
                 dtype_name(t->dtype));

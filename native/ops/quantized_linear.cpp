@@ -71,8 +71,9 @@ std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, co
       .value(5, params);
   if (vector) {
     // 2 simdgroups x 4 rows = 8 output rows per threadgroup.
-    launch.threadgroups({static_cast<uint64_t>(params.M), static_cast<uint64_t>(ceil_div(params.N, 8)), 1},
-                        {32, 2, 1});
+    launch.threadgroups(
+        {static_cast<uint64_t>(params.M), static_cast<uint64_t>(ceil_div(params.N, 8)), 1},
+        {32, 2, 1});
   } else {
     // 32 x 64 output tiles, 128 threads.
     launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 64)),
@@ -118,7 +119,8 @@ std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, c
               " bytes per row for K = ", K, ", got ", b.sizes[1]);
   require_unit_inner_stride("B", b);
   const int64_t groups = ceil_div(K, group_size);
-  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"S", &scales}, {"Z", &zeros}}) {
+  using Named = std::pair<const char*, const Tensor*>;
+  for (const auto& [what, t] : {Named{"S", &scales}, Named{"Z", &zeros}}) {
     require_device_tensor(what, *t, 2);
     require_same_dtype(what, *t, a);
     ETM_REQUIRE(t->sizes[0] == N && t->sizes[1] == groups, what, " must have shape [", N, ", ",
@@ -153,8 +155,8 @@ std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int
   const int64_t N = b.sizes[0] * 8;
   ETM_REQUIRE(N <= kMaxDimension, "mat2 has too many rows: ", N);
   ETM_REQUIRE(K % 8 == 0, "K (self.size(1)) must be a multiple of 8, got ", K);
-  ETM_REQUIRE(b.numel() * 8 == N * K, "mat2 holds ", b.numel() * 8, " 4-bit values, expected N * K = ",
-              N, " * ", K);
+  ETM_REQUIRE(b.numel() * 8 == N * K, "mat2 holds ", b.numel() * 8,
+              " 4-bit values, expected N * K = ", N, " * ", K);
   const Tensor& sz = scales_and_zeros;
   require_device_tensor("qScaleAndZeros", sz, 3);
   require_same_dtype("qScaleAndZeros", sz, a);
