@@ -61,18 +61,42 @@ def valid_taps(input_size, output_size, kernel, stride, padding, dilation):
     return total
 
 
-def conv_traffic(input, weight, output, stride, padding, dilation, groups, itemsize):
-    """(kernel bytes, minimum bytes) of the direct kernel: every output element reads, for
-    each input channel of its group, the input and weight values of each tap inside the input."""
+# Kernel choice of native/ops/convolution.cpp for forward problems.
+GEMM_BLOCK = 32
+GEMM_MINIMUM_PIXELS = 32
+GEMM_MINIMUM_CHANNELS = 16
+GEMM_MINIMUM_DEPTH = 16
+
+
+def conv_kernel(input, weight, output, groups):
+    pixels = output.numel() // output.shape[1]
+    depth = (input.shape[1] // groups) * math.prod(weight.shape[2:])
+    gemm = (pixels >= GEMM_MINIMUM_PIXELS and weight.shape[0] // groups >= GEMM_MINIMUM_CHANNELS
+            and depth >= GEMM_MINIMUM_DEPTH)
+    return "gemm" if gemm else "direct"
+
+
+def conv_traffic(input, weight, output, stride, padding, dilation, groups, kernel, itemsize):
+    """(kernel bytes, minimum bytes). Direct: every output element reads, for each input
+    channel of its group, the input and weight values of each tap inside the input. Implicit
+    GEMM: each 32-pixel x 32-channel threadgroup reads its pixels' in-range patch values and
+    its channels' weights once."""
     n, c_in = input.shape[:2]
     c_out = weight.shape[0]
+    c_in_group, c_out_group = c_in // groups, c_out // groups
     taps = 1
     for d in range(input.dim() - 2):
         taps *= valid_taps(input.shape[2 + d], output.shape[2 + d], weight.shape[2 + d], stride[d],
                            padding[d], dilation[d])
-    products = n * c_out * (c_in // groups) * taps
+    if kernel == "gemm":
+        pixels = output.numel() // c_out
+        patch_reads = groups * n * c_in_group * taps * math.ceil(c_out_group / GEMM_BLOCK)
+        weight_reads = weight.numel() * math.ceil(pixels / GEMM_BLOCK)
+        reads = patch_reads + weight_reads
+    else:
+        reads = 2 * n * c_out * c_in_group * taps
     # Plus one bias read and one store per output element.
-    kernel_bytes = (2 * products + 2 * output.numel()) * itemsize
+    kernel_bytes = (reads + 2 * output.numel()) * itemsize
     minimum = (input.numel() + weight.numel() + c_out + output.numel()) * itemsize
     return kernel_bytes, minimum
 
@@ -143,12 +167,13 @@ def bench_conv(input_shape, weight_shape, stride, padding, dilation, groups, dty
     reduction = (input_shape[1] // groups) * math.prod(weight_shape[2:])
     error = (results[0].torch().double() - expected).abs().max().item() / max(1.0, math.sqrt(reduction))
     flops = 2 * expected.numel() * reduction
-    kernel_bytes, minimum = conv_traffic(input, weight, expected, stride, padding, dilation, groups,
+    kernel = conv_kernel(input, weight, expected, groups)
+    kernel_bytes, minimum = conv_traffic(input, weight, expected, stride, padding, dilation, groups, kernel,
                                          input.element_size())
     problem = f"{'x'.join(map(str, input_shape))} * {'x'.join(map(str, weight_shape))} s{stride} p{padding}"
     if groups > 1:
         problem += f" g{groups}"
-    return dict(op="conv", problem=problem, dtype=str(dtype).replace("torch.", ""), kernel="direct",
+    return dict(op="conv", problem=problem, dtype=str(dtype).replace("torch.", ""), kernel=kernel,
                 etmetal=flops / etmetal_seconds / 1e9, torch=flops / torch_seconds / 1e9,
                 milliseconds=etmetal_seconds * 1e3, bytes=kernel_bytes, minimum=minimum, error=error)
 

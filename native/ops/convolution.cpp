@@ -15,6 +15,15 @@ namespace {
 
 constexpr const char* kOp = "convolution";
 
+// The implicit-GEMM kernel's geometry (shaders/convolution.metal) and the smallest problem
+// it takes: below these, most of its 32 x 32 tiles would be padding.
+constexpr uint64_t kGemmBlock = 32;
+constexpr uint64_t kGemmDepth = 32;
+constexpr uint64_t kGemmThreads = 128;
+constexpr uint64_t kGemmMinimumPixels = 32;
+constexpr int64_t kGemmMinimumChannels = 16;
+constexpr int64_t kGemmMinimumDepth = 16;
+
 // Mirrors ConvParams in shaders/convolution.metal (same order, same sizes).
 struct ConvParams {
   int64_t batch;
@@ -181,26 +190,42 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   params.has_bias = bias != nullptr;
   params.bias_stride = bias ? bias->strides[0] : 0;
 
-  const uint64_t grid_x = static_cast<uint64_t>(params.output_sizes[2]);
-  const uint64_t grid_y = static_cast<uint64_t>(params.output_sizes[0] * params.output_sizes[1]);
-  const uint64_t grid_z = static_cast<uint64_t>(batch * out_channels);
-  for (uint64_t extent : {grid_x, grid_y, grid_z})
-    ETM_REQUIRE(extent <= UINT32_MAX, kOp, ": the output has ", extent,
-                " elements along one dispatch dimension, more than 2^32 - 1");
-
   // With no input channels or an empty input the kernel reads nothing but its bias; the
   // empty operands may have no buffer, so the output stands in for them.
   const bool reads_input = input.numel() > 0 && weight.numel() > 0;
   const Tensor& input_bound = reads_input ? input : *output;
   const Tensor& weight_bound = reads_input ? weight : *output;
   const Tensor& bias_bound = bias ? *bias : *output;
-  const std::string name = std::string(options.transposed ? "convolution_transposed_" : "convolution_") +
-                           kernel_suffix(input.dtype);
-  KernelLaunch launch(shader_kernel("convolution.metal", name));
-  launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params);
-  const uint64_t group_x = std::min<uint64_t>(grid_x, 32);
-  const uint64_t group_y = std::min<uint64_t>(grid_y, std::max<uint64_t>(1, 128 / group_x));
-  launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
+  const std::string suffix = kernel_suffix(input.dtype);
+
+  const uint64_t pixels =
+      uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);
+  const int64_t depth = params.in_channels_per_group * params.kernel_sizes[0] * params.kernel_sizes[1] *
+                        params.kernel_sizes[2];
+  if (!options.transposed && pixels >= kGemmMinimumPixels &&
+      params.out_channels_per_group >= kGemmMinimumChannels && depth >= kGemmMinimumDepth) {
+    const uint64_t pixel_blocks = (pixels + kGemmBlock - 1) / kGemmBlock;
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX, kOp, ": ", pixels, " output pixels exceed the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", "convolution_gemm_" + suffix));
+    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
+        .threadgroup_memory(0, 2 * kGemmBlock * kGemmDepth * sizeof(float));
+    launch.threadgroups({(uint64_t(params.out_channels_per_group) + kGemmBlock - 1) / kGemmBlock, pixel_blocks,
+                         uint64_t(groups)},
+                        {kGemmThreads, 1, 1});
+  } else {
+    const uint64_t grid_x = static_cast<uint64_t>(params.output_sizes[2]);
+    const uint64_t grid_y = static_cast<uint64_t>(params.output_sizes[0] * params.output_sizes[1]);
+    const uint64_t grid_z = static_cast<uint64_t>(batch * out_channels);
+    for (uint64_t extent : {grid_x, grid_y, grid_z})
+      ETM_REQUIRE(extent <= UINT32_MAX, kOp, ": the output has ", extent,
+                  " elements along one dispatch dimension, more than 2^32 - 1");
+    KernelLaunch launch(shader_kernel(
+        "convolution.metal", (options.transposed ? "convolution_transposed_" : "convolution_") + suffix));
+    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params);
+    const uint64_t group_x = std::min<uint64_t>(grid_x, 32);
+    const uint64_t group_y = std::min<uint64_t>(grid_y, std::max<uint64_t>(1, 128 / group_x));
+    launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
+  }
   // The stream keeps the last dispatch's bindings (Metal semantics); drop them so the
   // operands are not kept alive until this thread's next dispatch.
   Runtime::get().current_stream().start_encoding(nullptr);

@@ -91,6 +91,12 @@ FORWARD_CASES = [
     ((1, 4, 7, 7), (6, 4, 1, 1), [1, 1], [0, 0], [1, 1], 1),  # pointwise
     ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), [1, 2, 1], [1, 0, 2], [2, 1, 1], 1),
     ((2, 4, 4, 5, 6), (4, 1, 3, 3, 3), [2, 1, 1], [1, 1, 1], [1, 1, 2], 4),
+    # Implicit GEMM (>= 32 output pixels, >= 16 output channels per group, depth >= 16), with
+    # partial tiles in pixels, channels and depth:
+    ((2, 5, 9, 11), (20, 5, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((2, 8, 12, 9), (34, 4, 3, 2), [2, 1], [1, 0], [2, 1], 2),
+    ((2, 16, 40), (32, 16, 3), [1], [1], [1], 1),
+    ((1, 4, 5, 6, 7), (16, 4, 2, 2, 2), [1, 1, 1], [0, 1, 0], [1, 1, 1], 1),
 ]
 
 
@@ -136,8 +142,9 @@ def test_single_value_parameter_lists_apply_to_every_dimension(no_leaks):
 def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_leaks):
     # Contiguous is what Inductor compiles for this call's result (see the e2e test below).
     input = random(2, 6, 9, 7, dtype=dtype).contiguous(memory_format=torch.channels_last)
-    weight = random(6, 4 if transposed else 3, 3, 3, dtype=dtype)
-    bias = random(8 if transposed else 6, dtype=dtype)
+    # Forward takes the implicit GEMM (16 output channels per group), transposed the direct kernel.
+    weight = random(6, 4, 3, 3, dtype=dtype) if transposed else random(32, 3, 3, 3, dtype=dtype)
+    bias = random(8 if transposed else 32, dtype=dtype)
     args = ([2, 1], [1, 1], [1, 2], transposed, [1, 0] if transposed else [0, 0], 2)
     result = check(input, weight, bias, *args)
     n, c, h, w = result.sizes
@@ -154,11 +161,12 @@ def test_channels_last_3d_input_and_weight(no_leaks):
     assert result.strides == (c * d * h * w, d * h * w, h * w, w, 1)
 
 
-def test_strided_offset_input_and_permuted_weight(no_leaks):
+@pytest.mark.parametrize("out_channels", [4, 16])  # direct kernel, implicit GEMM
+def test_strided_offset_input_and_permuted_weight(out_channels, no_leaks):
     input = random(3, 8, 15, 13)[1:, ::2, 2:, 1::2]
-    weight = random(3, 3, 4, 4).permute(2, 3, 0, 1)  # [4, 4, 3, 3], non-contiguous
+    weight = random(3, 3, out_channels, 4).permute(2, 3, 0, 1)  # [C_out, 4, 3, 3], non-contiguous
     assert input.storage_offset() > 0 and not input.is_contiguous() and not weight.is_contiguous()
-    bias = random(8)[::2]
+    bias = random(2 * out_channels)[::2]
     check(input, weight, bias, [1, 2], [1, 0], [1, 1])
 
 
