@@ -50,6 +50,11 @@ def unpack_lowbit(packed: torch.Tensor, bits: int, K: int) -> torch.Tensor:
     """Inverse of :func:`pack_lowbit`: uint8 ``[..., bits * K / 8]`` -> uint8 ``[..., K]``."""
     if packed.shape[-1] * 8 != bits * K:
         raise ValueError(f"{packed.shape[-1]} bytes per row do not hold {K} {bits}-bit values")
+    if 8 % bits == 0:
+        # Whole values per byte (1, 2, 4 bits): shift each byte.
+        shifts = torch.arange(0, 8, bits, dtype=torch.uint8)
+        values = (packed.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
+        return values.reshape(*packed.shape[:-1], K)
     # Every 8 values fill `bits` whole bytes: read each octet as one integer, then shift.
     octets = packed.to(torch.int64).reshape(*packed.shape[:-1], K // 8, bits)
     octets = (octets << (8 * torch.arange(bits, dtype=torch.int64))).sum(-1, keepdim=True)

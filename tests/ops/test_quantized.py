@@ -136,6 +136,12 @@ def test_pack_lowbit_matches_bit_stream():
     assert torch.equal(torch.ops.torchao._pack_weight_3bit(values), expected)
 
 
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_unpack_inverts_pack(bits):
+    q = torch.randint(0, 1 << bits, (2, 3, 40), dtype=torch.uint8)
+    assert torch.equal(quantize.unpack_lowbit(quantize.pack_lowbit(q, bits), bits, 40), q)
+
+
 def test_quantize_lowbit_round_trip():
     w = torch.randn(12, 128)
     B, S, Z = quantize.quantize_lowbit(w, 6, 32)
