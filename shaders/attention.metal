@@ -155,7 +155,16 @@ kernel void sdpa_partial(device const T* q [[buffer(0)]],
     running_sum += weight;
     const long v_at = at.v + long(key) * p.v.row;
     if (p.v.column == 1) {
-      for (uint d = 0; d < p.value_dim; ++d) accumulator[d] += weight * float(v[v_at + d]);
+      device const T* value_row = v + v_at;
+      uint d = 0;
+      // Four independent lanes per step: compilers turn them into one vector operation.
+      for (; d + 4 <= p.value_dim; d += 4) {
+        accumulator[d] += weight * float(value_row[d]);
+        accumulator[d + 1] += weight * float(value_row[d + 1]);
+        accumulator[d + 2] += weight * float(value_row[d + 2]);
+        accumulator[d + 3] += weight * float(value_row[d + 3]);
+      }
+      for (; d < p.value_dim; ++d) accumulator[d] += weight * float(value_row[d]);
     } else {
       for (uint d = 0; d < p.value_dim; ++d) accumulator[d] += weight * float(v[v_at + long(d) * p.v.column]);
     }
