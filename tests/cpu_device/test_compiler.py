@@ -21,7 +21,17 @@ def compile_error(source):
     require_cpu_device()
     with pytest.raises(etmetal_py.EtmetalError) as error:
         ShaderLibrary(source)
+    clear_sticky_error()
     return str(error.value)
+
+
+def clear_sticky_error():
+    """A failed call may also poison the calling thread's stream (the runtime's policy); the
+    next synchronize reports and clears it."""
+    try:
+        etmetal_py.synchronize()
+    except etmetal_py.EtmetalError:
+        pass
 
 
 def test_compile_error_names_the_msl_line():
@@ -88,6 +98,7 @@ def test_missing_kernel_name(msl):
     with pytest.raises(etmetal_py.EtmetalError) as error:
         library.kernel("absent")
     assert "absent" in str(error.value) and "present" in str(error.value)
+    clear_sticky_error()
 
 
 # A child process that compiles and runs one kernel with its own cache and compiler, and

@@ -290,6 +290,8 @@ struct ExecutionContext {
   FiberScheduler* scheduler = nullptr;  // null on the loop path
 };
 
+// Read on every barrier and SIMD exchange. (Not initial-exec TLS: libetmetal is dlopen'ed
+// late, e.g. by Python after torch, when no static TLS is left to give it.)
 thread_local ExecutionContext* tl_context = nullptr;
 
 struct WorkerState {

@@ -371,6 +371,11 @@ Status KernelCompiler::initialize() {
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
             "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
             "-I" + header_directory_ + "/kernel_support"};
+#if defined(__x86_64__)
+  // TLS descriptors: the kernel's thread-local arena pointer costs a load, not a call
+  // (clang accepts the flag on x86-64 only from version 19).
+  if (!is_clang_) flags_.push_back("-mtls-dialect=gnu2");
+#endif
   // Extra flags (e.g. -march=native when the cache is not shared between machines).
   std::istringstream extra(environment("ETMETAL_CXXFLAGS"));
   for (std::string flag; extra >> flag;) flags_.push_back(flag);

@@ -1332,8 +1332,10 @@ class Translator {
          << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
          << "etm_cpu_kernel::enter_group(etm__group); " << bindings
          << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
-         << "const uint32_t etm__x = etm__index % etm__sx, etm__y = (etm__index / etm__sx) % etm__sy, "
-         << "etm__z = etm__index / (etm__sx * etm__sy); (void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
+         << "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; "
+         << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "
+         << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
+         << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
          << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} "
          << "};";
     *out = code.str();

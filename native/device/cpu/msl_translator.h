@@ -14,7 +14,7 @@
 namespace etm::device::cpu {
 
 // Changes whenever the generated code changes, so cached kernel objects are rebuilt.
-inline constexpr const char* kMslTranslatorVersion = "etm-msl-translator-1";
+inline constexpr const char* kMslTranslatorVersion = "etm-msl-translator-2";
 
 // The file name compiler diagnostics report for MSL lines.
 inline constexpr const char* kMslSourceName = "library.metal";
