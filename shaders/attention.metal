@@ -78,7 +78,6 @@ inline SdpaPosition sdpa_position(constant SdpaParams& p, uint batch_head, uint 
   return at;
 }
 
-// The scaled, masked score of one key; -INFINITY when the key is masked out.
 // Dot product of a float row with `count` elements of `row` (stride 1 when `stride` is 1).
 // Four partial sums break the dependency chain of one running sum.
 template <typename T>
@@ -99,16 +98,17 @@ inline float sdpa_dot(thread const float* left, device const T* row, long stride
   return (s0 + s1) + (s2 + s3);
 }
 
+// Whether a boolean mask lets the row see `key` (always, for other masks). Masked keys are
+// skipped before any arithmetic, so they need no infinities.
 template <typename M, int MASK>
-inline float sdpa_mask_score(float score, device const M* mask, long mask_at, long key_stride,
-                             uint key) {
-  if (MASK == kBoolMask) {
-    return bool(mask[mask_at + long(key) * key_stride]) ? score : -INFINITY;
-  }
-  if (MASK == kAdditiveMask) {
-    return score + float(mask[mask_at + long(key) * key_stride]);
-  }
-  return score;
+inline bool sdpa_key_visible(device const M* mask, long mask_at, long key_stride, uint key) {
+  return MASK != kBoolMask || bool(mask[mask_at + long(key) * key_stride]);
+}
+
+// The additive mask's term for `key` (0 for other masks); -inf excludes the key.
+template <typename M, int MASK>
+inline float sdpa_mask_bias(device const M* mask, long mask_at, long key_stride, uint key) {
+  return MASK == kAdditiveMask ? float(mask[mask_at + long(key) * key_stride]) : 0.0f;
 }
 
 template <typename T, typename M, int MASK, uint MAX_DIM>
@@ -141,8 +141,9 @@ kernel void sdpa_partial(device const T* q [[buffer(0)]],
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   for (uint key = begin; key < end; ++key) {
-    float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim);
-    score = sdpa_mask_score<M, MASK>(score, mask, at.mask, p.mask.column, key);
+    if (!sdpa_key_visible<M, MASK>(mask, at.mask, p.mask.column, key)) continue;
+    const float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim) +
+                        sdpa_mask_bias<M, MASK>(mask, at.mask, p.mask.column, key);
     if (score == -INFINITY) continue;
     if (score > running_max) {
       // Rescale what was summed against the old maximum (exp(-inf) = 0 on the first key).
@@ -231,9 +232,13 @@ kernel void sdpa_weights(device const T* q [[buffer(0)]],
     float query[MAX_DIM];
     for (uint d = 0; d < p.head_dim; ++d) query[d] = float(q[at.q + long(d) * p.q.column]) * p.scale;
     for (uint key = begin; key < visible_end; ++key) {
-      float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim);
-      score = sdpa_mask_score<M, MASK>(score, mask, at.mask, p.mask.column, key);
-      row_weights[key] = T(score == -INFINITY ? 0.0f : exp(score - row_lse));
+      float weight = 0.0f;
+      if (sdpa_key_visible<M, MASK>(mask, at.mask, p.mask.column, key)) {
+        const float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim) +
+                            sdpa_mask_bias<M, MASK>(mask, at.mask, p.mask.column, key);
+        weight = exp(score - row_lse);  // exp(-inf) = 0 for keys an additive mask excludes
+      }
+      row_weights[key] = T(weight);
     }
   }
   for (uint key = visible_end; key < end; ++key) row_weights[key] = T(0.0f);
