@@ -9,6 +9,7 @@
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
@@ -111,6 +112,12 @@ void broadcast_strides(const char* op, const Tensor& addend, const Tensor& out, 
   }
 }
 
+// The stream keeps the last dispatch's bindings (Metal semantics); dropping them when the op
+// is done, or fails, keeps its operands from living until this thread's next dispatch.
+struct ReleaseBindings {
+  ~ReleaseBindings() { Runtime::get().current_stream().start_encoding(nullptr); }
+};
+
 void require_grid_extent(const char* op, int64_t extent) {
   ETM_REQUIRE(extent <= int64_t(UINT32_MAX), op, ": dimension of ", extent,
               " elements exceeds the dispatch limit of 2^32 - 1");
@@ -145,7 +152,6 @@ void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t 
   const uint64_t group_y = std::min<uint64_t>(uint64_t(M), std::max<uint64_t>(1, 256 / group_x));
   launch.threads({uint64_t(N), uint64_t(M), batch}, {group_x, group_y, 1});
 }
-
 
 // out = alpha * (a @ b) + beta * addend over a batch (3-D operands) or one matrix (2-D).
 void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
@@ -204,10 +210,8 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
     return launch.tensor(0, out).tensor(1, a_bound).tensor(2, b_bound).tensor(3, addend_bound).value(4, params);
   };
+  const ReleaseBindings release;
   dispatch_matmul(bind, suffix, M, N, K, params, batch);
-  // The stream keeps the last dispatch's bindings (Metal semantics); drop them so the
-  // operands are not kept alive until this thread's next dispatch.
-  Runtime::get().current_stream().start_encoding(nullptr);
 }
 
 }  // namespace
