@@ -10,6 +10,7 @@ row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and t
 64x64 simdgroup-matrix tiled kernels, with tails in every dimension."""
 
 import math
+import threading
 
 import pytest
 import torch
@@ -211,6 +212,31 @@ def test_baddbmm_beta_zero_ignores_nan_self(no_leaks):
     result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((2, 3, 4), torch.float32), self, a, b,
                  scalars=(0.0, 1.0))
     assert_matches(result, a.double() @ b.double(), torch.float32, 5)
+
+
+def test_threads_encode_on_their_own_streams(no_leaks):
+    # Each thread encodes into its own stream; kernels are shared, their bindings are not.
+    shapes = [(40, 33, 20), (1, 128, 70), (9, 7, 5), (70, 20, 300)]
+    results, errors = {}, []
+
+    def work(index, M, K, N):
+        try:
+            for repeat in range(3):
+                a, b = random(M, K), random(K, N)
+                results[(index, repeat)] = (run(lib.aoti_torch_mps_mm_out, filled_like((M, N), torch.float32), a, b),
+                                       a.double() @ b.double(), K)
+        except Exception as error:  # reported below: pytest does not see other threads' errors
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i, *shape)) for i, shape in enumerate(shapes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(results) == 3 * len(shapes)
+    for result, expected, depth in results.values():
+        assert_matches(result, expected, torch.float32, depth)
 
 
 # -- bad input ---------------------------------------------------------------------------
