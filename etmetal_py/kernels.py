@@ -71,13 +71,15 @@ class Function:
             raise ValueError("give exactly one of threads= and threadgroups=")
         if threadgroups is not None and group is None:
             raise ValueError("threadgroups= needs group=")
+        # Prepare every argument first: making device copies may wait on the stream, which
+        # ends any encoding in progress.
+        prepared = [self._prepare(index, value) for index, value in enumerate(arguments)]
         check(lib.aoti_torch_mps_start_encoding(self.handle), self.name)
-        bound, copied_back = [], []
-        for index, value in enumerate(arguments):
-            tensor, copy_back = self._bind(index, value)
-            bound.append(tensor)
-            if copy_back is not None:
-                copied_back.append(copy_back)
+        for index, (kind, payload, _copy_back) in enumerate(prepared):
+            if kind == "int":
+                check(lib.aoti_torch_mps_set_arg_int(self.handle, index, payload), self.name)
+            else:
+                check(lib.aoti_torch_mps_set_arg_tensor(self.handle, index, payload.handle), self.name)
         if threadgroups is not None:
             group_dims = _dims(group)
             grid = [g * s for g, s in zip(_dims(threadgroups), group_dims)]
@@ -94,30 +96,27 @@ class Function:
                 self.handle, lengths, len(grid), ffi.new("uint64_t[]", group_dims), len(group_dims))
         check(code, self.name)
         synchronize()
-        for array, tensor in copied_back:
-            array[...] = tensor._view()
-        del bound
+        for _kind, tensor, copy_back in prepared:
+            if copy_back is not None:
+                copy_back[...] = tensor._view()
 
-    def _bind(self, index: int, value):
-        """Binds one argument; returns (the tensor kept alive, (array, tensor) to copy back)."""
+    @staticmethod
+    def _prepare(index: int, value):
+        """(kind, int or Tensor, array to copy the result back into or None)."""
         if isinstance(value, (bool, np.bool_)):
             raise TypeError(f"argument {index}: pass booleans as numpy.uint8 or numpy.int32")
         if isinstance(value, int):
-            check(lib.aoti_torch_mps_set_arg_int(self.handle, index, value), self.name)
-            return None, None
+            return "int", value, None
         if isinstance(value, (float, np.generic)):
             scalar = np.asarray(value, dtype=np.float32 if isinstance(value, float) else None)
-            tensor = Tensor.from_array(scalar.reshape(()), device=CPU, copy=True)
-            check(lib.aoti_torch_mps_set_arg_tensor(self.handle, index, tensor.handle), self.name)
-            return tensor, None
+            return "tensor", Tensor.from_array(scalar.reshape(()), device=CPU, copy=True), None
         array, _code = _as_array(value)
         # Kernels index their buffers linearly: strided arrays travel as packed copies.
         tensor = Tensor.from_array(value, copy=not array.flags.c_contiguous)
-        check(lib.aoti_torch_mps_set_arg_tensor(self.handle, index, tensor.handle), self.name)
         in_place = array.size == 0 or tensor.data_ptr == array.__array_interface__["data"][0]
         if in_place or not array.flags.writeable:
-            return tensor, None
-        return tensor, (array, tensor)
+            return "tensor", tensor, None
+        return "tensor", tensor, array
 
 
 __all__ = ["Function", "Library", "compile_library"]

@@ -56,6 +56,9 @@ def torch_declarations():
 
 
 TYPE_ALIASES = {
+    # 16-bit floats travel as their bits: c10::Half and c10::BFloat16 hold exactly a uint16_t.
+    "c10::Half": "uint16_t",
+    "c10::BFloat16": "uint16_t",
     "AOTITorchError": "int32_t",
     "AtenTensorHandle": "struct AtenTensorOpaque *",
     "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",

@@ -135,6 +135,7 @@ def test_kernel_handles_die_with_their_library():
     fails(lib.aoti_torch_mps_get_kernel_function(library.handle, b"no_such_kernel",
                                                  ffi.new("AOTIMetalKernelFunctionHandle*")),
           "no_such_kernel")
+    fails(lib.etmetal_synchronize(2), "no_such_kernel")  # it poisoned the stream too
     library.close()
     fails(lib.aoti_torch_mps_start_encoding(fill.handle), "invalid kernel function handle")
     fails(lib.aoti_torch_mps_delete_shader_library(ffi.cast("AOTIMetalShaderLibraryHandle", fill.handle)),
@@ -148,7 +149,10 @@ def test_compile_errors_name_the_msl_line():
     message = fails(lib.aoti_torch_mps_create_shader_library(source.encode(), handle),
                     "undefined_name")
     assert ":5" in message  # the MSL line of the error
+    # Inside a model run nobody checks this call's result: the stream reports it too.
+    fails(lib.etmetal_synchronize(2), "undefined_name")
     fails(lib.aoti_torch_mps_create_shader_library(ffi.NULL, handle), "is null")
+    lib.etmetal_synchronize(2)
 
 
 def test_run_command_block_calls_back_on_this_thread(library):

@@ -205,3 +205,35 @@ def test_from_blob_bad_input():
                                                      ffi.NULL, 0, 6, 13, 0, out), "past the end")
     finally:
         lib.aoti_torch_mps_free(blob[0])
+
+
+def test_item_reads_one_element_after_pending_work(no_leaks):
+    src = Tensor.from_array(np.array([[2.75]], dtype=np.float32), copy=True)
+    dst = Tensor.empty([1, 1])
+    etmetal_py.check(lib.aoti_torch_copy_(dst.handle, src.handle, 0))
+    for name, ctype, expected in [("float32", "float*", 2.75), ("float64", "double*", 2.75),
+                                  ("int64", "int64_t*", 2), ("int8", "int8_t*", 2),
+                                  ("bool", "bool*", True), ("uint8", "uint8_t*", 2)]:
+        out = ffi.new(ctype)
+        etmetal_py.check(getattr(lib, f"aoti_torch_item_{name}")(dst.handle, out))
+        assert out[0] == expected, name
+    bits = ffi.new("uint16_t*")
+    etmetal_py.check(lib.aoti_torch_item_float16(dst.handle, bits))
+    assert bits[0] == np.float16(2.75).view(np.uint16)
+    etmetal_py.check(lib.aoti_torch_item_bfloat16(dst.handle, bits))
+    assert bits[0] == 0x4030  # 2.75 in bfloat16
+    many = Tensor.empty([2])
+    fails(lib.aoti_torch_item_float32(many.handle, ffi.new("float*")), "2 elements")
+
+
+def test_assign_tensors_aliases(no_leaks):
+    a = Tensor.from_array(np.arange(4, dtype=np.int32), copy=True)
+    b = Tensor.empty([7], np.float16)
+    etmetal_py.check(lib.aoti_torch_assign_tensors(a.handle, b.handle))
+    assert b.sizes == (4,) and b.dtype == 3 and b.data_ptr == a.data_ptr
+    out = new_handle_out()
+    etmetal_py.check(lib.aoti_torch_assign_tensors_out(a.handle, out))
+    c = Tensor(out[0])
+    a.delete()
+    np.testing.assert_array_equal(c.numpy(), np.arange(4))
+    np.testing.assert_array_equal(b.numpy(), np.arange(4))

@@ -38,7 +38,7 @@ void dispatch(AOTIMetalKernelFunctionHandle func, device::Size3 grid,
 
 extern "C" AOTITorchError aoti_torch_mps_create_shader_library(
     const char* metal_shader_source, AOTIMetalShaderLibraryHandle* library_handle) {
-  return guarded(__func__, [&] {
+  return guarded_encoding(__func__, [&] {
     require_out(library_handle, "library_handle");
     ETM_REQUIRE(metal_shader_source, "metal_shader_source is null");
     std::shared_ptr<device::Library> library;
@@ -62,7 +62,7 @@ extern "C" AOTITorchError aoti_torch_mps_delete_shader_library(
 extern "C" AOTITorchError aoti_torch_mps_get_kernel_function(
     AOTIMetalShaderLibraryHandle library_handle, const char* kernel_name,
     AOTIMetalKernelFunctionHandle* function_handle) {
-  return guarded(__func__, [&] {
+  return guarded_encoding(__func__, [&] {
     require_out(function_handle, "function_handle");
     ETM_REQUIRE(kernel_name, "kernel_name is null");
     Runtime& runtime = Runtime::get();

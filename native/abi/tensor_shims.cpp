@@ -339,6 +339,55 @@ extern "C" AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool* r
   });
 }
 
+extern "C" AOTITorchError aoti_torch_assign_tensors_out(AtenTensorHandle src,
+                                                        AtenTensorHandle* ret_dst) {
+  return guarded(__func__, [&] {
+    require_out(ret_dst, "ret_dst");
+    *ret_dst = abi::new_handle(std::make_unique<Tensor>(tensor_of(src)));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_assign_tensors(AtenTensorHandle src, AtenTensorHandle dst) {
+  return guarded(__func__, [&] {
+    const Tensor& source = tensor_of(src);
+    Tensor& target = tensor_of(dst);
+    target = source;
+  });
+}
+
+namespace {
+
+// Reads the one element of `handle` as `dtype` once the stream's pending work is done.
+AOTITorchError read_item(const char* function, AtenTensorHandle handle, DType dtype, void* out) {
+  return guarded(function, [&] {
+    require_out(out, "ret_value");
+    const Tensor& t = tensor_of(handle);
+    ETM_REQUIRE(t.numel() == 1, "a tensor with ", t.numel(), " elements has no single value");
+    Runtime::get().current_stream().wait_idle();
+    convert_elements(t.data(), t.dtype, out, static_cast<int32_t>(dtype), 1);
+  });
+}
+
+}  // namespace
+
+#define ITEM_GETTER(name, ctype, dtype)                                                  \
+  extern "C" AOTITorchError aoti_torch_item_##name(AtenTensorHandle tensor, ctype* ret) { \
+    return read_item(__func__, tensor, DType::dtype, ret);                                \
+  }
+ITEM_GETTER(float16, uint16_t, float16)
+ITEM_GETTER(bfloat16, uint16_t, bfloat16)
+ITEM_GETTER(float32, float, float32)
+ITEM_GETTER(float64, double, float64)
+ITEM_GETTER(uint8, uint8_t, uint8)
+ITEM_GETTER(uint16, uint16_t, uint16)
+ITEM_GETTER(uint32, uint32_t, uint32)
+ITEM_GETTER(uint64, uint64_t, uint64)
+ITEM_GETTER(int8, int8_t, int8)
+ITEM_GETTER(int16, int16_t, int16)
+ITEM_GETTER(int32, int32_t, int32)
+ITEM_GETTER(int64, int64_t, int64)
+ITEM_GETTER(bool, bool, bool_)
+
 extern "C" void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg) {
   try {
     log(LogLevel::warn, concat(func ? func : "?", " (", file ? file : "?", ":", line, "): ",

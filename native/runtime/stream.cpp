@@ -238,6 +238,7 @@ void Stream::synchronize(SyncType type) {
       return;
     case SyncType::commit_and_wait: {
       wait_idle();
+      start_encoding(nullptr);  // bound arguments no longer hold their buffers
       std::string error;
       {
         std::lock_guard lock(shared_->mutex);

@@ -3,8 +3,8 @@
 // streams need no lock for encoding; only what completion handlers touch is synchronized.
 //
 // Sync types (etmetal_sync_type): NONE does nothing; COMMIT submits the open command buffer;
-// COMMIT_AND_WAIT submits and waits for every submitted buffer, then reports and clears the
-// sticky error; COMMIT_AND_CONTINUE submits and opens the next buffer at once;
+// COMMIT_AND_WAIT submits and waits for every submitted buffer, ends the current kernel
+// encoding (releasing its bound buffers), then reports and clears the sticky error; COMMIT_AND_CONTINUE submits and opens the next buffer at once;
 // COMMIT_ADAPTIVE submits only when the commit policy says the open buffer is full.
 #pragma once
 

@@ -117,6 +117,29 @@ ETMETAL_API AOTITorchError aoti_torch_is_contiguous(AtenTensorHandle tensor,
                                                     bool* ret_is_contiguous);
 ETMETAL_API AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool* ret_is_defined);
 
+/* A second handle aliasing src (same storage and layout), as aoti_torch_new_tensor_handle. */
+ETMETAL_API AOTITorchError aoti_torch_assign_tensors_out(AtenTensorHandle src,
+                                                         AtenTensorHandle* ret_dst);
+/* Makes dst an alias of src (storage, sizes, strides, offset, dtype); both stay separate handles. */
+ETMETAL_API AOTITorchError aoti_torch_assign_tensors(AtenTensorHandle src, AtenTensorHandle dst);
+
+/* The value of a one-element tensor, converted to the requested type, after the calling
+ * thread's stream has finished. float16 and bfloat16 come back as their 16 bits (c10::Half and
+ * c10::BFloat16 hold exactly those). */
+ETMETAL_API AOTITorchError aoti_torch_item_float16(AtenTensorHandle tensor, uint16_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_bfloat16(AtenTensorHandle tensor, uint16_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_float32(AtenTensorHandle tensor, float* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_float64(AtenTensorHandle tensor, double* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_uint8(AtenTensorHandle tensor, uint8_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_uint16(AtenTensorHandle tensor, uint16_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_uint32(AtenTensorHandle tensor, uint32_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_uint64(AtenTensorHandle tensor, uint64_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_int8(AtenTensorHandle tensor, int8_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_int16(AtenTensorHandle tensor, int16_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_int32(AtenTensorHandle tensor, int32_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_int64(AtenTensorHandle tensor, int64_t* ret_value);
+ETMETAL_API AOTITorchError aoti_torch_item_bool(AtenTensorHandle tensor, bool* ret_value);
+
 /* Logs msg as a warning, naming the caller. */
 ETMETAL_API void aoti_torch_warn(const char* func, const char* file, uint32_t line,
                                  const char* msg);

@@ -15,7 +15,9 @@ ETMETAL_BEGIN_DECLS
 typedef struct AOTIMetalKernelFunctionOpaque* AOTIMetalKernelFunctionHandle;
 typedef struct AOTIMetalShaderLibraryOpaque* AOTIMetalShaderLibraryHandle;
 
-/* Compiles MSL source now; a compile error names the MSL lines. */
+/* Compiles MSL source now; a compile error names the MSL lines. Generated model code ignores
+ * this call's result, so a failure here (and in get_kernel_function) also poisons the stream:
+ * the next waiting synchronize reports the root cause, not a later null-handle error. */
 ETMETAL_API AOTITorchError aoti_torch_mps_create_shader_library(
     const char* metal_shader_source, AOTIMetalShaderLibraryHandle* library_handle);
 ETMETAL_API AOTITorchError aoti_torch_mps_delete_shader_library(
