@@ -32,7 +32,9 @@ ExecutionChoice execution_choice() {
   return ExecutionChoice::automatic;
 }
 
-// One kernel's loaded object.
+// One kernel's loaded object. It is never dlclose'd: libraries are often deleted from a model
+// library's static destructors while the process exits, and unloading an object from there
+// lets glibc unmap code that is still running. A kernel object is small and cached on disk.
 class KernelObject {
  public:
   static Status load(const std::string& path, const TranslatedKernel& kernel,
@@ -71,10 +73,6 @@ class KernelObject {
     }
     *out = std::move(object);
     return Status();
-  }
-
-  ~KernelObject() {
-    if (handle_) ::dlclose(handle_);
   }
 
   etm_cpu_loop_entry loop() const { return loop_; }
