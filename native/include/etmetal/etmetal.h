@@ -5,6 +5,12 @@
 
 #include "aoti_shim.h"
 #include "aoti_shim_mps.h"
+#include "custom_ops.h"
+#include "fallback_attention.h"
+#include "fallback_convolution.h"
+#include "fallback_matmul.h"
+#include "fallback_quantized.h"
+#include "fallback_reductions.h"
 #include "metal_buffer.h"
 
 ETMETAL_BEGIN_DECLS
