@@ -758,6 +758,11 @@ class Translator {
         std::vector<AttributeItem> items;
         const size_t close = parse_attribute(i, &items);
         if (close == i) continue;
+        for (const AttributeItem& item : items) {
+          if (item.name == "function_constant") {
+            fail(tokens_[i].line, "[[function_constant]] is not supported by the CPU device");
+          }
+        }
         std::string first = items.empty() ? "" : items[0].name;
         first = first.substr(0, first.find("::"));
         if (!is_standard_attribute(first)) erase(i, close);
