@@ -98,6 +98,25 @@ inline float sdpa_dot(thread const float* left, device const T* row, long stride
   return (s0 + s1) + (s2 + s3);
 }
 
+// accumulator += weight * row, over `count` elements of `row` (stride 1 when `stride` is 1).
+template <typename T>
+inline void sdpa_accumulate(thread float* accumulator, float weight, device const T* row, long stride,
+                            uint count) {
+  uint d = 0;
+  if (stride == 1) {
+    // Four independent lanes per step: compilers turn them into one vector operation.
+    for (; d + 4 <= count; d += 4) {
+      accumulator[d] += weight * float(row[d]);
+      accumulator[d + 1] += weight * float(row[d + 1]);
+      accumulator[d + 2] += weight * float(row[d + 2]);
+      accumulator[d + 3] += weight * float(row[d + 3]);
+    }
+    for (; d < count; ++d) accumulator[d] += weight * float(row[d]);
+  } else {
+    for (; d < count; ++d) accumulator[d] += weight * float(row[long(d) * stride]);
+  }
+}
+
 // Whether a boolean mask lets the row see `key` (always, for other masks). Masked keys are
 // skipped before any arithmetic, so they need no infinities.
 template <typename M, int MASK>
@@ -154,21 +173,7 @@ kernel void sdpa_partial(device const T* q [[buffer(0)]],
     }
     const float weight = exp(score - running_max);
     running_sum += weight;
-    const long v_at = at.v + long(key) * p.v.row;
-    if (p.v.column == 1) {
-      device const T* value_row = v + v_at;
-      uint d = 0;
-      // Four independent lanes per step: compilers turn them into one vector operation.
-      for (; d + 4 <= p.value_dim; d += 4) {
-        accumulator[d] += weight * float(value_row[d]);
-        accumulator[d + 1] += weight * float(value_row[d + 1]);
-        accumulator[d + 2] += weight * float(value_row[d + 2]);
-        accumulator[d + 3] += weight * float(value_row[d + 3]);
-      }
-      for (; d < p.value_dim; ++d) accumulator[d] += weight * float(value_row[d]);
-    } else {
-      for (uint d = 0; d < p.value_dim; ++d) accumulator[d] += weight * float(v[v_at + long(d) * p.v.column]);
-    }
+    sdpa_accumulate(accumulator, weight, v + at.v + long(key) * p.v.row, p.v.column, p.value_dim);
   }
 
   // Record layout: [max, sum, accumulator[value_dim]].

@@ -115,6 +115,8 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
     (5, 3, 8, 24),       # fewer keys than rows, value dim differs
     (7, 65, 256, 256),   # largest head dim
     (33, 9, 130, 7),     # head dim in the 256 class, small value dim
+    (18, 50, 64, 32),    # prefill in blocks of four rows, a tail block of two
+    (16, 16, 128, 128),  # prefill, largest head dim of the row blocks
 ])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_math_backend(dtype, rows, keys, head_dim, value_dim, causal):
@@ -126,10 +128,12 @@ def test_matches_math_backend(dtype, rows, keys, head_dim, value_dim, causal):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mask_shape", [(6, 11), (1, 1, 6, 11), (2, 1, 1, 11), (4, 1, 11), (11,)])
-def test_boolean_mask_broadcasts(dtype, mask_shape):
-    torch.manual_seed(len(mask_shape))
-    q, k, v = randn(2, 4, 6, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype)
+@pytest.mark.parametrize("rows", [6, 18])  # 18: blocks of four rows per thread, and a tail
+@pytest.mark.parametrize("mask_shape", [("L", 11), (1, 1, "L", 11), (2, 1, 1, 11), (4, 1, 11), (11,)])
+def test_boolean_mask_broadcasts(dtype, rows, mask_shape):
+    torch.manual_seed(len(mask_shape) + rows)
+    mask_shape = tuple(rows if s == "L" else s for s in mask_shape)
+    q, k, v = randn(2, 4, rows, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype)
     mask = torch.rand(mask_shape) > 0.3
     mask[..., 0] = True  # every row keeps a key, so torch and etmetal agree on the softmax
     check(q, k, v, mask=mask)
@@ -142,8 +146,8 @@ def test_boolean_mask_broadcasts(dtype, mask_shape):
 ])
 def test_additive_mask(dtype, mask_dtype):
     torch.manual_seed(7)
-    q, k, v = randn(1, 2, 9, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype)
-    mask = (torch.randn(1, 2, 9, 40) * 2).to(mask_dtype)
+    q, k, v = randn(1, 2, 17, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype)
+    mask = (torch.randn(1, 2, 17, 40) * 2).to(mask_dtype)
     mask[..., 5:9] = float("-inf")
     check(q, k, v, mask=mask)
 
