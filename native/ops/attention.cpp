@@ -241,9 +241,6 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
         .tensor(4, *result.weights).value(5, p)
         .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
   }
-  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the op's
-  // temporaries and inputs are not kept alive until this thread's next dispatch.
-  runtime.current_stream().start_encoding(nullptr);
   return result;
 }
 

@@ -80,12 +80,6 @@ std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& valu
   return result;
 }
 
-// The stream keeps the last dispatch's bindings (Metal semantics); dropping them when the op
-// is done, or fails, keeps its operands from living until this thread's next dispatch.
-struct ReleaseBindings {
-  ~ReleaseBindings() { Runtime::get().current_stream().start_encoding(nullptr); }
-};
-
 }  // namespace
 
 std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, const Tensor* bias,
@@ -203,7 +197,6 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   const Tensor& weight_bound = reads_input ? weight : *output;
   const Tensor& bias_bound = bias ? *bias : *output;
   const std::string suffix = kernel_suffix(input.dtype);
-  const ReleaseBindings release;
 
   const uint64_t pixels =
       uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);

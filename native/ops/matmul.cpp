@@ -112,12 +112,6 @@ void broadcast_strides(const char* op, const Tensor& addend, const Tensor& out, 
   }
 }
 
-// The stream keeps the last dispatch's bindings (Metal semantics); dropping them when the op
-// is done, or fails, keeps its operands from living until this thread's next dispatch.
-struct ReleaseBindings {
-  ~ReleaseBindings() { Runtime::get().current_stream().start_encoding(nullptr); }
-};
-
 void require_grid_extent(const char* op, int64_t extent) {
   ETM_REQUIRE(extent <= int64_t(UINT32_MAX), op, ": dimension of ", extent,
               " elements exceeds the dispatch limit of 2^32 - 1");
@@ -210,7 +204,6 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
     return launch.tensor(0, out).tensor(1, a_bound).tensor(2, b_bound).tensor(3, addend_bound).value(4, params);
   };
-  const ReleaseBindings release;
   dispatch_matmul(bind, suffix, M, N, K, params, batch);
 }
 

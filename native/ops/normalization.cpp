@@ -132,9 +132,6 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
         .tensor(3, *result.rstd).value(4, p)
         .threads({static_cast<uint64_t>(rows), 1, 1}, {group, 1, 1});
   }
-  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the
-  // inputs are not kept alive until this thread's next dispatch.
-  runtime.current_stream().start_encoding(nullptr);
   return result;
 }
 

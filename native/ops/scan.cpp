@@ -155,9 +155,6 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
     launch.tensor(2, *output).value(3, p)
         .threads(chunk_grid, group_for(chunk_grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
   }
-  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the
-  // temporaries and inputs are not kept alive until this thread's next dispatch.
-  runtime.current_stream().start_encoding(nullptr);
   return output;
 }
 

@@ -145,9 +145,6 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
         .tensor(2, *result.values).tensor(3, *result.indices).value(4, p)
         .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
   }
-  // The stream keeps the last kernel's bindings (Metal semantics); drop them so the working
-  // buffers and inputs are not kept alive until this thread's next dispatch.
-  runtime.current_stream().start_encoding(nullptr);
   return result;
 }
 
