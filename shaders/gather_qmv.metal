@@ -5,7 +5,9 @@
 //
 // The tile is the MLX / llama.cpp matrix-vector tile: one threadgroup per (pair, 8 output
 // rows), 2 simdgroups x 4 rows, 16 values of K per lane per step, fp32 accumulation, simd_sum.
-// A pair whose expert index is outside [0, E) reads no weights; its output row is zero.
+// A pair whose expert index is outside [0, E) reads no weights and its output row is zero;
+// the first such pair is recorded in `fault` (pair + 1, index), which the host reports as an
+// error at the next synchronize.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -56,6 +58,7 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
                        const device I* indices [[buffer(4)]],
                        device T* out [[buffer(5)]],
                        constant GatherQmvParams& p [[buffer(6)]],
+                       device atomic_int* fault [[buffer(7)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint simd_group [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
@@ -66,6 +69,19 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
   const int n0 = (int(group_id.y) * 2 + int(simd_group)) * kRows;
   const long expert = long(indices[pair * p.index_stride]);
   const bool valid = expert >= 0 && expert < long(p.E);
+  if (!valid && group_id.y == 0 && simd_group == 0 && lane == 0) {
+    // Claim the record once; a weak exchange may fail spuriously, so retry while unclaimed.
+    int seen = 0;
+    while (!atomic_compare_exchange_weak_explicit(&fault[0], &seen, pair + 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+      if (seen != 0) break;
+    }
+    if (seen == 0) {
+      atomic_store_explicit(&fault[1], int(clamp(expert, long(numeric_limits<int>::min()),
+                                                        long(numeric_limits<int>::max()))),
+                            memory_order_relaxed);
+    }
+  }
 
   float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (valid) {
@@ -106,7 +122,7 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
       const device T* x [[buffer(0)]], const device uchar* w [[buffer(1)]],                 \
       const device T* scales [[buffer(2)]], const device T* biases [[buffer(3)]],           \
       const device I* indices [[buffer(4)]], device T* out [[buffer(5)]],                   \
-      constant GatherQmvParams& p [[buffer(6)]],                                            \
+      constant GatherQmvParams& p [[buffer(6)]], device atomic_int* fault [[buffer(7)]],     \
       uint3 group_id [[threadgroup_position_in_grid]],                                      \
       uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
       uint lane [[thread_index_in_simdgroup]]);

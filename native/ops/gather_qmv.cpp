@@ -1,5 +1,6 @@
 #include "ops/gather_qmv.h"
 
+#include <cstring>
 #include <string>
 
 #include "ops/kernel_launch.h"
@@ -93,9 +94,24 @@ std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tenso
   params.bias_stride_n = biases.strides[1];
   params.bias_stride_g = biases.strides[2];
   const std::string name = std::string("gather_qmv_") + type_name + (wide ? "_long" : "_int");
+  // The kernel records the first out-of-range index here; the stream reports it.
+  auto fault = Runtime::get().empty_tensor({2}, {1}, static_cast<int32_t>(DType::int32));
+  Stream& stream = Runtime::get().current_stream();
+  stream.fill_buffer(fault->storage->buffer, fault->storage->buffer_offset, 2 * sizeof(int32_t), 0);
+  BufferPtr fault_buffer = fault->storage->buffer;
+  const size_t fault_offset = fault->storage->buffer_offset;
+  auto report = [fault_buffer, fault_offset, E]() -> std::string {
+    int32_t recorded[2];
+    std::memcpy(recorded, static_cast<unsigned char*>(fault_buffer->contents()) + fault_offset,
+                sizeof recorded);
+    if (recorded[0] == 0) return {};
+    return concat("gather_qmv: ExpertIndices[", recorded[0] - 1, "] = ", recorded[1],
+                  " is outside [0, ", E, ")");
+  };
   KernelLaunch(shader_kernel("gather_qmv.metal", name))
       .tensor(0, x).tensor(1, w).tensor(2, scales).tensor(3, biases).tensor(4, indices)
-      .tensor(5, *out).value(6, params)
+      .tensor(5, *out).value(6, params).tensor(7, *fault)
+      .completion_check(report)
       .threadgroups({static_cast<uint64_t>(P), static_cast<uint64_t>((N + 7) / 8), 1}, {32, 2, 1});
   return out;
 }

@@ -219,6 +219,19 @@ void Stream::wait_idle() {
   wait_committed();
 }
 
+void Stream::add_completion_check(std::function<std::string()> check) {
+  std::weak_ptr<Shared> shared = shared_;
+  open_command_buffer().add_completed_handler(
+      [shared, check = std::move(check)](const device::Status& status) {
+        if (!status.ok()) return;  // the failure itself is reported instead
+        const std::string message = check();
+        auto state = shared.lock();
+        if (message.empty() || !state) return;
+        std::lock_guard lock(state->mutex);
+        if (state->sticky_error.empty()) state->sticky_error = message;
+      });
+}
+
 void Stream::poison(const std::string& message) {
   std::lock_guard lock(shared_->mutex);
   if (shared_->sticky_error.empty()) shared_->sticky_error = message;

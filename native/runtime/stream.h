@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +82,9 @@ class Stream {
   void wait_idle();
   // Records an error that the next waiting synchronize reports (first error wins).
   void poison(const std::string& message);
+  // Runs `check` once the open command buffer completes; a non-empty result becomes the
+  // sticky error. Call it before encoding the work it checks, so both share a buffer.
+  void add_completion_check(std::function<std::string()> check);
 
   StreamStats stats() const;
   const CommitPolicy& policy() const { return policy_; }

@@ -107,16 +107,23 @@ def test_strided_activations_and_indices():
     assert_matches(Tensor(out[0]).torch(), expected(x_t.t(), q, s, z, indices, gs), torch.float32)
 
 
-def test_out_of_range_index_reads_nothing():
+def test_out_of_range_index_is_reported_and_reads_nothing():
     """A pair whose expert index is outside [0, E) reads no weights and gets a zero row; the
-    other pairs are unaffected."""
+    other pairs are unaffected, and the next synchronize reports the first bad index."""
     E, N, K, gs = 2, 8, 64, 32
     q, w, s, z = experts(E, N, K, gs, torch.float32, seed=5)
     x = torch.randn(3, K)
-    indices = torch.tensor([1, 7, -1], dtype=torch.int64)
-    out = run(x, w, s, z, indices, gs)
-    assert_matches(out[0:1], expected(x[0:1], q, s, z, indices[0:1], gs), torch.float32)
-    assert torch.equal(out[1:], torch.zeros(2, N))
+    for dtype in (torch.int64, torch.int32):
+        indices = torch.tensor([1, 7, -1], dtype=dtype)
+        args = [dev(x), dev(w), dev(s), dev(z), dev(indices)]
+        handle = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_gather_qmv(*[a.handle for a in args], gs, handle))
+        out = Tensor(handle[0])
+        with pytest.raises(etmetal_py.EtmetalError, match=r"ExpertIndices\[(1\] = 7|2\] = -1) is outside \[0, 2\)"):
+            etmetal_py.synchronize()
+        result = out.torch()  # the error was reported once; the stream is clean again
+        assert_matches(result[0:1], expected(x[0:1], q, s, z, indices[0:1].long(), gs), torch.float32)
+        assert torch.equal(result[1:], torch.zeros(2, N))
 
 
 def test_registered_op_reference():
