@@ -218,3 +218,38 @@ def test_missing_compiler_is_a_clear_error(child_setup):
     _, err = child.communicate(timeout=120)
     assert child.returncode != 0
     assert "ETMETAL_CXX" in err and "no-such-compiler" in err and "was not found" in err
+
+
+LOCAL_LOAD = textwrap.dedent("""\
+    import ctypes, sys
+    etmetal = ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_LOCAL)  # not through etmetal_py (global)
+    library, function = ctypes.c_void_p(), ctypes.c_void_p()
+    source = open(sys.argv[1]).read().encode()
+    assert etmetal.aoti_torch_mps_create_shader_library(source, ctypes.byref(library)) == 0, \\
+        ctypes.string_at(etmetal.etmetal_last_error()).decode()
+    assert etmetal.aoti_torch_mps_get_kernel_function(library, b"group_sum", ctypes.byref(function)) == 0
+    print("loaded")
+    """)
+
+BARRIER_KERNEL = textwrap.dedent("""\
+    #include <metal_stdlib>
+    using namespace metal;
+    kernel void group_sum(device float* x [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+      threadgroup float shared[64];
+      shared[i] = x[i];
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      x[i] = shared[63 - i] + simd_sum(shared[i]);
+    }
+    """)
+
+
+def test_kernels_resolve_lane_calls_when_libetmetal_is_loaded_locally(child_setup):
+    # Kernel objects need etm_cpu_threadgroup_barrier / etm_cpu_simd_exchange from
+    # libetmetal, which here is not in the global scope (ctypes loads RTLD_LOCAL).
+    tmp_path, env, _ = child_setup
+    (tmp_path / "local.py").write_text(LOCAL_LOAD)
+    (tmp_path / "barrier.metal").write_text(BARRIER_KERNEL)
+    result = subprocess.run([sys.executable, str(tmp_path / "local.py"), str(tmp_path / "barrier.metal"),
+                             str(etmetal_py.library_path())], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "loaded" in result.stdout, result.stderr

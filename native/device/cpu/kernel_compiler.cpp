@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -223,7 +222,8 @@ std::string summarize_diagnostics(const std::string& output, const std::string& 
   const std::string msl_prefix = std::string(kMslSourceName) + ":";
   while (std::getline(lines, line) && errors <= 5) {
     const bool is_error = line.find(": error:") != std::string::npos ||
-                          line.find(": fatal error:") != std::string::npos;
+                          line.find(": fatal error:") != std::string::npos ||
+                          line.find("ld: ") != std::string::npos;  // the linker's complaints
     if (is_error) {
       if (++errors > 5) break;
       kept.push_back(line);
@@ -251,14 +251,15 @@ std::string summarize_diagnostics(const std::string& output, const std::string& 
   return summary;
 }
 
-std::string own_library_path() {
+// Kernel objects leave the lane calls (etm_cpu_threadgroup_barrier, etm_cpu_simd_exchange)
+// undefined. When libetmetal was loaded RTLD_LOCAL, re-opening it with RTLD_NOLOAD |
+// RTLD_GLOBAL puts it in the global scope so they resolve. This beats linking kernels
+// against libetmetal's file: no rpath, and no link-time read of a file a rebuild may be
+// replacing. An executable that holds the device exports them itself (-rdynamic).
+void make_lane_calls_global() {
   Dl_info info;
-  if (!::dladdr(reinterpret_cast<void*>(&etm_cpu_threadgroup_barrier), &info) || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
-  const bool shared = path.find(".so") != std::string::npos || path.find(".dylib") != std::string::npos;
-  if (!shared) return "";
-  char resolved[PATH_MAX];
-  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
+  if (!::dladdr(reinterpret_cast<void*>(&etm_cpu_threadgroup_barrier), &info) || !info.dli_fname) return;
+  ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);  // kept: the library stays loaded
 }
 
 }  // namespace
@@ -366,7 +367,7 @@ Status KernelCompiler::initialize() {
   Status status = write_headers();
   if (!status.ok()) return status;
 
-  runtime_library_ = own_library_path();
+  make_lane_calls_global();
   flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
             "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
@@ -420,7 +421,7 @@ Status KernelCompiler::write_headers() {
 
 std::string KernelCompiler::key_for(const std::string& source_hash, const std::string& selection) const {
   std::string material = std::string(kMslTranslatorVersion) + '\0' + description_ + '\0' + compiler_path_ +
-                         '\0' + headers_hash_ + '\0' + runtime_library_ + '\0' + selection + '\0';
+                         '\0' + headers_hash_ + '\0' + selection + '\0';
   for (const std::string& flag : flags_) material += flag + '\0';
   return content_hash(material + source_hash);
 }
@@ -462,12 +463,6 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
     argv.push_back(output_path);
   }
   argv.push_back(source_path);
-  if (!syntax_only && !runtime_library_.empty()) {
-    // Kernels resolve the lane calls from this very library even when it was loaded
-    // RTLD_LOCAL: the loader matches the dependency with the already-loaded copy.
-    argv.push_back(runtime_library_);
-    argv.push_back("-Wl,-rpath," + runtime_library_.substr(0, runtime_library_.rfind('/')));
-  }
   std::string output;
   int code = 0;
   const bool ran = run_process(argv, &output, &code);

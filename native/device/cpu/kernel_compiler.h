@@ -59,7 +59,6 @@ class KernelCompiler {
   std::string cache_directory_;
   std::string header_directory_;
   std::string headers_hash_;
-  std::string runtime_library_;  // libetmetal's path, when it is a shared library
   std::vector<std::string> flags_;
 };
 
