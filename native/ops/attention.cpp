@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -50,20 +51,6 @@ struct SdpaParams {
 };
 static_assert(sizeof(SdpaParams) == 288, "SdpaParams must match the MSL layout");
 
-const char* float_type_name(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float";
-    case DType::float16: return "half";
-    case DType::bfloat16: return "bfloat";
-    default: return nullptr;
-  }
-}
-
-void require_mps(const Tensor& t, const char* name) {
-  ETM_REQUIRE(t.device_type == kDeviceMps, kOp, ": ", name, " must be an mps tensor (device type ",
-              t.device_type, ")");
-}
-
 // Strides of a [batch..., head, row, column] tensor with its batch dimensions right-aligned
 // into four slots (missing ones: stride 0).
 SdpaStrides strides_of(const std::vector<int64_t>& strides) {
@@ -93,20 +80,6 @@ std::vector<int64_t> broadcast_strides(const Tensor& mask, const std::vector<int
   return strides;
 }
 
-uint32_t to_u32(int64_t value, const char* what) {
-  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, kOp, ": ", what, " ", value,
-              " exceeds the kernels' 32-bit range");
-  return static_cast<uint32_t>(value);
-}
-
-// A threadgroup of at most `limit` threads over a 3-D grid, x fastest.
-device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
-  device::Size3 group;
-  group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
-  group.y = std::max<uint64_t>(1, std::min(grid.y, limit / group.x));
-  return group;
-}
-
 }  // namespace
 
 AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor& key,
@@ -115,15 +88,15 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
                                               std::optional<double> scale) {
   ETM_REQUIRE(dropout_p == 0.0, kOp, ": dropout_p = ", dropout_p,
               " is not supported (only inference without dropout)");
-  require_mps(query, "query");
-  require_mps(key, "key");
-  require_mps(value, "value");
+  require_mps(kOp, "query", query);
+  require_mps(kOp, "key", key);
+  require_mps(kOp, "value", value);
   const int64_t n = query.dim();
   ETM_REQUIRE(n >= 3 && n <= 3 + kBatchDims, kOp, ": query must have 3 to ", 3 + kBatchDims,
               " dimensions [batch..., heads, rows, head_dim], not ", n);
   ETM_REQUIRE(key.dim() == n && value.dim() == n, kOp, ": query, key and value must have the same number of dimensions (",
               n, ", ", key.dim(), ", ", value.dim(), ")");
-  const char* type_name = float_type_name(query.dtype);
+  const char* type_name = msl_float_type_name(query.dtype);
   ETM_REQUIRE(type_name, kOp, ": query dtype ", dtype_name(query.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(key.dtype == query.dtype && value.dtype == query.dtype, kOp,
@@ -161,26 +134,26 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   int64_t batch = 1;
   for (int d = 0; d < kBatchDims; ++d) p.batch_sizes[d] = 1;
   for (int64_t d = 0; d < n - 3; ++d) {
-    p.batch_sizes[kBatchDims - (n - 3) + d] = to_u32(query.sizes[d], "batch size");
+    p.batch_sizes[kBatchDims - (n - 3) + d] = checked_u32(kOp, query.sizes[d], "batch size");
     batch *= query.sizes[d];
   }
   const char* mask_name = "none";
   if (mask) {
-    require_mps(*mask, "attn_mask");
+    require_mps(kOp, "attn_mask", *mask);
     if (mask->dtype == static_cast<int32_t>(DType::bool_)) {
       mask_name = "bool";
     } else {
       ETM_REQUIRE(mask->dtype == query.dtype || mask->dtype == static_cast<int32_t>(DType::float32),
                   kOp, ": attn_mask dtype ", dtype_name(mask->dtype),
                   " must be bool, float32 or the query's dtype ", dtype_name(query.dtype));
-      mask_name = float_type_name(mask->dtype);
+      mask_name = msl_float_type_name(mask->dtype);
     }
     p.mask = strides_of(broadcast_strides(*mask, weight_sizes));
   }
-  p.heads = to_u32(heads, "heads");
+  p.heads = checked_u32(kOp, heads, "heads");
   p.kv_group = static_cast<uint32_t>(heads / kv_heads);
-  p.rows = to_u32(rows, "query length");
-  p.keys = to_u32(keys, "key length");
+  p.rows = checked_u32(kOp, rows, "query length");
+  p.keys = checked_u32(kOp, keys, "key length");
   p.head_dim = static_cast<uint32_t>(head_dim);
   p.value_dim = static_cast<uint32_t>(value_dim);
   p.causal = is_causal ? 1 : 0;
@@ -193,8 +166,8 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   result.weights = runtime.empty_tensor(weight_sizes, contiguous_strides(weight_sizes), dtype);
   const int64_t batch_heads = batch * heads;
   if (batch_heads == 0 || rows == 0) return result;
-  to_u32(batch_heads, "batch * heads");
-  to_u32(rows * batch * kv_heads, "query rows * batch * key/value heads");
+  checked_u32(kOp, batch_heads, "batch * heads");
+  checked_u32(kOp, rows * batch * kv_heads, "query rows * batch * key/value heads");
 
   const int64_t row_count = batch_heads * rows;
   int64_t splits = std::clamp<int64_t>((kTargetThreads + row_count - 1) / row_count, 1,
@@ -221,14 +194,14 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
                              static_cast<uint64_t>(rows) * static_cast<uint64_t>(batch * kv_heads)};
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
         .tensor(4, *partial).value(5, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
   }
   {
     KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_combine_") + type_name));
     const device::Size3 grid{static_cast<uint64_t>(value_dim), static_cast<uint64_t>(rows),
                              static_cast<uint64_t>(batch_heads)};
     launch.tensor(0, *partial).tensor(1, *result.output).tensor(2, *log_sum_exp).value(3, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
   }
   if (keys > 0) {
     const int64_t weight_keys =
@@ -239,7 +212,7 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
                              static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads)};
     launch.tensor(0, query).tensor(1, key).tensor(2, mask_bound).tensor(3, *log_sum_exp)
         .tensor(4, *result.weights).value(5, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
   }
   return result;
 }

@@ -1,10 +1,10 @@
 #include "ops/convolution.h"
 
 #include <algorithm>
-#include <sstream>
 #include <string>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -45,30 +45,6 @@ struct ConvParams {
 };
 static_assert(sizeof(ConvParams) == 8 * (4 + 18 + 15 + 1) + 8, "ConvParams must match the MSL struct");
 
-std::string shape_of(const std::vector<int64_t>& sizes) {
-  std::ostringstream text;
-  text << '[';
-  for (size_t i = 0; i < sizes.size(); ++i) text << (i ? ", " : "") << sizes[i];
-  text << ']';
-  return text.str();
-}
-
-const char* kernel_suffix(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::bfloat16: return "bfloat16";
-    default: return nullptr;
-  }
-}
-
-void require_operand(const char* name, const Tensor& t) {
-  ETM_REQUIRE(t.device_type == kDeviceMps, kOp, ": ", name, " must be on device mps, not device type ",
-              t.device_type);
-  ETM_REQUIRE(kernel_suffix(t.dtype), kOp, ": ", name, " has dtype ", dtype_name(t.dtype),
-              "; supported are float32, float16 and bfloat16");
-}
-
 // A per-dimension parameter list: `spatial` values, or one value for every dimension.
 std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& values, size_t spatial,
                               int64_t minimum) {
@@ -76,7 +52,7 @@ std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& valu
               " values for a ", spatial, "-D convolution");
   std::vector<int64_t> result = values.size() == 1 ? std::vector<int64_t>(spatial, values[0]) : values;
   for (int64_t v : result)
-    ETM_REQUIRE(v >= minimum, kOp, ": ", name, " must be >= ", minimum, ", got ", shape_of(values));
+    ETM_REQUIRE(v >= minimum, kOp, ": ", name, " must be >= ", minimum, ", got ", shape_text(values));
   return result;
 }
 
@@ -84,12 +60,12 @@ std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& valu
 
 std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, const Tensor* bias,
                                     const ConvolutionOptions& options) {
-  require_operand("input", input);
-  require_operand("weight", weight);
+  require_float_operand(kOp, "input", input);
+  require_float_operand(kOp, "weight", weight);
   ETM_REQUIRE(input.dim() >= 3 && input.dim() <= 5, kOp, ": input must be 3-D, 4-D or 5-D ([N, C, *spatial]), got shape ",
-              shape_of(input.sizes));
-  ETM_REQUIRE(weight.dim() == input.dim(), kOp, ": weight of shape ", shape_of(weight.sizes),
-              " does not match input of shape ", shape_of(input.sizes), " (", input.dim(), "-D expected)");
+              shape_text(input.sizes));
+  ETM_REQUIRE(weight.dim() == input.dim(), kOp, ": weight of shape ", shape_text(weight.sizes),
+              " does not match input of shape ", shape_text(input.sizes), " (", input.dim(), "-D expected)");
   ETM_REQUIRE(weight.dtype == input.dtype, kOp, ": weight has dtype ", dtype_name(weight.dtype),
               " but input has ", dtype_name(input.dtype));
   const size_t spatial = static_cast<size_t>(input.dim() - 2);
@@ -108,35 +84,35 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
               groups, " groups");
   int64_t out_channels;
   if (options.transposed) {
-    ETM_REQUIRE(weight.sizes[0] == in_channels, kOp, ": transposed weight of shape ", shape_of(weight.sizes),
+    ETM_REQUIRE(weight.sizes[0] == in_channels, kOp, ": transposed weight of shape ", shape_text(weight.sizes),
                 " needs ", in_channels, " (input channels) in dimension 0, input has shape ",
-                shape_of(input.sizes));
+                shape_text(input.sizes));
     out_channels = weight.sizes[1] * groups;
     for (size_t d = 0; d < spatial; ++d) {
       ETM_REQUIRE(output_padding[d] < stride[d] || output_padding[d] < dilation[d], kOp,
-                  ": output_padding ", shape_of(output_padding), " must be smaller than stride or dilation");
+                  ": output_padding ", shape_text(output_padding), " must be smaller than stride or dilation");
     }
   } else {
     out_channels = weight.sizes[0];
-    ETM_REQUIRE(weight.sizes[1] * groups == in_channels, kOp, ": weight of shape ", shape_of(weight.sizes),
+    ETM_REQUIRE(weight.sizes[1] * groups == in_channels, kOp, ": weight of shape ", shape_text(weight.sizes),
                 " expects ", weight.sizes[1] * groups, " input channels with ", groups,
-                " groups, but input of shape ", shape_of(input.sizes), " has ", in_channels);
+                " groups, but input of shape ", shape_text(input.sizes), " has ", in_channels);
     ETM_REQUIRE(out_channels % groups == 0, kOp, ": ", out_channels, " output channels are not divisible by ",
                 groups, " groups");
     for (int64_t v : output_padding)
-      ETM_REQUIRE(v == 0, kOp, ": output_padding ", shape_of(output_padding),
+      ETM_REQUIRE(v == 0, kOp, ": output_padding ", shape_text(output_padding),
                   " applies only to transposed convolution");
   }
   if (bias) {
-    require_operand("bias", *bias);
+    require_float_operand(kOp, "bias", *bias);
     ETM_REQUIRE(bias->dtype == input.dtype, kOp, ": bias has dtype ", dtype_name(bias->dtype),
                 " but input has ", dtype_name(input.dtype));
     ETM_REQUIRE(bias->dim() == 1 && bias->sizes[0] == out_channels, kOp, ": bias of shape ",
-                shape_of(bias->sizes), " does not match ", out_channels, " output channels");
+                shape_text(bias->sizes), " does not match ", out_channels, " output channels");
   }
 
   for (size_t d = 0; d < spatial; ++d)
-    ETM_REQUIRE(weight.sizes[2 + d] > 0, kOp, ": weight of shape ", shape_of(weight.sizes),
+    ETM_REQUIRE(weight.sizes[2 + d] > 0, kOp, ": weight of shape ", shape_text(weight.sizes),
                 " has an empty kernel");
 
   std::vector<int64_t> output_sizes = {batch, out_channels};
@@ -148,8 +124,8 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
                              : (in + 2 * padding[d] - span - 1) / stride[d] + 1;
     const bool fits = options.transposed ? size > 0 : in + 2 * padding[d] > span;
     ETM_REQUIRE(fits, kOp, ": output size ", size, " in spatial dimension ", d, " is too small (input ",
-                shape_of(input.sizes), ", weight ", shape_of(weight.sizes), ", stride ", shape_of(stride),
-                ", padding ", shape_of(padding), ", dilation ", shape_of(dilation), ")");
+                shape_text(input.sizes), ", weight ", shape_text(weight.sizes), ", stride ", shape_text(stride),
+                ", padding ", shape_text(padding), ", dilation ", shape_text(dilation), ")");
     output_sizes.push_back(size);
   }
   // Contiguous whatever the input layout: that is the layout Inductor's fake convolution
@@ -196,7 +172,7 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   const Tensor& input_bound = reads_input ? input : *output;
   const Tensor& weight_bound = reads_input ? weight : *output;
   const Tensor& bias_bound = bias ? *bias : *output;
-  const std::string suffix = kernel_suffix(input.dtype);
+  const std::string suffix = float_kernel_suffix(input.dtype);
 
   const uint64_t pixels =
       uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "ops/kernel_launch.h"
-#include "ops/quantized_linear.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -27,8 +27,6 @@ struct GatedDeltaRuleParams {
   int64_t beta_strides[3];
   int64_t state_strides[4];
 };
-
-constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
 
 template <size_t N>
 void copy_strides(const Tensor& t, int64_t (&out)[N]) {
@@ -56,7 +54,7 @@ std::unique_ptr<Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const
   const int64_t B = q.sizes[0], T = q.sizes[1], Hk = q.sizes[2], Dk = q.sizes[3];
   const int64_t Hv = v.sizes[2], Dv = v.sizes[3];
   for (int64_t size : {B, T, Hk, Dk, Hv, Dv})
-    ETM_REQUIRE(size <= kMaxDimension, "a dimension is too large: ", size);
+    ETM_REQUIRE(size <= kMaxInt32Extent, "a dimension is too large: ", size);
   ETM_REQUIRE(Dk > 0 && Dk % 32 == 0, "Dk (Q.size(3)) must be a positive multiple of 32, got ", Dk);
   ETM_REQUIRE(Dv > 0 && Dv % 32 == 0, "Dv (V.size(3)) must be a positive multiple of 32, got ", Dv);
   ETM_REQUIRE(Hk > 0 && Hv % Hk == 0, "the key heads Hk = ", Hk,

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ops/kernel_launch.h"
-#include "ops/quantized_linear.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -34,8 +34,6 @@ struct GatherQmvParams {
   int64_t bias_stride_g;
 };
 
-constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
-
 }  // namespace
 
 std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tensor& scales,
@@ -44,15 +42,15 @@ std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tenso
   require_device_tensor("X", x, 2);
   const char* type_name = activation_type_name("X", x);
   const int64_t P = x.sizes[0], K = x.sizes[1];
-  ETM_REQUIRE(P <= kMaxDimension && K <= kMaxDimension, "X is too large: ", P, " x ", K);
+  ETM_REQUIRE(P <= kMaxInt32Extent && K <= kMaxInt32Extent, "X is too large: ", P, " x ", K);
   ETM_REQUIRE(K > 0 && K % 8 == 0, "K (X.size(1)) must be a positive multiple of 8, got ", K);
-  ETM_REQUIRE(group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256,
+  ETM_REQUIRE(is_supported_group_size(group_size),
               "group_size must be 32, 64, 128 or 256, got ", group_size);
   require_device_tensor("W", w, 3);
   ETM_REQUIRE(w.dtype == static_cast<int32_t>(DType::uint8), "W must be uint8, got ",
               dtype_name(w.dtype));
   const int64_t E = w.sizes[0], N = w.sizes[1];
-  ETM_REQUIRE(E <= kMaxDimension && N <= kMaxDimension, "W is too large");
+  ETM_REQUIRE(E <= kMaxInt32Extent && N <= kMaxInt32Extent, "W is too large");
   ETM_REQUIRE(w.sizes[2] * 2 == K, "W must have K / 2 = ", K / 2, " bytes per row, got ",
               w.sizes[2]);
   ETM_REQUIRE(w.strides[2] == 1, "W must be contiguous along its last dimension");

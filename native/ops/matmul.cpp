@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
 #include <string>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -40,29 +40,9 @@ constexpr int64_t kTiledMinimum = 16;
 constexpr int64_t kLargeTileMinimum = 256;
 constexpr int64_t kRowDotMinimumDepth = 64;
 
-std::string shape_of(const Tensor& t) {
-  std::ostringstream text;
-  text << '[';
-  for (size_t i = 0; i < t.sizes.size(); ++i) text << (i ? ", " : "") << t.sizes[i];
-  text << ']';
-  return text.str();
-}
-
-const char* kernel_suffix(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::bfloat16: return "bfloat16";
-    default: return nullptr;
-  }
-}
-
 void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {
-  ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be on device mps, not device type ",
-              t.device_type);
-  ETM_REQUIRE(kernel_suffix(t.dtype), op, ": ", name, " has dtype ", dtype_name(t.dtype),
-              "; supported are float32, float16 and bfloat16");
-  ETM_REQUIRE(t.dim() == dim, op, ": ", name, " must be ", dim, "-D, got shape ", shape_of(t));
+  require_float_operand(op, name, t);
+  ETM_REQUIRE(t.dim() == dim, op, ": ", name, " must be ", dim, "-D, got shape ", shape_text(t.sizes));
 }
 
 // True when the byte ranges the two tensors' elements can reach intersect in one buffer.
@@ -95,8 +75,8 @@ Batched batched(const Tensor& t) {
 // torch broadcasts); throws unless it broadcasts.
 void broadcast_strides(const char* op, const Tensor& addend, const Tensor& out, int64_t* strides) {
   const int64_t out_dim = out.dim();
-  ETM_REQUIRE(addend.dim() <= out_dim, op, ": self of shape ", shape_of(addend),
-              " does not broadcast to the output shape ", shape_of(out));
+  ETM_REQUIRE(addend.dim() <= out_dim, op, ": self of shape ", shape_text(addend.sizes),
+              " does not broadcast to the output shape ", shape_text(out.sizes));
   const int64_t lead = out_dim - addend.dim();
   const int64_t first_batched = 3 - out_dim;  // 2-D outputs have no batch dimension
   strides[0] = 0;
@@ -104,8 +84,8 @@ void broadcast_strides(const char* op, const Tensor& addend, const Tensor& out, 
     int64_t stride = 0;
     if (d >= lead) {
       const int64_t size = addend.sizes[d - lead];
-      ETM_REQUIRE(size == out.sizes[d] || size == 1, op, ": self of shape ", shape_of(addend),
-                  " does not broadcast to the output shape ", shape_of(out));
+      ETM_REQUIRE(size == out.sizes[d] || size == 1, op, ": self of shape ", shape_text(addend.sizes),
+                  " does not broadcast to the output shape ", shape_text(out.sizes));
       stride = size == 1 ? 0 : addend.strides[d - lead];
     }
     strides[first_batched + d] = stride;
@@ -155,15 +135,15 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   ETM_REQUIRE(!addend || addend->dtype == out.dtype, op, ": self has dtype ", dtype_name(addend->dtype),
               " but the product has ", dtype_name(out.dtype));
   const Batched ab = batched(a), bb = batched(b), ob = batched(out);
-  ETM_REQUIRE(ab.sizes[2] == bb.sizes[1], op, ": cannot multiply shapes ", shape_of(a), " and ",
-              shape_of(b), " (inner dimensions differ)");
-  ETM_REQUIRE(ab.sizes[0] == bb.sizes[0], op, ": batch sizes differ: ", shape_of(a), " and ",
-              shape_of(b));
+  ETM_REQUIRE(ab.sizes[2] == bb.sizes[1], op, ": cannot multiply shapes ", shape_text(a.sizes), " and ",
+              shape_text(b.sizes), " (inner dimensions differ)");
+  ETM_REQUIRE(ab.sizes[0] == bb.sizes[0], op, ": batch sizes differ: ", shape_text(a.sizes), " and ",
+              shape_text(b.sizes));
   ETM_REQUIRE(ob.sizes[0] == ab.sizes[0] && ob.sizes[1] == ab.sizes[1] && ob.sizes[2] == bb.sizes[2], op,
-              ": out has shape ", shape_of(out), " but the product of ", shape_of(a), " and ",
-              shape_of(b), " needs ", (a.dim() == 3 ? concat("[", ab.sizes[0], ", ") : std::string("[")),
+              ": out has shape ", shape_text(out.sizes), " but the product of ", shape_text(a.sizes), " and ",
+              shape_text(b.sizes), " needs ", (a.dim() == 3 ? concat("[", ab.sizes[0], ", ") : std::string("[")),
               ab.sizes[1], ", ", bb.sizes[2], "]");
-  ETM_REQUIRE(!has_internal_overlap(out), op, ": out of shape ", shape_of(out),
+  ETM_REQUIRE(!has_internal_overlap(out), op, ": out of shape ", shape_text(out.sizes),
               " has overlapping elements (a zero stride)");
   ETM_REQUIRE(!shares_memory(out, a) && !shares_memory(out, b), op,
               ": out overlaps an input matrix; the product cannot be written in place");
@@ -198,7 +178,7 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   const Tensor& a_bound = K == 0 ? out : a;
   const Tensor& b_bound = K == 0 ? out : b;
   const Tensor& addend_bound = params.has_addend ? *addend : out;
-  const std::string suffix = kernel_suffix(out.dtype);
+  const std::string suffix = float_kernel_suffix(out.dtype);
   const uint64_t batch = static_cast<uint64_t>(params.batch);
 
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
@@ -207,44 +187,38 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   dispatch_matmul(bind, suffix, M, N, K, params, batch);
 }
 
+// Validates the operands of an entry point (`self` only for the add variants) and encodes it.
+void checked_matmul(const char* op, int64_t dim, const Tensor& out, const Tensor* self,
+                    const char* a_name, const Tensor& a, const char* b_name, const Tensor& b,
+                    double beta, double alpha) {
+  require_operand(op, a_name, a, dim);
+  require_operand(op, b_name, b, dim);
+  require_operand(op, "out", out, dim);
+  if (self) {
+    ETM_REQUIRE(self->device_type == kDeviceMps, op, ": self must be on device mps, not device type ",
+                self->device_type);
+  }
+  encode_matmul(op, out, a, b, self, beta, alpha);
+}
+
 }  // namespace
 
 void mm_out(const Tensor& out, const Tensor& self, const Tensor& mat2) {
-  constexpr const char* op = "mm";
-  require_operand(op, "self", self, 2);
-  require_operand(op, "mat2", mat2, 2);
-  require_operand(op, "out", out, 2);
-  encode_matmul(op, out, self, mat2, nullptr, 0.0, 1.0);
+  checked_matmul("mm", 2, out, nullptr, "self", self, "mat2", mat2, 0.0, 1.0);
 }
 
 void addmm_out(const Tensor& out, const Tensor& self, const Tensor& mat1, const Tensor& mat2,
                double beta, double alpha) {
-  constexpr const char* op = "addmm";
-  require_operand(op, "mat1", mat1, 2);
-  require_operand(op, "mat2", mat2, 2);
-  require_operand(op, "out", out, 2);
-  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be on device mps, not device type ",
-              self.device_type);
-  encode_matmul(op, out, mat1, mat2, &self, beta, alpha);
+  checked_matmul("addmm", 2, out, &self, "mat1", mat1, "mat2", mat2, beta, alpha);
 }
 
 void bmm_out(const Tensor& out, const Tensor& self, const Tensor& mat2) {
-  constexpr const char* op = "bmm";
-  require_operand(op, "self", self, 3);
-  require_operand(op, "mat2", mat2, 3);
-  require_operand(op, "out", out, 3);
-  encode_matmul(op, out, self, mat2, nullptr, 0.0, 1.0);
+  checked_matmul("bmm", 3, out, nullptr, "self", self, "mat2", mat2, 0.0, 1.0);
 }
 
 void baddbmm_out(const Tensor& out, const Tensor& self, const Tensor& batch1, const Tensor& batch2,
                  double beta, double alpha) {
-  constexpr const char* op = "baddbmm";
-  require_operand(op, "batch1", batch1, 3);
-  require_operand(op, "batch2", batch2, 3);
-  require_operand(op, "out", out, 3);
-  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be on device mps, not device type ",
-              self.device_type);
-  encode_matmul(op, out, batch1, batch2, &self, beta, alpha);
+  checked_matmul("baddbmm", 3, out, &self, "batch1", batch1, "batch2", batch2, beta, alpha);
 }
 
 }  // namespace etm::ops

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -33,28 +34,12 @@ struct RmsNormParams {
 };
 static_assert(sizeof(RmsNormParams) == 280, "RmsNormParams must match the MSL layout");
 
-const char* float_type_name(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float";
-    case DType::float16: return "half";
-    case DType::bfloat16: return "bfloat";
-    default: return nullptr;
-  }
-}
-
-uint32_t to_u32(int64_t value, const char* what) {
-  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, kOp, ": ", what, " ", value,
-              " exceeds the kernel's 32-bit range");
-  return static_cast<uint32_t>(value);
-}
-
 }  // namespace
 
 RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
                               const Tensor* weight, std::optional<double> eps) {
-  ETM_REQUIRE(input.device_type == kDeviceMps, kOp, ": input must be an mps tensor (device type ",
-              input.device_type, ")");
-  const char* type_name = float_type_name(input.dtype);
+  require_mps(kOp, "input", input);
+  const char* type_name = msl_float_type_name(input.dtype);
   ETM_REQUIRE(type_name, kOp, ": input dtype ", dtype_name(input.dtype),
               " is not supported (float32, float16, bfloat16)");
   const int64_t n = input.dim();
@@ -69,7 +54,7 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
   }
   ETM_REQUIRE(leading <= kMaxDims, kOp, ": at most ", kMaxDims, " leading dimensions are supported");
   if (weight) {
-    ETM_REQUIRE(weight->device_type == kDeviceMps, kOp, ": weight must be an mps tensor");
+    require_mps(kOp, "weight", *weight);
     ETM_REQUIRE(weight->sizes == normalized_shape, kOp, ": weight must have shape normalized_shape");
     ETM_REQUIRE(weight->dtype == input.dtype, kOp, ": weight dtype ", dtype_name(weight->dtype),
                 " differs from the input's ", dtype_name(input.dtype));
@@ -81,7 +66,7 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
   int64_t rows = 1, columns = 1;
   for (int64_t d = 0; d < leading; ++d) {
     p.input_row_strides[d] = input.strides[d];
-    p.row_sizes[d] = to_u32(input.sizes[d], "size");
+    p.row_sizes[d] = checked_u32(kOp, input.sizes[d], "size");
     rows *= input.sizes[d];
   }
   p.row_dims = static_cast<uint32_t>(leading);
@@ -95,13 +80,13 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
     const uint32_t last = p.column_dims;
     if (last > 0 && p.input_column_strides[last - 1] == input.strides[d] * size &&
         p.weight_column_strides[last - 1] == weight_stride * size) {
-      p.column_sizes[last - 1] = to_u32(int64_t{p.column_sizes[last - 1]} * size, "row length");
+      p.column_sizes[last - 1] = checked_u32(kOp, int64_t{p.column_sizes[last - 1]} * size, "row length");
       p.input_column_strides[last - 1] = input.strides[d];
       p.weight_column_strides[last - 1] = weight_stride;
       continue;
     }
     ETM_REQUIRE(last < kMaxDims, kOp, ": too many non-mergeable normalized dimensions");
-    p.column_sizes[last] = to_u32(size, "size");
+    p.column_sizes[last] = checked_u32(kOp, size, "size");
     p.input_column_strides[last] = input.strides[d];
     p.weight_column_strides[last] = weight_stride;
     ++p.column_dims;
@@ -110,8 +95,8 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
     p.column_sizes[0] = 1;
     p.column_dims = 1;
   }
-  p.rows = to_u32(rows, "number of rows");
-  p.columns = to_u32(columns, "row length");
+  p.rows = checked_u32(kOp, rows, "number of rows");
+  p.columns = checked_u32(kOp, columns, "row length");
 
   std::vector<int64_t> rstd_sizes(input.sizes.begin(), input.sizes.begin() + leading);
   rstd_sizes.resize(static_cast<size_t>(n), 1);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -29,12 +30,6 @@ struct QuantizedMatmulParams {
   int64_t zero_stride_g;
 };
 
-constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
-
-bool is_supported_group_size(int64_t group_size) {
-  return group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void require_same_dtype(const char* what, const Tensor& t, const Tensor& a) {
@@ -45,7 +40,7 @@ void require_same_dtype(const char* what, const Tensor& t, const Tensor& a) {
 // Validates a [M, K] activation; returns its MSL type name.
 const char* check_activation(const Tensor& a) {
   require_device_tensor("A", a, 2);
-  ETM_REQUIRE(a.sizes[0] <= kMaxDimension && a.sizes[1] <= kMaxDimension,
+  ETM_REQUIRE(a.sizes[0] <= kMaxInt32Extent && a.sizes[1] <= kMaxInt32Extent,
               "A is too large: ", a.sizes[0], " x ", a.sizes[1]);
   ETM_REQUIRE(a.sizes[1] > 0, "K (A.size(1)) must be positive");
   return activation_type_name("A", a);
@@ -56,6 +51,18 @@ void require_unit_inner_stride(const char* what, const Tensor& t) {
   ETM_REQUIRE(t.sizes[1] <= 1 || t.strides[1] == 1, what,
               " must be contiguous along its last dimension, got strides [", t.strides[0], ", ",
               t.strides[1], "]");
+}
+
+// The parameters every variant sets alike: sizes, group size and the activation's strides.
+QuantizedMatmulParams activation_params(const Tensor& a, int64_t N, int64_t group_size) {
+  QuantizedMatmulParams params{};
+  params.M = static_cast<int32_t>(a.sizes[0]);
+  params.N = static_cast<int32_t>(N);
+  params.K = static_cast<int32_t>(a.sizes[1]);
+  params.group_size = static_cast<int32_t>(group_size);
+  params.a_stride_m = a.strides[0];
+  params.a_stride_k = a.strides[1];
+  return params;
 }
 
 std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, const Tensor& a,
@@ -85,28 +92,12 @@ std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, co
 
 }  // namespace
 
-const char* activation_type_name(const char* what, const Tensor& t) {
-  switch (static_cast<DType>(t.dtype)) {
-    case DType::float32: return "float";
-    case DType::float16: return "half";
-    case DType::bfloat16: return "bfloat";
-    default:
-      fail(what, " must be float32, float16 or bfloat16, got ", dtype_name(t.dtype));
-  }
-}
-
-void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
-  ETM_REQUIRE(t.device_type == kDeviceMps, what, " must be on the mps device, got device type ",
-              t.device_type);
-  ETM_REQUIRE(t.dim() == dim, what, " must have ", dim, " dimensions, got ", t.dim());
-}
-
 std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, const Tensor& b,
                                                     int64_t group_size, const Tensor& scales,
                                                     const Tensor& zeros) {
   ETM_REQUIRE(bits >= 1 && bits <= 7, "bit width must be 1 to 7, got ", bits);
   const char* type_name = check_activation(a);
-  const int64_t M = a.sizes[0], K = a.sizes[1];
+  const int64_t K = a.sizes[1];
   ETM_REQUIRE(K % 8 == 0, "K (A.size(1)) must be a multiple of 8, got ", K);
   ETM_REQUIRE(is_supported_group_size(group_size),
               "group_size must be 32, 64, 128 or 256, got ", group_size);
@@ -114,7 +105,7 @@ std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, c
   ETM_REQUIRE(b.dtype == static_cast<int32_t>(DType::uint8), "B must be uint8, got ",
               dtype_name(b.dtype));
   const int64_t N = b.sizes[0];
-  ETM_REQUIRE(N <= kMaxDimension, "B has too many rows: ", N);
+  ETM_REQUIRE(N <= kMaxInt32Extent, "B has too many rows: ", N);
   ETM_REQUIRE(b.sizes[1] == bits * K / 8, "B must have ", bits, " * K / 8 = ", bits * K / 8,
               " bytes per row for K = ", K, ", got ", b.sizes[1]);
   require_unit_inner_stride("B", b);
@@ -126,13 +117,7 @@ std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, c
     ETM_REQUIRE(t->sizes[0] == N && t->sizes[1] == groups, what, " must have shape [", N, ", ",
                 groups, "] (N, ceil(K / group_size)), got [", t->sizes[0], ", ", t->sizes[1], "]");
   }
-  QuantizedMatmulParams params{};
-  params.M = static_cast<int32_t>(M);
-  params.N = static_cast<int32_t>(N);
-  params.K = static_cast<int32_t>(K);
-  params.group_size = static_cast<int32_t>(group_size);
-  params.a_stride_m = a.strides[0];
-  params.a_stride_k = a.strides[1];
+  QuantizedMatmulParams params = activation_params(a, N, group_size);
   params.w_stride_n = b.strides[0];
   params.scale_stride_n = scales.strides[0];
   params.scale_stride_g = scales.strides[1];
@@ -145,7 +130,7 @@ std::unique_ptr<Tensor> linear_fp_act_lowbit_weight(int bits, const Tensor& a, c
 std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int64_t group_size,
                                            const Tensor& scales_and_zeros) {
   const char* type_name = check_activation(a);
-  const int64_t M = a.sizes[0], K = a.sizes[1];
+  const int64_t K = a.sizes[1];
   ETM_REQUIRE(is_supported_group_size(group_size),
               "qGroupSize must be 32, 64, 128 or 256, got ", group_size);
   require_device_tensor("mat2", b, 4);
@@ -153,7 +138,7 @@ std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int
               dtype_name(b.dtype));
   ETM_REQUIRE(b.is_contiguous(), "mat2 must be contiguous");
   const int64_t N = b.sizes[0] * 8;
-  ETM_REQUIRE(N <= kMaxDimension, "mat2 has too many rows: ", N);
+  ETM_REQUIRE(N <= kMaxInt32Extent, "mat2 has too many rows: ", N);
   ETM_REQUIRE(K % 8 == 0, "K (self.size(1)) must be a multiple of 8, got ", K);
   ETM_REQUIRE(b.numel() * 8 == N * K, "mat2 holds ", b.numel() * 8,
               " 4-bit values, expected N * K = ", N, " * ", K);
@@ -164,13 +149,7 @@ std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int
   ETM_REQUIRE(sz.sizes[0] == groups && sz.sizes[1] == N && sz.sizes[2] == 2,
               "qScaleAndZeros must have shape [", groups, ", ", N, ", 2], got [", sz.sizes[0], ", ",
               sz.sizes[1], ", ", sz.sizes[2], "]");
-  QuantizedMatmulParams params{};
-  params.M = static_cast<int32_t>(M);
-  params.N = static_cast<int32_t>(N);
-  params.K = static_cast<int32_t>(K);
-  params.group_size = static_cast<int32_t>(group_size);
-  params.a_stride_m = a.strides[0];
-  params.a_stride_k = a.strides[1];
+  QuantizedMatmulParams params = activation_params(a, N, group_size);
   params.w_stride_n = K / 2;
   params.scale_stride_n = sz.strides[1];
   params.scale_stride_g = sz.strides[0];
@@ -182,24 +161,18 @@ std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b, int
 
 std::unique_ptr<Tensor> weight_int8pack_mm(const Tensor& a, const Tensor& b, const Tensor& scales) {
   const char* type_name = check_activation(a);
-  const int64_t M = a.sizes[0], K = a.sizes[1];
+  const int64_t K = a.sizes[1];
   require_device_tensor("mat2", b, 2);
   ETM_REQUIRE(b.dtype == static_cast<int32_t>(DType::int8), "mat2 must be int8, got ",
               dtype_name(b.dtype));
   const int64_t N = b.sizes[0];
-  ETM_REQUIRE(N <= kMaxDimension, "mat2 has too many rows: ", N);
+  ETM_REQUIRE(N <= kMaxInt32Extent, "mat2 has too many rows: ", N);
   ETM_REQUIRE(b.sizes[1] == K, "mat2 must have K = ", K, " columns, got ", b.sizes[1]);
   require_unit_inner_stride("mat2", b);
   require_device_tensor("scales", scales, 1);
   require_same_dtype("scales", scales, a);
   ETM_REQUIRE(scales.sizes[0] == N, "scales must have N = ", N, " elements, got ", scales.sizes[0]);
-  QuantizedMatmulParams params{};
-  params.M = static_cast<int32_t>(M);
-  params.N = static_cast<int32_t>(N);
-  params.K = static_cast<int32_t>(K);
-  params.group_size = static_cast<int32_t>(kMaxDimension);  // one scale per row
-  params.a_stride_m = a.strides[0];
-  params.a_stride_k = a.strides[1];
+  QuantizedMatmulParams params = activation_params(a, N, kMaxInt32Extent);  // one scale per row
   params.w_stride_n = b.strides[0];
   params.scale_stride_n = scales.strides[0];
   return encode("int8", type_name, a, b, scales, scales, params);

@@ -30,10 +30,4 @@ std::unique_ptr<Tensor> weight_int4pack_mm(const Tensor& a, const Tensor& b,
 std::unique_ptr<Tensor> weight_int8pack_mm(const Tensor& a, const Tensor& b,
                                            const Tensor& scales);
 
-// Shared by the quantized ops' host code.
-// MSL name of a floating activation dtype ("float", "half", "bfloat"); throws for others.
-const char* activation_type_name(const char* what, const Tensor& t);
-// Throws unless t lives on the mps device and has `dim` dimensions.
-void require_device_tensor(const char* what, const Tensor& t, int64_t dim);
-
 }  // namespace etm::ops

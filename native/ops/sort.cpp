@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/kernel_launch.h"
+#include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -36,46 +37,14 @@ struct SortParams {
 };
 static_assert(sizeof(SortParams) == 280, "SortParams must match the MSL layout");
 
-const char* element_type_name(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float";
-    case DType::float16: return "half";
-    case DType::bfloat16: return "bfloat";
-    case DType::int64: return "long";
-    case DType::int32: return "int";
-    case DType::int16: return "short";
-    case DType::int8: return "char";
-    case DType::uint8: return "uchar";
-    case DType::bool_: return "bool";
-    default: return nullptr;
-  }
-}
-
-uint32_t to_u32(const char* op, int64_t value, const char* what) {
-  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, op, ": ", what, " ", value,
-              " exceeds the kernels' 32-bit range");
-  return static_cast<uint32_t>(value);
-}
-
-device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
-  device::Size3 group;
-  group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
-  group.y = std::max<uint64_t>(1, std::min(grid.y, limit / group.x));
-  return group;
-}
-
 // Sorts every line of `self` along `dim` and keeps the first `count` elements of each.
 SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool descending,
                        int64_t count) {
-  ETM_REQUIRE(self.device_type == kDeviceMps, op, ": self must be an mps tensor (device type ",
-              self.device_type, ")");
-  const char* type_name = element_type_name(self.dtype);
+  require_mps(op, "self", self);
+  const char* type_name = msl_element_type_name(self.dtype);
   ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
   const int64_t n = self.dim();
-  const int64_t wrap = std::max<int64_t>(n, 1);
-  ETM_REQUIRE(dim >= -wrap && dim < wrap, op, ": dim ", dim, " is out of range for a ", n,
-              "-dimensional tensor");
-  if (dim < 0) dim += wrap;
+  dim = wrap_dim(op, dim, n);
   ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
   const int64_t length = n == 0 ? 1 : self.sizes[dim];
   ETM_REQUIRE(count >= 0 && count <= length, op, ": k = ", count, " is out of range for ", length,
@@ -90,25 +59,20 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
 
   SortParams p{};
-  int64_t lines = 1;
-  for (int64_t d = 0; d < n; ++d) {
-    if (d == dim) continue;
-    p.input_outer[p.outer_dims] = self.strides[d];
-    p.values_outer[p.outer_dims] = out_strides[d];
-    p.indices_outer[p.outer_dims] = out_strides[d];
-    p.outer_sizes[p.outer_dims] = to_u32(op, self.sizes[d], "size");
-    ++p.outer_dims;
-    lines *= self.sizes[d];
-  }
+  int64_t lines;
+  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
+                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
+                                  {out_strides, p.indices_outer}},
+                                 p.outer_sizes, lines);
   if (n > 0) {
     p.input_stride = self.strides[dim];
     p.values_stride = out_strides[dim];
     p.indices_stride = out_strides[dim];
   }
   if (lines == 0 || length == 0) return result;
-  p.length = to_u32(op, length, "length");
-  p.lines = to_u32(op, lines, "number of lines");
-  to_u32(op, lines * length, "element count");
+  p.length = checked_u32(op, length, "length");
+  p.lines = checked_u32(op, lines, "number of lines");
+  checked_u32(op, lines * length, "element count");
   p.block = kBlock;
   p.count = static_cast<uint32_t>(count);
   p.descending = descending ? 1 : 0;
@@ -125,7 +89,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
     const device::Size3 grid{(static_cast<uint64_t>(length) + kBlock - 1) / kBlock,
                              static_cast<uint64_t>(lines), 1};
     launch.tensor(0, self).tensor(1, *work_values[0]).tensor(2, *work_indices[0]).value(3, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
   }
   int current = 0;
   for (uint64_t width = kBlock; width < static_cast<uint64_t>(length); width *= 2) {
@@ -135,7 +99,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
                              static_cast<uint64_t>(lines), 1};
     launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
         .tensor(2, *work_values[1 - current]).tensor(3, *work_indices[1 - current]).value(4, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
     current = 1 - current;
   }
   if (count > 0) {
@@ -143,7 +107,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
     const device::Size3 grid{static_cast<uint64_t>(count), static_cast<uint64_t>(lines), 1};
     launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
         .tensor(2, *result.values).tensor(3, *result.indices).value(4, p)
-        .threads(grid, group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group())));
+        .threads(grid, default_group(grid, launch));
   }
   return result;
 }

@@ -1,0 +1,116 @@
+#include "ops/op_support.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace etm::ops {
+
+const char* msl_float_type_name(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float";
+    case DType::float16: return "half";
+    case DType::bfloat16: return "bfloat";
+    default: return nullptr;
+  }
+}
+
+const char* msl_element_type_name(int32_t dtype) {
+  if (const char* name = msl_float_type_name(dtype)) return name;
+  switch (static_cast<DType>(dtype)) {
+    case DType::int64: return "long";
+    case DType::int32: return "int";
+    case DType::int16: return "short";
+    case DType::int8: return "char";
+    case DType::uint8: return "uchar";
+    case DType::bool_: return "bool";
+    default: return nullptr;
+  }
+}
+
+const char* float_kernel_suffix(int32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& sizes) {
+  std::ostringstream text;
+  text << '[';
+  for (size_t i = 0; i < sizes.size(); ++i) text << (i ? ", " : "") << sizes[i];
+  text << ']';
+  return text.str();
+}
+
+uint32_t checked_u32(const char* op, int64_t value, const char* what) {
+  ETM_REQUIRE(value >= 0 && value <= int64_t{UINT32_MAX}, op, ": ", what, " ", value,
+              " exceeds the kernels' 32-bit range");
+  return static_cast<uint32_t>(value);
+}
+
+int64_t wrap_dim(const char* op, int64_t dim, int64_t n) {
+  const int64_t wrap = std::max<int64_t>(n, 1);
+  ETM_REQUIRE(dim >= -wrap && dim < wrap, op, ": dim ", dim, " is out of range for a ", n,
+              "-dimensional tensor");
+  return dim < 0 ? dim + wrap : dim;
+}
+
+uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int64_t dim,
+                         std::initializer_list<OuterStrides> strides, uint32_t* outer_sizes,
+                         int64_t& lines) {
+  uint32_t count = 0;
+  lines = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    if (d == dim) continue;
+    for (const OuterStrides& s : strides) s.into[count] = s.strides[d];
+    outer_sizes[count] = checked_u32(op, sizes[d], "size");
+    ++count;
+    lines *= sizes[d];
+  }
+  return count;
+}
+
+device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
+  device::Size3 group;
+  group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
+  group.y = std::max<uint64_t>(1, std::min(grid.y, limit / group.x));
+  return group;
+}
+
+device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launch) {
+  return group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group()));
+}
+
+void require_mps(const char* op, const char* name, const Tensor& t) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be an mps tensor (device type ",
+              t.device_type, ")");
+}
+
+void require_float_operand(const char* op, const char* name, const Tensor& t) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be on device mps, not device type ",
+              t.device_type);
+  ETM_REQUIRE(float_kernel_suffix(t.dtype), op, ": ", name, " has dtype ", dtype_name(t.dtype),
+              "; supported are float32, float16 and bfloat16");
+}
+
+const char* activation_type_name(const char* what, const Tensor& t) {
+  if (const char* name = msl_float_type_name(t.dtype)) return name;
+  fail(what, " must be float32, float16 or bfloat16, got ", dtype_name(t.dtype));
+}
+
+void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
+  ETM_REQUIRE(t.device_type == kDeviceMps, what, " must be on the mps device, got device type ",
+              t.device_type);
+  ETM_REQUIRE(t.dim() == dim, what, " must have ", dim, " dimensions, got ", t.dim());
+}
+
+bool is_supported_group_size(int64_t group_size) {
+  return group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256;
+}
+
+}  // namespace etm::ops

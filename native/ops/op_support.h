@@ -1,0 +1,76 @@
+// Helpers shared by the ops' host code: MSL type names of dtypes, argument checks whose
+// messages name the op, narrowing of sizes into the kernels' 32-bit parameters, and
+// threadgroup shaping.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "ops/kernel_launch.h"
+#include "runtime/tensor.h"
+
+namespace etm::ops {
+
+// The largest extent the kernels' int32 size parameters hold (quantized and recurrent ops).
+constexpr int64_t kMaxInt32Extent = (int64_t{1} << 31) - 1;
+
+// MSL scalar type of a floating dtype ("float", "half", "bfloat"); nullptr for any other.
+const char* msl_float_type_name(int32_t dtype);
+
+// MSL scalar type of a floating, signed integer, uint8 or bool dtype; nullptr for any other.
+const char* msl_element_type_name(int32_t dtype);
+
+// Kernel-name suffix of a floating dtype ("float32", "float16", "bfloat16"); nullptr otherwise.
+const char* float_kernel_suffix(int32_t dtype);
+
+// "[2, 3, 4]".
+std::string shape_text(const std::vector<int64_t>& sizes);
+
+// `value` as a kernel's uint32 parameter; throws "<op>: <what> <value> exceeds the kernels'
+// 32-bit range" unless it fits.
+uint32_t checked_u32(const char* op, int64_t value, const char* what);
+
+// `dim` wrapped into [0, n) (a 0-D tensor counts as 1-D, as torch does); throws unless it is in
+// [-n, n).
+int64_t wrap_dim(const char* op, int64_t dim, int64_t n);
+
+// Where pack_outer_dims writes one tensor's strides.
+struct OuterStrides {
+  const std::vector<int64_t>& strides;
+  int64_t* into;
+};
+
+// Packs the dimensions of `sizes` other than `dim` (the outer dimensions of a line-wise op's
+// lines) into a kernel's parameter arrays, in order: their sizes into `outer_sizes` (each
+// checked to fit 32 bits) and, for each OuterStrides, the matching strides. Returns how many
+// there are; `lines` gets their product.
+uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int64_t dim,
+                         std::initializer_list<OuterStrides> strides, uint32_t* outer_sizes,
+                         int64_t& lines);
+
+// A threadgroup of at most `limit` threads over a 3-D grid, x fastest.
+device::Size3 group_for(const device::Size3& grid, uint64_t limit);
+
+// group_for with the limit the ops use by default: 256 threads, or fewer when the launch's
+// kernel allows fewer.
+device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launch);
+
+// Throws "<op>: <name> must be an mps tensor (device type N)" unless t is on the mps device.
+void require_mps(const char* op, const char* name, const Tensor& t);
+
+// Throws unless t is on the mps device and floating (float32, float16 or bfloat16).
+void require_float_operand(const char* op, const char* name, const Tensor& t);
+
+// The quantized and recurrent ops name the argument only (the ABI layer prefixes the C
+// function's name):
+// MSL name of a floating activation dtype ("float", "half", "bfloat"); throws for others.
+const char* activation_type_name(const char* what, const Tensor& t);
+// Throws unless t lives on the mps device and has `dim` dimensions.
+void require_device_tensor(const char* what, const Tensor& t, int64_t dim);
+// Group sizes the quantized kernels implement: 32, 64, 128, 256.
+bool is_supported_group_size(int64_t group_size);
+
+}  // namespace etm::ops
