@@ -4,55 +4,15 @@ backend (aten._scaled_dot_product_attention_math, float64 on the same rounded in
 Tolerances (absolute, outputs and weights are O(1)): float32 2e-5, float16 3e-3, bfloat16
 2e-2: scores and softmax accumulate in float32, only the stored results are rounded."""
 
-import gc
-
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from etmetal_testing import allocator_stats, fails
+from etmetal_testing import fails
+from ops_testing import as_device, no_leaks_in_module, random  # noqa: F401 (autouse fixture)
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leaks_in_module():
-    """Every device allocation the module's tests make is freed by its end (checked once per
-    module: a collection per test would cost more than the tests)."""
-    try:
-        etmetal_py.synchronize()
-    except etmetal_py.EtmetalError:
-        pass  # an earlier module's sticky error, reported and cleared: not this module's
-    gc.collect()
-    before = allocator_stats()
-    yield
-    etmetal_py.synchronize()
-    gc.collect()
-    after = allocator_stats()
-    assert (after.live_bytes, after.live_allocations) == (before.live_bytes, before.live_allocations)
-
-
-def device_view(view):
-    """A device tensor with `view`'s values, sizes, strides and storage offset: its base is
-    copied to the device and the view is rebuilt there."""
-    base = view._base if view._base is not None else view
-    base_storage = torch.empty(base.untyped_storage().size() // base.element_size(), dtype=base.dtype)
-    base_storage.copy_(torch.as_strided(base, (base_storage.numel(),), (1,), 0))
-    device_base = Tensor.from_array(base_storage, copy=True)
-    out = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
-        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
-    result = Tensor(out[0])
-    result._base_tensor = device_base
-    return result
-
-
-def as_device(x):
-    if x.is_contiguous() and x.storage_offset() == 0 and x._base is None:
-        return Tensor.from_array(x, copy=True)
-    return device_view(x)
 
 
 def run_sdpa(q, k, v, mask=None, causal=False, scale=None, dropout_p=0.0, v2=None):
@@ -100,10 +60,6 @@ def check(q, k, v, mask=None, causal=False, scale=None, v2=None, tolerance=None)
     torch.testing.assert_close(weights.double(), ref_weights, atol=tolerance, rtol=0)
 
 
-def randn(*shape, dtype=torch.float32):
-    return torch.randn(*shape).to(dtype)
-
-
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -121,9 +77,9 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_math_backend(dtype, rows, keys, head_dim, value_dim, causal):
     torch.manual_seed(rows * 1000 + keys + head_dim)
-    q = randn(2, 3, rows, head_dim, dtype=dtype)
-    k = randn(2, 3, keys, head_dim, dtype=dtype)
-    v = randn(2, 3, keys, value_dim, dtype=dtype)
+    q = random(2, 3, rows, head_dim, dtype=dtype)
+    k = random(2, 3, keys, head_dim, dtype=dtype)
+    v = random(2, 3, keys, value_dim, dtype=dtype)
     check(q, k, v, causal=causal)
 
 
@@ -133,7 +89,7 @@ def test_matches_math_backend(dtype, rows, keys, head_dim, value_dim, causal):
 def test_boolean_mask_broadcasts(dtype, rows, mask_shape):
     torch.manual_seed(len(mask_shape) + rows)
     mask_shape = tuple(rows if s == "L" else s for s in mask_shape)
-    q, k, v = randn(2, 4, rows, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype), randn(2, 4, 11, 32, dtype=dtype)
+    q, k, v = random(2, 4, rows, 32, dtype=dtype), random(2, 4, 11, 32, dtype=dtype), random(2, 4, 11, 32, dtype=dtype)
     mask = torch.rand(mask_shape) > 0.3
     mask[..., 0] = True  # every row keeps a key, so torch and etmetal agree on the softmax
     check(q, k, v, mask=mask)
@@ -146,7 +102,7 @@ def test_boolean_mask_broadcasts(dtype, rows, mask_shape):
 ])
 def test_additive_mask(dtype, mask_dtype):
     torch.manual_seed(7)
-    q, k, v = randn(1, 2, 17, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype), randn(1, 2, 40, 16, dtype=dtype)
+    q, k, v = random(1, 2, 17, 16, dtype=dtype), random(1, 2, 40, 16, dtype=dtype), random(1, 2, 40, 16, dtype=dtype)
     mask = (torch.randn(1, 2, 17, 40) * 2).to(mask_dtype)
     mask[..., 5:9] = float("-inf")
     check(q, k, v, mask=mask)
@@ -154,7 +110,7 @@ def test_additive_mask(dtype, mask_dtype):
 
 def test_fully_masked_rows_give_zeros():
     torch.manual_seed(3)
-    q, k, v = randn(1, 2, 4, 16), randn(1, 2, 70, 16), randn(1, 2, 70, 16)
+    q, k, v = random(1, 2, 4, 16), random(1, 2, 70, 16), random(1, 2, 70, 16)
     mask = torch.rand(1, 2, 4, 70) > 0.5
     mask[0, 1, 2, :] = False
     code, out, weights = run_sdpa(q, k, v, mask=mask)
@@ -168,8 +124,8 @@ def test_fully_masked_rows_give_zeros():
 @pytest.mark.parametrize("heads,kv_heads", [(8, 2), (6, 1), (4, 4)])
 def test_grouped_query_heads(dtype, heads, kv_heads):
     torch.manual_seed(heads + kv_heads)
-    q = randn(2, heads, 3, 64, dtype=dtype)
-    k, v = randn(2, kv_heads, 50, 64, dtype=dtype), randn(2, kv_heads, 50, 64, dtype=dtype)
+    q = random(2, heads, 3, 64, dtype=dtype)
+    k, v = random(2, kv_heads, 50, 64, dtype=dtype), random(2, kv_heads, 50, 64, dtype=dtype)
     check(q, k, v, causal=True, v2=True)
     check(q, k, v)
 
@@ -178,11 +134,11 @@ def test_grouped_query_heads(dtype, heads, kv_heads):
 def test_strided_and_offset_views(dtype):
     torch.manual_seed(11)
     # [batch, rows, heads, dim] projections seen as [batch, heads, rows, dim]
-    q = randn(2, 13, 4, 32, dtype=dtype).transpose(1, 2)
+    q = random(2, 13, 4, 32, dtype=dtype).transpose(1, 2)
     # a slice of a longer cache (storage offset) with a padded head dimension
-    k = randn(2, 4, 40, 48, dtype=dtype)[:, :, 5:30, :32]
+    k = random(2, 4, 40, 48, dtype=dtype)[:, :, 5:30, :32]
     # value's head dimension is not unit-stride
-    v = randn(2, 4, 25, 32, dtype=dtype).transpose(-1, -2).contiguous().transpose(-1, -2)
+    v = random(2, 4, 25, 32, dtype=dtype).transpose(-1, -2).contiguous().transpose(-1, -2)
     mask = (torch.rand(2, 1, 13, 25) > 0.2)[..., :]
     mask[..., 0] = True
     mask = mask.transpose(-1, -2).contiguous().transpose(-1, -2)  # non-unit key stride
@@ -194,16 +150,16 @@ def test_strided_and_offset_views(dtype):
 @pytest.mark.parametrize("shape", [(3, 6, 16), (2, 2, 3, 6, 16), (1, 2, 1, 2, 5, 16)])
 def test_batch_dimensions(shape):
     torch.manual_seed(len(shape))
-    q = randn(*shape)
-    k = randn(*shape[:-2], 9, 16)
-    v = randn(*shape[:-2], 9, 12)
+    q = random(*shape)
+    k = random(*shape[:-2], 9, 16)
+    v = random(*shape[:-2], 9, 12)
     check(q, k, v)
     check(q, k, v, causal=True)
 
 
 def test_explicit_scale():
     torch.manual_seed(5)
-    q, k, v = randn(1, 2, 4, 16), randn(1, 2, 10, 16), randn(1, 2, 10, 16)
+    q, k, v = random(1, 2, 4, 16), random(1, 2, 10, 16), random(1, 2, 10, 16)
     check(q, k, v, scale=0.37)
     check(q, k, v, scale=2.5, causal=True)
 
@@ -212,14 +168,14 @@ def test_large_scores_are_stable():
     # exp(score) overflows float32 here (scores ~ +-400); the online softmax subtracts the
     # running maximum. Scores that large carry ~1e-4 absolute rounding in float32.
     torch.manual_seed(9)
-    q, k, v = randn(1, 1, 3, 16) * 20, randn(1, 1, 200, 16) * 20, randn(1, 1, 200, 16)
+    q, k, v = random(1, 1, 3, 16) * 20, random(1, 1, 200, 16) * 20, random(1, 1, 200, 16)
     code, out, _ = run_sdpa(q, k, v)
     assert torch.isfinite(out).all()
     check(q, k, v, tolerance=5e-4)
 
 
 def test_no_keys_gives_zero_output():
-    q = randn(1, 2, 3, 8)
+    q = random(1, 2, 3, 8)
     k, v = torch.empty(1, 2, 0, 8), torch.empty(1, 2, 0, 5)
     code, out, weights = run_sdpa(q, k, v)
     assert code == 0
@@ -227,13 +183,13 @@ def test_no_keys_gives_zero_output():
 
 
 def test_no_rows_gives_empty_outputs():
-    q, k, v = torch.empty(1, 2, 0, 8), randn(1, 2, 4, 8), randn(1, 2, 4, 8)
+    q, k, v = torch.empty(1, 2, 0, 8), random(1, 2, 4, 8), random(1, 2, 4, 8)
     code, out, weights = run_sdpa(q, k, v)
     assert code == 0 and out.shape == (1, 2, 0, 8) and weights.shape == (1, 2, 0, 4)
 
 
 def _call_fails(*fragments, **arguments):
-    defaults = dict(q=randn(1, 2, 3, 8), k=randn(1, 2, 4, 8), v=randn(1, 2, 4, 8))
+    defaults = dict(q=random(1, 2, 3, 8), k=random(1, 2, 4, 8), v=random(1, 2, 4, 8))
     defaults.update(arguments)
     q, k, v = defaults.pop("q"), defaults.pop("k"), defaults.pop("v")
     code, _, _ = run_sdpa(q, k, v, **defaults)
@@ -247,24 +203,24 @@ def _call_fails(*fragments, **arguments):
     ("dropout", ["dropout_p"], dict(dropout_p=0.1)),
     ("mask and causal", ["attn_mask", "is_causal"],
      dict(mask=torch.ones(3, 4, dtype=torch.bool), causal=True)),
-    ("heads", ["multiple"], dict(k=randn(1, 3, 4, 8), v=randn(1, 3, 4, 8))),
-    ("dtype", ["dtype"], dict(k=randn(1, 2, 4, 8, dtype=torch.float16))),
+    ("heads", ["multiple"], dict(k=random(1, 3, 4, 8), v=random(1, 3, 4, 8))),
+    ("dtype", ["dtype"], dict(k=random(1, 2, 4, 8, dtype=torch.float16))),
     ("integer", ["not supported"], dict(q=torch.ones(1, 2, 3, 8, dtype=torch.int32),
                                         k=torch.ones(1, 2, 4, 8, dtype=torch.int32),
                                         v=torch.ones(1, 2, 4, 8, dtype=torch.int32))),
-    ("head dim", ["1..256"], dict(q=randn(1, 1, 2, 300), k=randn(1, 1, 2, 300), v=randn(1, 1, 2, 300))),
-    ("key dim", ["head_dim"], dict(k=randn(1, 2, 4, 9))),
-    ("batch", ["batch dimension"], dict(k=randn(2, 2, 4, 8), v=randn(2, 2, 4, 8))),
+    ("head dim", ["1..256"], dict(q=random(1, 1, 2, 300), k=random(1, 1, 2, 300), v=random(1, 1, 2, 300))),
+    ("key dim", ["head_dim"], dict(k=random(1, 2, 4, 9))),
+    ("batch", ["batch dimension"], dict(k=random(2, 2, 4, 8), v=random(2, 2, 4, 8))),
     ("mask shape", ["broadcast"], dict(mask=torch.ones(3, 5, dtype=torch.bool))),
     ("mask dtype", ["attn_mask dtype"], dict(mask=torch.ones(3, 4, dtype=torch.int64))),
-    ("rank", ["dimensions"], dict(q=randn(3, 8), k=randn(4, 8), v=randn(4, 8))),
+    ("rank", ["dimensions"], dict(q=random(3, 8), k=random(4, 8), v=random(4, 8))),
 ])
 def test_bad_arguments(case, fragments, arguments):
     _call_fails(*fragments, **arguments)
 
 
 def test_null_result_pointer():
-    q = Tensor.from_array(randn(1, 1, 2, 8), copy=True)
+    q = Tensor.from_array(random(1, 1, 2, 8), copy=True)
     r = ffi.new("AtenTensorHandle*")
     fails(lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps(
         q.handle, q.handle, q.handle, ffi.NULL, 0.0, 0, ffi.NULL, ffi.NULL, r, ffi.NULL), "ret1")
@@ -278,7 +234,7 @@ def test_null_result_pointer():
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
 def test_larger_grid(dtype, rows, keys, head_dim):
     torch.manual_seed(rows + keys + head_dim)
-    q = randn(1, 4, rows, head_dim, dtype=dtype)
-    k, v = randn(1, 2, keys, head_dim, dtype=dtype), randn(1, 2, keys, head_dim, dtype=dtype)
+    q = random(1, 4, rows, head_dim, dtype=dtype)
+    k, v = random(1, 2, keys, head_dim, dtype=dtype), random(1, 2, keys, head_dim, dtype=dtype)
     check(q, k, v)
     check(q, k, v, causal=True)

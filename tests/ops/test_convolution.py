@@ -11,30 +11,13 @@ import pytest
 import torch
 
 import etmetal_py
-from etmetal_py import EtmetalError, Tensor, ffi, lib
-from etmetal_testing import fails
+from etmetal_py import Tensor, ffi, lib
+from ops_testing import device_view, poisoning_failure, random
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Bias on and off in float32; the half-precision runs keep the bias (it is one more rounded input).
 DTYPE_BIAS = [(torch.float32, True), (torch.float32, False), (torch.float16, True), (torch.bfloat16, True)]
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
-
-
-def device_view(view):
-    """A device tensor with `view`'s values, sizes, strides and storage offset."""
-    base = torch.as_strided(view, (view.untyped_storage().size() // view.element_size(),), (1,), 0)
-    device_base = Tensor.from_array(base.clone(), copy=True)
-    out = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
-        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
-    result = Tensor(out[0])
-    result.device_base = device_base
-    return result
-
-
-def random(*shape, dtype=torch.float32):
-    return torch.randn(shape, dtype=torch.float32).to(dtype)
 
 
 def int_array(values):
@@ -181,9 +164,7 @@ def test_empty_batch_gives_empty_output(no_leaks):
 
 def expect_error(code, *fragments):
     """The call failed with a message naming the op and the problem, and poisoned the stream."""
-    fails(code, "convolution", *fragments)
-    with pytest.raises(EtmetalError):
-        etmetal_py.synchronize()
+    poisoning_failure(code, "convolution", *fragments)
 
 
 def test_channel_mismatch(no_leaks):

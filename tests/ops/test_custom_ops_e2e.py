@@ -21,13 +21,13 @@ import torch.nn.functional as F
 
 import etmetal_py
 from etmetal_py.ops import quantize, reference
+from ops_testing import assert_close_scaled
 
 GROUP_SIZE = 32
 
 
 def close(actual, expected, tolerance=1e-4):
-    scale = max(float(expected.abs().max()), 1.0)
-    torch.testing.assert_close(actual, expected, rtol=0, atol=tolerance * scale)
+    assert_close_scaled(actual, expected, tolerance, same_dtype=True)
 
 
 def compile_and_load(model, args, tmp_path, c_functions):

@@ -13,13 +13,10 @@ import torch
 import etmetal_py
 import etmetal_py.ops  # noqa: F401  (registers metal::gated_delta_rule)
 from etmetal_py import Tensor, ffi, lib
+from ops_testing import assert_close_scaled, poisoning_failure, reinterpret, to_device
 
 Y_TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 STATE_TOLERANCE = 2e-5
-
-
-def dev(x):
-    return Tensor.from_array(x, copy=True)
 
 
 def inputs(B, T, Hk, Hv, Dk, Dv, dtype, seed=0):
@@ -52,27 +49,22 @@ def reference(q, k, v, g, beta, state):
 
 
 def run(tensors, state_device):
-    handles = [dev(t) for t in tensors]
+    handles = [to_device(t) for t in tensors]
     out = ffi.new("AtenTensorHandle*")
     etmetal_py.check(lib.aoti_torch_mps_gated_delta_rule(*[h.handle for h in handles],
                                                          state_device.handle, out))
     return Tensor(out[0]).torch()
 
 
-def close(actual, expected, tolerance):
-    scale = max(float(expected.abs().max()), 1.0)
-    torch.testing.assert_close(actual.double(), expected, rtol=0, atol=tolerance * scale)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_dtypes(dtype):
     tensors, state = inputs(2, 5, 2, 4, 64, 32, dtype, seed=1)
-    state_device = dev(state)
+    state_device = to_device(state)
     y = run(tensors, state_device)
     y_ref, state_ref = reference(*tensors, state)
     assert y.shape == (2, 5, 4, 32) and y.dtype == dtype
-    close(y, y_ref, Y_TOLERANCE[dtype])
-    close(state_device.torch(), state_ref, STATE_TOLERANCE)
+    assert_close_scaled(y, y_ref, Y_TOLERANCE[dtype])
+    assert_close_scaled(state_device.torch(), state_ref, STATE_TOLERANCE)
 
 
 @pytest.mark.parametrize("B,T,Hk,Hv,Dk,Dv", [
@@ -84,31 +76,23 @@ def test_dtypes(dtype):
 ])
 def test_shapes(B, T, Hk, Hv, Dk, Dv):
     tensors, state = inputs(B, T, Hk, Hv, Dk, Dv, torch.float32, seed=B * T + Dk)
-    state_device = dev(state)
+    state_device = to_device(state)
     y = run(tensors, state_device)
     y_ref, state_ref = reference(*tensors, state)
-    close(y, y_ref, Y_TOLERANCE[torch.float32])
-    close(state_device.torch(), state_ref, STATE_TOLERANCE)
+    assert_close_scaled(y, y_ref, Y_TOLERANCE[torch.float32])
+    assert_close_scaled(state_device.torch(), state_ref, STATE_TOLERANCE)
 
 
 def test_state_carries_across_calls():
     """Two calls over halves of a sequence equal one call over all of it."""
     tensors, state = inputs(1, 6, 1, 2, 64, 32, torch.float32, seed=4)
-    whole = dev(state)
+    whole = to_device(state)
     y_whole = run(tensors, whole)
-    split = dev(state)
+    split = to_device(state)
     y_first = run([t[:, :3].contiguous() for t in tensors], split)
     y_second = run([t[:, 3:].contiguous() for t in tensors], split)
-    close(torch.cat([y_first, y_second], 1), y_whole.double(), 1e-6)
-    close(split.torch(), whole.torch().double(), 1e-6)
-
-
-def strided_view(base, sizes, strides, offset=0):
-    handle = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        base.handle, len(sizes), ffi.new("int64_t[]", sizes), ffi.new("int64_t[]", strides), offset,
-        handle))
-    return Tensor(handle[0])
+    assert_close_scaled(torch.cat([y_first, y_second], 1), y_whole.double(), 1e-6)
+    assert_close_scaled(split.torch(), whole.torch().double(), 1e-6)
 
 
 def test_strided_inputs_and_state():
@@ -119,20 +103,20 @@ def test_strided_inputs_and_state():
     keep = []
 
     def transposed(x):  # x [B, T, H, D] stored as [B, H, T, D]
-        base = dev(x.transpose(1, 2).contiguous())
+        base = to_device(x.transpose(1, 2).contiguous())
         keep.append(base)
         b, t, h, d = x.shape
-        return strided_view(base, [b, t, h, d], [h * t * d, d, t * d, 1])
+        return reinterpret(base, [b, t, h, d], [h * t * d, d, t * d, 1])
 
-    state_base = dev(state.transpose(2, 3).contiguous())
-    state_view = strided_view(state_base, [B, Hv, Dv, Dk], [Hv * Dk * Dv, Dk * Dv, 1, Dv])
-    args = [transposed(q), transposed(k), transposed(v), dev(g), dev(beta)]
+    state_base = to_device(state.transpose(2, 3).contiguous())
+    state_view = reinterpret(state_base, [B, Hv, Dv, Dk], [Hv * Dk * Dv, Dk * Dv, 1, Dv])
+    args = [transposed(q), transposed(k), transposed(v), to_device(g), to_device(beta)]
     out = ffi.new("AtenTensorHandle*")
     etmetal_py.check(lib.aoti_torch_mps_gated_delta_rule(*[a.handle for a in args],
                                                          state_view.handle, out))
     y_ref, state_ref = reference(q, k, v, g, beta, state)
-    close(Tensor(out[0]).torch(), y_ref, Y_TOLERANCE[torch.float32])
-    close(state_base.torch().transpose(2, 3), state_ref, STATE_TOLERANCE)
+    assert_close_scaled(Tensor(out[0]).torch(), y_ref, Y_TOLERANCE[torch.float32])
+    assert_close_scaled(state_base.torch().transpose(2, 3), state_ref, STATE_TOLERANCE)
 
 
 def test_registered_op_mutates_state():
@@ -140,18 +124,14 @@ def test_registered_op_mutates_state():
     mutated = state.clone()
     y = torch.ops.metal.gated_delta_rule(*tensors, mutated)
     y_ref, state_ref = reference(*tensors, state)
-    close(y, y_ref, 1e-5)
-    close(mutated, state_ref, 1e-5)
+    assert_close_scaled(y, y_ref, 1e-5)
+    assert_close_scaled(mutated, state_ref, 1e-5)
 
 
 def failure(tensors, state):
-    handles = [dev(t) for t in tensors] + [dev(state)]
+    handles = [to_device(t) for t in tensors] + [to_device(state)]
     out = ffi.new("AtenTensorHandle*")
-    assert lib.aoti_torch_mps_gated_delta_rule(*[h.handle for h in handles], out) == 1
-    message = etmetal_py.last_error()
-    with pytest.raises(etmetal_py.EtmetalError):
-        etmetal_py.synchronize()
-    return message
+    return poisoning_failure(lib.aoti_torch_mps_gated_delta_rule(*[h.handle for h in handles], out))
 
 
 def test_argument_errors():
@@ -175,8 +155,8 @@ def test_argument_errors():
 def test_model_sized_grid(dtype, Dk, Dv):
     """Grouped heads (4 key heads shared by 8 value heads), model-sized rows, 64 steps."""
     tensors, state = inputs(1, 64, 4, 8, Dk, Dv, dtype, seed=Dk)
-    state_device = dev(state)
+    state_device = to_device(state)
     y = run(tensors, state_device)
     y_ref, state_ref = reference(*tensors, state)
-    close(y, y_ref, Y_TOLERANCE[dtype])
-    close(state_device.torch(), state_ref, 1e-4)
+    assert_close_scaled(y, y_ref, Y_TOLERANCE[dtype])
+    assert_close_scaled(state_device.torch(), state_ref, 1e-4)

@@ -11,16 +11,13 @@ import torch
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
 from etmetal_py.ops import quantize
+from ops_testing import assert_close_scaled, poisoning_failure, reinterpret, to_device
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
-def dev(x):
-    return Tensor.from_array(x, copy=True)
-
-
 def run(x, w, s, z, indices, group_size):
-    args = [dev(x), dev(w), dev(s), dev(z), dev(indices)]
+    args = [to_device(x), to_device(w), to_device(s), to_device(z), to_device(indices)]
     out = ffi.new("AtenTensorHandle*")
     code = lib.aoti_torch_mps_gather_qmv(*[a.handle for a in args], group_size, out)
     etmetal_py.check(code)
@@ -28,13 +25,9 @@ def run(x, w, s, z, indices, group_size):
 
 
 def failure(x, w, s, z, indices, group_size):
-    args = [dev(x), dev(w), dev(s), dev(z), dev(indices)]
+    args = [to_device(x), to_device(w), to_device(s), to_device(z), to_device(indices)]
     out = ffi.new("AtenTensorHandle*")
-    assert lib.aoti_torch_mps_gather_qmv(*[a.handle for a in args], group_size, out) == 1
-    message = etmetal_py.last_error()
-    with pytest.raises(etmetal_py.EtmetalError):
-        etmetal_py.synchronize()
-    return message
+    return poisoning_failure(lib.aoti_torch_mps_gather_qmv(*[a.handle for a in args], group_size, out))
 
 
 def experts(E, N, K, group_size, dtype, seed):
@@ -57,8 +50,7 @@ def expected(x, q, s, z, indices, group_size):
 
 
 def assert_matches(actual, reference, dtype):
-    scale = max(float(reference.abs().max()), 1.0)
-    torch.testing.assert_close(actual.double(), reference, rtol=0, atol=TOLERANCE[dtype] * scale)
+    assert_close_scaled(actual, reference, TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -91,15 +83,9 @@ def test_strided_activations_and_indices():
     q, w, s, z = experts(E, N, K, gs, torch.float32, seed=3)
     x_t = torch.randn(K, P)
     indices_wide = torch.tensor([[1, 9], [0, 9], [1, 9], [1, 9]], dtype=torch.int32)
-    x_dev, idx_dev = dev(x_t), dev(indices_wide)
-    views = []
-    for base, sizes, strides in ((x_dev, [P, K], [1, P]), (idx_dev, [P], [2])):
-        handle = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-            base.handle, len(sizes), ffi.new("int64_t[]", sizes), ffi.new("int64_t[]", strides), 0,
-            handle))
-        views.append(Tensor(handle[0]))
-    rest = [dev(w), dev(s), dev(z)]
+    x_dev, idx_dev = to_device(x_t), to_device(indices_wide)
+    views = [reinterpret(x_dev, [P, K], [1, P]), reinterpret(idx_dev, [P], [2])]
+    rest = [to_device(w), to_device(s), to_device(z)]
     out = ffi.new("AtenTensorHandle*")
     etmetal_py.check(lib.aoti_torch_mps_gather_qmv(views[0].handle, *[r.handle for r in rest],
                                                    views[1].handle, gs, out))
@@ -115,7 +101,7 @@ def test_out_of_range_index_is_reported_and_reads_nothing():
     x = torch.randn(3, K)
     for dtype in (torch.int64, torch.int32):
         indices = torch.tensor([1, 7, -1], dtype=dtype)
-        args = [dev(x), dev(w), dev(s), dev(z), dev(indices)]
+        args = [to_device(x), to_device(w), to_device(s), to_device(z), to_device(indices)]
         handle = ffi.new("AtenTensorHandle*")
         etmetal_py.check(lib.aoti_torch_mps_gather_qmv(*[a.handle for a in args], gs, handle))
         out = Tensor(handle[0])

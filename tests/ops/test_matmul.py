@@ -16,29 +16,11 @@ import pytest
 import torch
 
 import etmetal_py
-from etmetal_py import EtmetalError, Tensor, ffi, lib
-from etmetal_testing import fails
+from etmetal_py import Tensor, ffi, lib
+from ops_testing import device_view, poisoning_failure, random, reinterpret, to_device
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
-
-
-def device_view(view):
-    """A device tensor with `view`'s values, sizes, strides and storage offset: the view's
-    whole storage is copied to the device and the view is rebuilt over it."""
-    base = torch.as_strided(view, (view.untyped_storage().size() // view.element_size(),), (1,), 0)
-    device_base = Tensor.from_array(base.clone(), copy=True)
-    out = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
-        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
-    result = Tensor(out[0])
-    result.device_base = device_base
-    return result
-
-
-def random(*shape, dtype=torch.float32):
-    return torch.randn(shape, dtype=torch.float32).to(dtype)
 
 
 def assert_matches(result, expected, dtype, depth):
@@ -106,12 +88,8 @@ def test_mm_result_lands_in_a_strided_out_only(no_leaks):
     a, b = random(M, K), random(K, N)
     storage = filled_like((M, 2 * N + 1), torch.float32, 7.0)
     out_view = storage[:, 1::2]
-    device_storage = Tensor.from_array(storage, copy=True)
-    out = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        device_storage.handle, 2, ffi.new("int64_t[]", [M, N]), ffi.new("int64_t[]", list(out_view.stride())),
-        1, out))
-    out_tensor = Tensor(out[0])
+    device_storage = to_device(storage)
+    out_tensor = reinterpret(device_storage, [M, N], out_view.stride(), 1)
     ta, tb = Tensor.from_array(a, copy=True), Tensor.from_array(b, copy=True)
     etmetal_py.check(lib.aoti_torch_mps_mm_out(out_tensor.handle, ta.handle, tb.handle))
     written = device_storage.torch()
@@ -243,13 +221,11 @@ def test_threads_encode_on_their_own_streams(no_leaks):
 
 def expect_error(code, *fragments):
     """The call failed with a message naming the op and problem, and poisoned the stream."""
-    fails(code, *fragments)
-    with pytest.raises(EtmetalError):
-        etmetal_py.synchronize()
+    poisoning_failure(code, *fragments)
 
 
 def handles(*arrays):
-    return [Tensor.from_array(x, copy=True) for x in arrays]
+    return [to_device(x) for x in arrays]
 
 
 def test_mismatched_inner_dimensions(no_leaks):

@@ -17,6 +17,7 @@ import torch
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
 from etmetal_py.ops import quantize, reference
+from ops_testing import assert_close_scaled, poisoning_failure, reinterpret, to_device
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
@@ -35,26 +36,16 @@ def call(function, *args):
 def failure(function, *args):
     """The runtime's message for a call that must fail (and poison the stream)."""
     out = ffi.new("AtenTensorHandle*")
-    assert function(*handles(args), out) == 1
-    message = etmetal_py.last_error()
-    with pytest.raises(etmetal_py.EtmetalError):
-        etmetal_py.synchronize()
-    return message
-
-
-def dev(x):
-    return Tensor.from_array(x, copy=True)
+    return poisoning_failure(function(*handles(args), out))
 
 
 def assert_matches(actual, expected, dtype):
-    scale = max(float(expected.abs().max()), 1.0)
-    torch.testing.assert_close(actual.float(), expected.float(), rtol=0,
-                               atol=TOLERANCE[dtype] * scale)
+    assert_close_scaled(actual, expected, TOLERANCE[dtype])
 
 
 def linear_lowbit(bits, A, B, group_size, S, Z):
     function = getattr(lib, f"aoti_torch_mps__linear_fp_act_{bits}bit_weight")
-    return call(function, dev(A), dev(B), group_size, dev(S), dev(Z))
+    return call(function, to_device(A), to_device(B), group_size, to_device(S), to_device(Z))
 
 
 def random_lowbit(M, K, N, bits, group_size, dtype, seed=0):
@@ -116,13 +107,10 @@ def test_lowbit_strided_activations(M):
     storage = torch.zeros(3 + 96 * M)
     view = torch.as_strided(storage, (M, 96), (1, M), 3)
     view.copy_(A)
-    base = dev(storage)
-    handle = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        base.handle, 2, ffi.new("int64_t[]", [M, 96]), ffi.new("int64_t[]", [1, M]), 3, handle))
-    strided = Tensor(handle[0])
+    base = to_device(storage)
+    strided = reinterpret(base, [M, 96], [1, M], 3)
     out = call(lib.aoti_torch_mps__linear_fp_act_5bit_weight, strided,
-               dev(quantize.pack_lowbit(q, 5)), 32, dev(S), dev(Z))
+               to_device(quantize.pack_lowbit(q, 5)), 32, to_device(S), to_device(Z))
     assert_matches(out, expected_lowbit(A, q, S, Z, 32), torch.float32)
 
 
@@ -162,21 +150,21 @@ def test_registered_torchao_op_matches_kernel():
 
 def test_lowbit_argument_errors():
     A, q, S, Z = random_lowbit(2, 64, 8, 4, 32, torch.float32)
-    B = dev(quantize.pack_lowbit(q, 4))
+    B = to_device(quantize.pack_lowbit(q, 4))
     fn = lib.aoti_torch_mps__linear_fp_act_4bit_weight
     assert "group_size must be 32, 64, 128 or 256, got 48" in failure(
-        fn, dev(A), B, 48, dev(S), dev(Z))
+        fn, to_device(A), B, 48, to_device(S), to_device(Z))
     assert "bytes per row" in failure(
-        lib.aoti_torch_mps__linear_fp_act_3bit_weight, dev(A), B, 32,
-        dev(S), dev(Z))
-    assert "multiple of 8" in failure(fn, dev(A[:, :60]), B, 32, dev(S),
-                                      dev(Z))
+        lib.aoti_torch_mps__linear_fp_act_3bit_weight, to_device(A), B, 32,
+        to_device(S), to_device(Z))
+    assert "multiple of 8" in failure(fn, to_device(A[:, :60]), B, 32, to_device(S),
+                                      to_device(Z))
     assert "S must have the activation dtype float32" in failure(
-        fn, dev(A), B, 32, dev(S.half()), dev(Z))
+        fn, to_device(A), B, 32, to_device(S.half()), to_device(Z))
     assert "Z must have shape [8, 2]" in failure(
-        fn, dev(A), B, 32, dev(S), dev(Z[:, :1]))
+        fn, to_device(A), B, 32, to_device(S), to_device(Z[:, :1]))
     assert "A must be float32, float16 or bfloat16" in failure(
-        fn, dev(A.double()), B, 32, dev(S), dev(Z))
+        fn, to_device(A.double()), B, 32, to_device(S), to_device(Z))
 
 
 # --- torch's _weight_int4pack_mm (MPS layout) ---------------------------------------------
@@ -202,8 +190,8 @@ def test_weight_int4pack_mm(dtype, M, K, N, group_size):
     w = torch.randn(N, K, generator=g)
     A = torch.randn(M, K, generator=g).to(dtype)
     mat2, sz = quantize.quantize_int4pack(w, group_size, dtype)
-    out = call(lib.aoti_torch_mps__weight_int4pack_mm, dev(A), dev(mat2),
-               group_size, dev(sz))
+    out = call(lib.aoti_torch_mps__weight_int4pack_mm, to_device(A), to_device(mat2),
+               group_size, to_device(sz))
     assert out.shape == (M, N) and out.dtype == dtype
     expected = reference.weight_int4pack_mm(A.double(), mat2, group_size, sz.double())
     assert_matches(out, expected, dtype)
@@ -211,14 +199,14 @@ def test_weight_int4pack_mm(dtype, M, K, N, group_size):
 
 def test_weight_int4pack_mm_errors():
     mat2, sz = quantize.quantize_int4pack(torch.randn(8, 64), 32)
-    A = dev(torch.randn(1, 64))
+    A = to_device(torch.randn(1, 64))
     fn = lib.aoti_torch_mps__weight_int4pack_mm
-    assert "mat2 must be int32" in failure(fn, A, dev(mat2.view(torch.float32)), 32,
-                                           dev(sz))
+    assert "mat2 must be int32" in failure(fn, A, to_device(mat2.view(torch.float32)), 32,
+                                           to_device(sz))
     assert "qScaleAndZeros must have shape [2, 8, 2]" in failure(
-        fn, A, dev(mat2), 32, dev(sz[:, :4]))
-    assert "holds" in failure(fn, dev(torch.randn(1, 32)), dev(mat2), 32,
-                              dev(sz))
+        fn, A, to_device(mat2), 32, to_device(sz[:, :4]))
+    assert "holds" in failure(fn, to_device(torch.randn(1, 32)), to_device(mat2), 32,
+                              to_device(sz))
 
 
 # --- torch's _weight_int8pack_mm ----------------------------------------------------------
@@ -230,7 +218,7 @@ def test_weight_int8pack_mm(dtype, M, K, N):
     w = torch.randn(N, K, generator=g)
     A = torch.randn(M, K, generator=g).to(dtype)
     mat2, scales = quantize.quantize_int8pack(w, dtype)
-    out = call(lib.aoti_torch_mps__weight_int8pack_mm, dev(A), dev(mat2), dev(scales))
+    out = call(lib.aoti_torch_mps__weight_int8pack_mm, to_device(A), to_device(mat2), to_device(scales))
     assert out.shape == (M, N) and out.dtype == dtype
     expected = (A.double() @ mat2.double().t()) * scales.double()
     assert_matches(out, expected, dtype)
@@ -239,14 +227,14 @@ def test_weight_int8pack_mm(dtype, M, K, N):
 
 
 def test_weight_int8pack_mm_errors():
-    A = dev(torch.randn(2, 16))
+    A = to_device(torch.randn(2, 16))
     mat2, scales = quantize.quantize_int8pack(torch.randn(4, 16))
     fn = lib.aoti_torch_mps__weight_int8pack_mm
     assert "mat2 must have K = 16 columns, got 8" in failure(
-        fn, A, dev(mat2[:, :8].contiguous()), dev(scales))
-    assert "scales must have N = 4 elements, got 3" in failure(fn, A, dev(mat2),
-                                                                dev(scales[:3]))
-    args = [A, dev(mat2), dev(scales)]
+        fn, A, to_device(mat2[:, :8].contiguous()), to_device(scales))
+    assert "scales must have N = 4 elements, got 3" in failure(fn, A, to_device(mat2),
+                                                                to_device(scales[:3]))
+    args = [A, to_device(mat2), to_device(scales)]
     assert fn(*handles(args), ffi.NULL) == 1
     assert "ret0 is null" in etmetal_py.last_error()
     with pytest.raises(etmetal_py.EtmetalError):
@@ -293,9 +281,9 @@ def test_int4pack_and_int8pack_grid(dtype, group_size, M, K, N):
     w = torch.randn(N, K, generator=g)
     A = torch.randn(M, K, generator=g).to(dtype)
     mat2, sz = quantize.quantize_int4pack(w, group_size, dtype)
-    out = call(lib.aoti_torch_mps__weight_int4pack_mm, dev(A), dev(mat2), group_size, dev(sz))
+    out = call(lib.aoti_torch_mps__weight_int4pack_mm, to_device(A), to_device(mat2), group_size, to_device(sz))
     assert_matches(out, reference.weight_int4pack_mm(A.double(), mat2, group_size, sz.double()),
                    dtype)
     q8, scales = quantize.quantize_int8pack(w, dtype)
-    out = call(lib.aoti_torch_mps__weight_int8pack_mm, dev(A), dev(q8), dev(scales))
+    out = call(lib.aoti_torch_mps__weight_int8pack_mm, to_device(A), to_device(q8), to_device(scales))
     assert_matches(out, (A.double() @ q8.double().t()) * scales.double(), dtype)

@@ -6,7 +6,6 @@ the running magnitude, float16 1e-2, bfloat16 2e-2 (elements are rounded to the 
 sums kept in float32); integer results exact. RMSNorm: float32 1e-5, float16 1e-2,
 bfloat16 2e-2 relative; rstd 1e-5 relative (float32 in every case)."""
 
-import gc
 import math
 
 import pytest
@@ -14,49 +13,13 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from etmetal_testing import allocator_stats, fails
+from etmetal_testing import fails
+from ops_testing import as_device, no_leaks_in_module  # noqa: F401 (autouse fixture)
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
 DTYPE_CODE = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
               torch.float16: 5, torch.float32: 6, torch.bool: 11, torch.bfloat16: 15}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leaks_in_module():
-    """Every device allocation the module's tests make is freed by its end (checked once per
-    module: a collection per test would cost more than the tests)."""
-    try:
-        etmetal_py.synchronize()
-    except etmetal_py.EtmetalError:
-        pass  # an earlier module's sticky error, reported and cleared: not this module's
-    gc.collect()
-    before = allocator_stats()
-    yield
-    etmetal_py.synchronize()
-    gc.collect()
-    after = allocator_stats()
-    assert (after.live_bytes, after.live_allocations) == (before.live_bytes, before.live_allocations)
-
-
-def device_view(view):
-    """A device tensor with `view`'s values, sizes, strides and storage offset."""
-    base = view._base if view._base is not None else view
-    flat = torch.as_strided(base, (base.untyped_storage().size() // base.element_size(),), (1,), 0)
-    device_base = Tensor.from_array(flat.clone(), copy=True)
-    out = ffi.new("AtenTensorHandle*")
-    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-        device_base.handle, view.dim(), ffi.new("int64_t[]", list(view.shape)),
-        ffi.new("int64_t[]", list(view.stride())), view.storage_offset(), out))
-    result = Tensor(out[0])
-    result._base_tensor = device_base
-    return result
-
-
-def as_device(x):
-    if x.is_contiguous() and x.storage_offset() == 0 and x._base is None:
-        return Tensor.from_array(x, copy=True)
-    return device_view(x)
 
 
 def results(code, *handles):
