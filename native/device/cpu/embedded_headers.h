@@ -1,19 +1,16 @@
 // The headers translated kernels include (metal_include/ and kernel_support/), embedded in
-// libetmetal at build time by embed_kernel_headers.py so that an installed library needs no
-// source tree; the compiler driver writes them into the cache directory at first use.
+// libetmetal at build time by native/embed_files.py so that an installed library needs no
+// source tree; the compiler driver writes them into the cache directory at first use. Paths
+// are relative: "metal_include/metal_stdlib", "kernel_support/etm_cpu_kernel.h".
 #pragma once
 
-#include <cstddef>
+#include "embedded_file.h"
 
 namespace etm::device::cpu {
 
-struct EmbeddedFile {
-  const char* path;  // relative: "metal_include/metal_stdlib", "kernel_support/etm_cpu_kernel.h"
-  const char* contents;
-  size_t size;
-};
+using etm::EmbeddedFile;
 
 extern const EmbeddedFile kEmbeddedKernelHeaders[];
-extern const size_t kEmbeddedKernelHeaderCount;
+extern const size_t kEmbeddedKernelHeaders_count;
 
 }  // namespace etm::device::cpu

@@ -69,7 +69,7 @@ bool read_file(const std::string& path, std::string* contents) {
 
 // Removes a header folder this process wrote (only the files it knows it put there).
 void remove_tree(const std::string& path) {
-  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+  for (size_t i = 0; i < kEmbeddedKernelHeaders_count; ++i) {
     std::string relative = kEmbeddedKernelHeaders[i].path;
     ::unlink((path + "/" + relative).c_str());
     for (size_t slash = relative.rfind('/'); slash != std::string::npos; slash = relative.rfind('/')) {
@@ -391,7 +391,7 @@ Status KernelCompiler::initialize() {
 
 Status KernelCompiler::write_headers() {
   std::string all;
-  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+  for (size_t i = 0; i < kEmbeddedKernelHeaders_count; ++i) {
     all += kEmbeddedKernelHeaders[i].path;
     all += '\0';
     all.append(kEmbeddedKernelHeaders[i].contents, kEmbeddedKernelHeaders[i].size);
@@ -401,7 +401,7 @@ Status KernelCompiler::write_headers() {
   if (file_exists(header_directory_ + "/complete")) return Status();
   // Written under a temporary name and renamed, so readers never see half a folder.
   const std::string temporary = cache_directory_ + "/tmp/headers-" + unique_suffix();
-  for (size_t i = 0; i < kEmbeddedKernelHeaderCount; ++i) {
+  for (size_t i = 0; i < kEmbeddedKernelHeaders_count; ++i) {
     const EmbeddedFile& file = kEmbeddedKernelHeaders[i];
     const std::string path = temporary + "/" + file.path;
     if (!make_directories(path.substr(0, path.rfind('/'))) || !write_file(path, file.contents, file.size)) {
