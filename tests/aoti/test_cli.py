@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cli_model
-from conftest import require_shader_compiler
+from aoti_testing import require_shader_compiler
 from etmetal_py import cli
 
 MODEL_FILE = os.path.join(os.path.dirname(__file__), "cli_model.py")

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import etmetal_py
-from conftest import assert_outputs_close, load_runner, require_shader_compiler
+from aoti_testing import assert_outputs_close, load_runner, require_shader_compiler
 from etmetal_py.aoti import CompileError, ExportError, aoti_compile_and_package, export
 from etmetal_py.aoti._symbols import undefined_symbols
 from etmetal_py.aoti.compile import build_inductor_configs, describe_compile_failure

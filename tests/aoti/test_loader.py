@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import etmetal_py
-from conftest import (allocator_live, assert_outputs_close, load_runner,
+from aoti_testing import (allocator_live, assert_outputs_close, load_runner,
                       require_shader_compiler)
 from etmetal_py.aoti import PackageError, RunError, aoti_load_package
 from etmetal_py.aoti._symbols import SymbolReadError, undefined_symbols

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from aoti_models import CASES
-from conftest import assert_outputs_close, load_runner, require_shader_compiler
+from aoti_testing import assert_outputs_close, load_runner, require_shader_compiler
 
 STATIC_CASES = [pytest.param(name, marks=[pytest.mark.slow] if case.slow else [])
                 for name, case in CASES.items() if case.dynamic_shapes is None]

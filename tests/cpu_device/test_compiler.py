@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import etmetal_py
-from conftest import ShaderLibrary, device_array, require_cpu_device
+from cpu_device_testing import ShaderLibrary, device_array, require_cpu_device
 from etmetal_py.tensors import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import device_array
+from cpu_device_testing import device_array
 from etmetal_py.tensors import Tensor
 
 # Inductor's kernels: no attributes but the thread position, so buffers bind by position.
