@@ -11,11 +11,7 @@ extern "C" void* metal_allocate_buffer(long bytes) {
   void* contents = nullptr;
   guarded(__func__, [&] {
     ETM_REQUIRE(bytes >= 0, "negative size ", bytes);
-    if (bytes == 0) return;
-    Runtime& runtime = Runtime::get();
-    BufferPtr allocation = runtime.allocator().allocate(static_cast<size_t>(bytes));
-    contents = allocation->contents();
-    runtime.addresses().add_owned(std::move(allocation));
+    contents = Runtime::get().allocate_raw(static_cast<size_t>(bytes));
   });
   return contents;
 }
@@ -23,8 +19,7 @@ extern "C" void* metal_allocate_buffer(long bytes) {
 extern "C" void metal_deallocate_buffer(void* ptr) {
   guarded(__func__, [&] {
     if (!ptr) return;
-    BufferPtr allocation = Runtime::get().addresses().release_owned(ptr);
-    ETM_REQUIRE(allocation, "pointer ", ptr,
+    ETM_REQUIRE(Runtime::get().release_raw(ptr), "pointer ", ptr,
                 " is not an allocation or mapping of metal_allocate_buffer / metal_buffer_nocopy");
   });
 }

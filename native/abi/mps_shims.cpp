@@ -98,8 +98,7 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionH
       }
       return;
     }
-    const size_t offset = t.storage->buffer_offset + t.storage_offset * t.itemsize();
-    stream.set_argument_buffer(&kernel, idx, t.storage->buffer, offset);
+    stream.set_argument_buffer(&kernel, idx, t.storage->buffer, t.buffer_offset());
   });
 }
 
@@ -163,21 +162,15 @@ extern "C" AOTITorchError aoti_torch_mps_dispatch_array_with_group_size(
 extern "C" AOTITorchError aoti_torch_mps_malloc(void** buffer, size_t num_bytes) {
   return guarded(__func__, [&] {
     require_out(buffer, "buffer");
-    *buffer = nullptr;
-    if (num_bytes == 0) return;
-    Runtime& runtime = Runtime::get();
-    BufferPtr allocation = runtime.allocator().allocate(num_bytes);
-    void* contents = allocation->contents();
-    runtime.addresses().add_owned(std::move(allocation));
-    *buffer = contents;
+    *buffer = nullptr;  // also on failure
+    *buffer = Runtime::get().allocate_raw(num_bytes);
   });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_free(void* ptr) {
   return guarded(__func__, [&] {
     if (!ptr) return;
-    BufferPtr allocation = Runtime::get().addresses().release_owned(ptr);
-    ETM_REQUIRE(allocation, "pointer ", ptr, " was not returned by aoti_torch_mps_malloc (or was freed already)");
+    ETM_REQUIRE(Runtime::get().release_raw(ptr), "pointer ", ptr, " was not returned by aoti_torch_mps_malloc (or was freed already)");
   });
 }
 

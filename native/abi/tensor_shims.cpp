@@ -21,13 +21,6 @@ void check_device(int32_t device_type, int32_t device_index) {
               " does not exist (etmetal has one device, index 0)");
 }
 
-size_t storage_bytes(int64_t extent, int32_t dtype) {
-  size_t bytes;
-  ETM_REQUIRE(!__builtin_mul_overflow(static_cast<size_t>(extent), element_size(dtype), &bytes),
-              "tensor size computation overflows");
-  return bytes;
-}
-
 std::vector<int64_t> layout_strides(int64_t ndim, const int64_t* sizes, const int64_t* strides) {
   std::vector<int64_t> size_vector(sizes, sizes + ndim);
   if (!strides) return contiguous_strides(size_vector);
@@ -43,7 +36,7 @@ std::unique_ptr<Tensor> make_blob_tensor(void* data, int64_t ndim, const int64_t
   ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
   const int64_t extent = checked_extent(ndim, sizes, strides, storage_offset);
   auto tensor = std::make_unique<Tensor>();
-  tensor->storage = Runtime::get().storage_for(data, storage_bytes(extent, dtype));
+  tensor->storage = Runtime::get().storage_for(data, storage_nbytes(extent, dtype));
   tensor->dtype = dtype;
   tensor->device_type = device_type;
   tensor->sizes.assign(sizes, sizes + ndim);
@@ -159,7 +152,7 @@ extern "C" AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, 
     const size_t available = source.storage->buffer
                                  ? source.storage->buffer->length() - source.storage->buffer_offset
                                  : 0;
-    ETM_REQUIRE(abi::storage_bytes(extent, source.dtype) <= std::max(available, source.storage->nbytes),
+    ETM_REQUIRE(storage_nbytes(extent, source.dtype) <= std::max(available, source.storage->nbytes),
                 "view reaches ", extent, " elements, past the end of its storage");
     auto view = std::make_unique<Tensor>(source);
     view->sizes.assign(sizes_ptr, sizes_ptr + ndim);
@@ -191,12 +184,8 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
   const bool same_layout = dst.dtype == src.dtype && dst.sizes == src.sizes &&
                            dst.is_contiguous() && src.is_contiguous();
   if (same_layout) {
-    const size_t itemsize = dst.itemsize();
-    stream.copy_buffer(src.storage->buffer,
-                       src.storage->buffer_offset + src.storage_offset * itemsize,
-                       dst.storage->buffer,
-                       dst.storage->buffer_offset + dst.storage_offset * itemsize,
-                       static_cast<size_t>(dst.numel()) * itemsize);
+    stream.copy_buffer(src.storage->buffer, src.buffer_offset(), dst.storage->buffer,
+                       dst.buffer_offset(), static_cast<size_t>(dst.numel()) * dst.itemsize());
     return;
   }
   stream.wait_idle();
@@ -226,9 +215,7 @@ extern "C" AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle sel
     const size_t bytes = source.reach_bytes();
     if (bytes > 0) {
       Runtime::get().current_stream().copy_buffer(
-          source.storage->buffer,
-          source.storage->buffer_offset + source.storage_offset * source.itemsize(),
-          copy->storage->buffer, copy->storage->buffer_offset, bytes);
+          source.storage->buffer, source.buffer_offset(), copy->storage->buffer, copy->storage->buffer_offset, bytes);
     }
     *ret = abi::new_handle(std::move(copy));
   });

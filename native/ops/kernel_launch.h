@@ -28,8 +28,7 @@ class KernelLaunch {
 
   // Binds the tensor's first element (its storage offset applied).
   KernelLaunch& tensor(unsigned index, const Tensor& t) {
-    const size_t offset = t.storage->buffer_offset + t.storage_offset * t.itemsize();
-    stream_.set_argument_buffer(&kernel_, index, t.storage->buffer, offset);
+    stream_.set_argument_buffer(&kernel_, index, t.storage->buffer, t.buffer_offset());
     return *this;
   }
 

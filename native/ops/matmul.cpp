@@ -49,8 +49,8 @@ void require_operand(const char* op, const char* name, const Tensor& t, int64_t 
 bool shares_memory(const Tensor& a, const Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0 || !a.storage || !b.storage) return false;
   if (!a.storage->buffer || a.storage->buffer != b.storage->buffer) return false;
-  const size_t a_first = a.storage->buffer_offset + a.storage_offset * a.itemsize();
-  const size_t b_first = b.storage->buffer_offset + b.storage_offset * b.itemsize();
+  const size_t a_first = a.buffer_offset();
+  const size_t b_first = b.buffer_offset();
   return a_first < b_first + b.reach_bytes() && b_first < a_first + a.reach_bytes();
 }
 

@@ -51,6 +51,16 @@ Stream& Runtime::current_stream() {
   return *stream;
 }
 
+void* Runtime::allocate_raw(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  BufferPtr allocation = allocator_->allocate(nbytes);
+  void* contents = allocation->contents();
+  addresses_.add_owned(std::move(allocation));
+  return contents;
+}
+
+bool Runtime::release_raw(void* pointer) { return addresses_.release_owned(pointer) != nullptr; }
+
 std::shared_ptr<Storage> Runtime::new_storage(size_t nbytes) {
   auto storage = std::make_shared<Storage>();
   storage->nbytes = nbytes;
@@ -65,11 +75,8 @@ std::unique_ptr<Tensor> Runtime::empty_tensor(const std::vector<int64_t>& sizes,
   ETM_REQUIRE(sizes.size() == strides.size(), "sizes and strides differ in length");
   const int64_t extent =
       checked_extent(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0);
-  size_t nbytes;
-  ETM_REQUIRE(!__builtin_mul_overflow(static_cast<size_t>(extent), element_size(dtype), &nbytes),
-              "tensor size computation overflows");
   auto tensor = std::make_unique<Tensor>();
-  tensor->storage = new_storage(nbytes);
+  tensor->storage = new_storage(storage_nbytes(extent, dtype));
   tensor->dtype = dtype;
   tensor->device_type = device_type;
   tensor->sizes = sizes;

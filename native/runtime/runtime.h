@@ -35,6 +35,12 @@ class Runtime {
   // anywhere else the device wraps it in place.
   std::shared_ptr<Storage> storage_for(void* data, size_t nbytes);
   std::shared_ptr<Storage> new_storage(size_t nbytes);
+  // Device memory addressed by pointer only (malloc-style APIs): the address map owns it until
+  // release_raw. 0 bytes gives null.
+  void* allocate_raw(size_t nbytes);
+  // Gives up an allocation of allocate_raw (or a registered mapping); false when `pointer` is
+  // not the start of one. Tensors still using the memory keep it alive.
+  bool release_raw(void* pointer);
   // A tensor with fresh storage sized for its layout. Throws for unsupported dtypes and
   // invalid layouts.
   std::unique_ptr<Tensor> empty_tensor(const std::vector<int64_t>& sizes,

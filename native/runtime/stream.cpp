@@ -50,24 +50,23 @@ void Stream::start_encoding(KernelFunction* kernel) {
   threadgroup_memory_.clear();
 }
 
-namespace {
-
-KernelArgument& argument_slot(std::vector<KernelArgument>& arguments, size_t& count,
-                              KernelFunction* encoding, KernelFunction* kernel, unsigned index) {
-  ETM_REQUIRE(encoding == kernel, "kernel '", kernel->name(),
+void Stream::require_encoding(const KernelFunction* kernel) const {
+  ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
               "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
-  ETM_REQUIRE(index < Stream::kMaxArguments, "argument index ", index, " of kernel '",
-              kernel->name(), "' is out of range (at most ", Stream::kMaxArguments - 1, ")");
-  if (arguments.size() <= index) arguments.resize(index + 1);
-  count = std::max<size_t>(count, index + 1);
-  return arguments[index];
 }
 
-}  // namespace
+KernelArgument& Stream::argument_slot(KernelFunction* kernel, unsigned index) {
+  require_encoding(kernel);
+  ETM_REQUIRE(index < kMaxArguments, "argument index ", index, " of kernel '", kernel->name(),
+              "' is out of range (at most ", kMaxArguments - 1, ")");
+  if (arguments_.size() <= index) arguments_.resize(index + 1);
+  argument_count_ = std::max<size_t>(argument_count_, index + 1);
+  return arguments_[index];
+}
 
 void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
                                  size_t offset) {
-  KernelArgument& argument = argument_slot(arguments_, argument_count_, encoding_kernel_, kernel, index);
+  KernelArgument& argument = argument_slot(kernel, index);
   argument.kind = KernelArgument::Kind::buffer;
   argument.buffer = std::move(buffer);
   argument.offset = offset;
@@ -77,7 +76,7 @@ void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const vo
                                 size_t length) {
   ETM_REQUIRE(length > 0 && length <= kMaxBytesArgument, "argument of ", length,
               " bytes: by-value arguments hold 1 to ", kMaxBytesArgument, " bytes");
-  KernelArgument& argument = argument_slot(arguments_, argument_count_, encoding_kernel_, kernel, index);
+  KernelArgument& argument = argument_slot(kernel, index);
   argument.kind = KernelArgument::Kind::bytes;
   argument.buffer.reset();
   const auto* bytes = static_cast<const unsigned char*>(data);
@@ -85,8 +84,7 @@ void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const vo
 }
 
 void Stream::set_threadgroup_memory(KernelFunction* kernel, unsigned index, size_t length) {
-  ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
-              "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
+  require_encoding(kernel);
   ETM_REQUIRE(index < kMaxArguments, "threadgroup memory index ", index, " is out of range");
   ETM_REQUIRE(length <= kMaxThreadgroupMemory, "threadgroup memory of ", length,
               " bytes exceeds the ", kMaxThreadgroupMemory, "-byte limit");
@@ -104,8 +102,7 @@ void Stream::dispatch_groups(KernelFunction* kernel, device::Size3 groups, devic
 
 void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                              bool whole_groups) {
-  ETM_REQUIRE(encoding_kernel_ == kernel, "kernel '", kernel->name(),
-              "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
+  require_encoding(kernel);
   for (size_t i = 0; i < argument_count_; ++i) {
     ETM_REQUIRE(arguments_[i].kind != KernelArgument::Kind::unset, "argument ", i,
                 " of kernel '", kernel->name(), "' is not set");

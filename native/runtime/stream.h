@@ -92,6 +92,8 @@ class Stream {
  private:
   device::CommandBuffer& open_command_buffer();
   void note_buffer_use(const BufferPtr& buffer);
+  void require_encoding(const KernelFunction* kernel) const;
+  KernelArgument& argument_slot(KernelFunction* kernel, unsigned index);
   void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                        bool whole_groups);
   void count_command();

@@ -54,6 +54,13 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
+size_t storage_nbytes(int64_t extent, int32_t dtype) {
+  size_t bytes;
+  ETM_REQUIRE(!__builtin_mul_overflow(static_cast<size_t>(extent), element_size(dtype), &bytes),
+              "tensor size computation overflows");
+  return bytes;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;

@@ -36,6 +36,8 @@ class Tensor {
   int64_t numel() const;
   size_t itemsize() const;
   unsigned char* data() const;
+  // Bytes from storage->buffer->contents() to the first element.
+  size_t buffer_offset() const { return storage->buffer_offset + storage_offset * itemsize(); }
   bool is_contiguous() const;
   // Bytes from the first element the sizes and strides can reach to one past the last.
   size_t reach_bytes() const;
@@ -47,6 +49,8 @@ class Tensor {
 int64_t checked_extent(int64_t ndim, const int64_t* sizes, const int64_t* strides,
                        int64_t storage_offset);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// Bytes of `extent` elements of `dtype`; throws on overflow or an unsupported dtype.
+size_t storage_nbytes(int64_t extent, int32_t dtype);
 
 // Copies src into dst element by element on the host: any strides, src broadcast to dst's
 // shape, dtype conversion. Both tensors must be host-addressable and idle.
