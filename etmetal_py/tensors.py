@@ -2,7 +2,8 @@
 read them back.
 
 ``Tensor`` owns one handle and deletes it when collected. Wrapping is zero-copy where the
-device can use the memory in place (always on the CPU device); otherwise the data is copied
+device can use the memory in place (page-aligned memory on Metal; never on the CPU device,
+which keeps a kernel's stray writes away from Python's heap); otherwise the data is copied
 into device memory. Reading back synchronizes the calling thread's stream first.
 """
 

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "abi/handles.h"
 #include "etmetal/aoti_shim.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -56,10 +57,23 @@ T* require_out(T* pointer, const char* name) {
   return pointer;
 }
 
-inline Tensor& tensor_of(AtenTensorHandle handle) { return *Runtime::get().tensors.get(handle); }
+// The live objects behind the ABI's handles. Never destroyed, like the runtime: static
+// destructors of a model .so may still delete their handles while the process exits.
+struct Handles {
+  HandleRegistry<Tensor> tensors{"tensor"};
+  HandleRegistry<ShaderLibrary> libraries{"shader library"};
+  BorrowedHandles<KernelFunction> kernels{"kernel function"};
+};
+
+inline Handles& handles() {
+  static Handles* live = new Handles;
+  return *live;
+}
+
+inline Tensor& tensor_of(AtenTensorHandle handle) { return *handles().tensors.get(handle); }
 
 inline AtenTensorHandle new_handle(std::unique_ptr<Tensor> tensor) {
-  return reinterpret_cast<AtenTensorHandle>(Runtime::get().tensors.add(std::move(tensor)));
+  return reinterpret_cast<AtenTensorHandle>(handles().tensors.add(std::move(tensor)));
 }
 
 }  // namespace etm::abi

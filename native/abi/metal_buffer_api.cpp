@@ -42,8 +42,9 @@ extern "C" int metal_copy_memory(void* dst, const void* src, size_t nbytes, bool
       if (!is_device) continue;
       const BufferLocation location = runtime.addresses().find(pointer);
       ETM_REQUIRE(location.buffer, name, " ", pointer, " is not device memory");
-      ETM_REQUIRE(nbytes <= location.buffer->length() - location.offset, "copy of ", nbytes,
-                  " bytes runs past the end of the ", name, " allocation");
+      ETM_REQUIRE(nbytes <= location.available, "copy of ", nbytes,
+                  " bytes runs past the end of the ", name, " allocation (", location.available,
+                  " bytes left)");
     }
     // Device memory is host-addressable; wait until the device is done with it.
     if (src_is_device || dst_is_device) runtime.current_stream().wait_idle();
@@ -65,20 +66,26 @@ extern "C" bool metal_buffer_nocopy(void* ptr, size_t nbytes, bool map_ptr_to_bu
   guarded(__func__, [&] {
     ETM_REQUIRE(ptr, "ptr is null");
     ETM_REQUIRE(nbytes > 0, "cannot map 0 bytes");
+    ETM_REQUIRE(reinterpret_cast<uintptr_t>(ptr) <= UINTPTR_MAX - nbytes, "a range of ", nbytes,
+                " bytes at ", ptr, " wraps around the address space");
     Runtime& runtime = Runtime::get();
     const BufferLocation existing = runtime.addresses().find(ptr);
     if (existing.buffer) {
-      ETM_REQUIRE(nbytes <= existing.buffer->length() - existing.offset,
-                  "range overlaps the end of an existing allocation");
+      ETM_REQUIRE(nbytes <= existing.available, "range of ", nbytes,
+                  " bytes runs past the end of the allocation it starts in (", existing.available,
+                  " bytes left)");
       usable = true;
       return;
     }
+    ETM_REQUIRE(!runtime.addresses().overlaps(ptr, nbytes), "range of ", nbytes, " bytes at ",
+                ptr, " overlaps a device allocation it does not start in");
     BufferPtr wrapped;
     const device::Status status = runtime.device().new_buffer_no_copy(ptr, nbytes, &wrapped);
     ETM_REQUIRE(status.ok(), status.message());
     if (!wrapped) return;  // the device cannot use this memory in place
     if (map_ptr_to_buffer)
-      runtime.addresses().add_owned(runtime.addresses().removing_on_release(std::move(wrapped)));
+      runtime.addresses().add_owned(runtime.addresses().removing_on_release(std::move(wrapped)),
+                                    nbytes);
     usable = true;
   });
   return usable;

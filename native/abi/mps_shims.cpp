@@ -15,7 +15,7 @@ using etm::abi::tensor_of;
 namespace {
 
 KernelFunction& kernel_of(AOTIMetalKernelFunctionHandle handle) {
-  return *Runtime::get().kernels.get(handle);
+  return *abi::handles().kernels.get(handle);
 }
 
 // The allocation holding `pointer`; throws when it is not device memory.
@@ -24,6 +24,14 @@ BufferLocation device_location(const void* pointer, const char* what) {
   BufferLocation location = Runtime::get().addresses().find(pointer);
   ETM_REQUIRE(location.buffer, what, " ", pointer, " is not inside a live device allocation");
   return location;
+}
+
+// Throws unless `length` bytes at `offset` past the pointer stay inside its allocation.
+void require_within(const BufferLocation& location, size_t offset, size_t length,
+                    const char* what) {
+  ETM_REQUIRE(offset <= location.available && length <= location.available - offset, length,
+              " bytes at offset ", offset, " of ", what, " run past the end of its allocation (",
+              location.available, " bytes from ", what, ")");
 }
 
 void dispatch(AOTIMetalKernelFunctionHandle func, device::Size3 grid,
@@ -46,16 +54,16 @@ extern "C" AOTITorchError aoti_torch_mps_create_shader_library(
         Runtime::get().device().new_library(metal_shader_source, &library);
     ETM_REQUIRE(status.ok() && library, "cannot compile the shader library: ", status.message());
     *library_handle = reinterpret_cast<AOTIMetalShaderLibraryHandle>(
-        Runtime::get().libraries.add(std::make_unique<ShaderLibrary>(std::move(library))));
+        abi::handles().libraries.add(std::make_unique<ShaderLibrary>(std::move(library))));
   });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_delete_shader_library(
     AOTIMetalShaderLibraryHandle library_handle) {
   return guarded(__func__, [&] {
-    Runtime& runtime = Runtime::get();
-    std::unique_ptr<ShaderLibrary> library = runtime.libraries.remove(library_handle);
-    for (KernelFunction* kernel : library->kernels()) runtime.kernels.remove(kernel);
+    abi::Handles& handles = abi::handles();
+    std::unique_ptr<ShaderLibrary> library = handles.libraries.remove(library_handle);
+    for (KernelFunction* kernel : library->kernels()) handles.kernels.withdraw(kernel);
   });
 }
 
@@ -65,10 +73,10 @@ extern "C" AOTITorchError aoti_torch_mps_get_kernel_function(
   return guarded_encoding(__func__, [&] {
     require_out(function_handle, "function_handle");
     ETM_REQUIRE(kernel_name, "kernel_name is null");
-    Runtime& runtime = Runtime::get();
-    KernelFunction* kernel = runtime.libraries.get(library_handle)->kernel(kernel_name);
-    runtime.kernels.add(kernel);
-    *function_handle = reinterpret_cast<AOTIMetalKernelFunctionHandle>(kernel);
+    abi::Handles& handles = abi::handles();
+    KernelFunction* kernel = handles.libraries.get(library_handle)->kernel(kernel_name);
+    *function_handle =
+        reinterpret_cast<AOTIMetalKernelFunctionHandle>(handles.kernels.handle_for(kernel));
   });
 }
 
@@ -181,10 +189,11 @@ extern "C" AOTITorchError aoti_torch_mps_memcpy(void* buffer, size_t constant_of
     if (data_size == 0) return;
     ETM_REQUIRE(constants_start, "constants_start is null");
     const BufferLocation target = device_location(buffer, "buffer");
-    const size_t available = target.buffer->length() - target.offset;
-    ETM_REQUIRE(constant_offset <= available && data_size <= available - constant_offset,
-                "copying ", data_size, " bytes at offset ", constant_offset,
-                " runs past the end of the allocation");
+    require_within(target, constant_offset, data_size, "buffer");
+    ETM_REQUIRE(reinterpret_cast<uintptr_t>(constants_start) <= UINTPTR_MAX - bytes_read &&
+                    reinterpret_cast<uintptr_t>(constants_start) + bytes_read <=
+                        UINTPTR_MAX - data_size,
+                "the source range wraps around the address space");
     std::memcpy(static_cast<unsigned char*>(buffer) + constant_offset, constants_start + bytes_read,
                 data_size);
   });
@@ -196,6 +205,8 @@ extern "C" AOTITorchError aoti_torch_mps_copy_buffer(void* src_buffer, void* dst
   return guarded_encoding(__func__, [&] {
     const BufferLocation source = device_location(src_buffer, "src_buffer");
     const BufferLocation destination = device_location(dst_buffer, "dst_buffer");
+    require_within(source, src_offset, data_size, "src_buffer");
+    require_within(destination, dst_offset, data_size, "dst_buffer");
     Runtime::get().current_stream().copy_buffer(source.buffer, source.offset + src_offset,
                                                 destination.buffer, destination.offset + dst_offset,
                                                 data_size);

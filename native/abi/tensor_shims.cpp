@@ -129,6 +129,7 @@ extern "C" AOTITorchError aoti_torch_create_tensor_from_blob_v2(
   return guarded(__func__, [&] {
     require_out(ret, "ret");
     ETM_REQUIRE(layout == 0, "layout ", layout, " is not supported (only strided, 0)");
+    ETM_REQUIRE(opaque_metadata_size >= 0, "negative opaque metadata size ", opaque_metadata_size);
     ETM_REQUIRE(opaque_metadata == nullptr || opaque_metadata_size == 0,
                 "opaque tensor metadata is not supported");
     *ret = abi::new_handle(abi::make_blob_tensor(data, ndim, sizes_ptr, strides_ptr, storage_offset,
@@ -149,10 +150,7 @@ extern "C" AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, 
                 "storage offset overflows");
     const int64_t extent = checked_extent(ndim, sizes_ptr, strides_ptr, offset);
     // The view may reach past the storage's nominal size but never past its allocation.
-    const size_t available = source.storage->buffer
-                                 ? source.storage->buffer->length() - source.storage->buffer_offset
-                                 : 0;
-    ETM_REQUIRE(storage_nbytes(extent, source.dtype) <= std::max(available, source.storage->nbytes),
+    ETM_REQUIRE(storage_nbytes(extent, source.dtype) <= source.storage->capacity,
                 "view reaches ", extent, " elements, past the end of its storage");
     auto view = std::make_unique<Tensor>(source);
     view->sizes.assign(sizes_ptr, sizes_ptr + ndim);
@@ -163,7 +161,7 @@ extern "C" AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, 
 }
 
 extern "C" AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor) {
-  return guarded(__func__, [&] { Runtime::get().tensors.remove(tensor); });
+  return guarded(__func__, [&] { abi::handles().tensors.remove(tensor); });
 }
 
 extern "C" AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle,

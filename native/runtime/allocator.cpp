@@ -14,9 +14,9 @@ size_t round_to_page(size_t bytes) {
 
 }  // namespace
 
-void AddressMap::add_observed(const BufferPtr& buffer) {
+void AddressMap::add_observed(const BufferPtr& buffer, size_t length) {
   std::unique_lock lock(mutex_);
-  entries_[reinterpret_cast<uintptr_t>(buffer->contents())] = Entry{buffer->length(), buffer, {}};
+  entries_[reinterpret_cast<uintptr_t>(buffer->contents())] = Entry{length, buffer, {}};
 }
 
 BufferPtr AddressMap::removing_on_release(BufferPtr buffer) {
@@ -24,10 +24,9 @@ BufferPtr AddressMap::removing_on_release(BufferPtr buffer) {
   return BufferPtr(raw, [this, buffer = std::move(buffer)](device::Buffer*) { remove(buffer->contents()); });
 }
 
-void AddressMap::add_owned(BufferPtr buffer) {
+void AddressMap::add_owned(BufferPtr buffer, size_t length) {
   std::unique_lock lock(mutex_);
   const auto base = reinterpret_cast<uintptr_t>(buffer->contents());
-  const size_t length = buffer->length();
   entries_[base] = Entry{length, {}, std::move(buffer)};
 }
 
@@ -45,7 +44,19 @@ BufferLocation AddressMap::find(const void* pointer) const {
   if (address - it->first >= it->second.length) return {};
   BufferPtr buffer = it->second.owned ? it->second.owned : it->second.observed.lock();
   if (!buffer) return {};
-  return {std::move(buffer), static_cast<size_t>(address - it->first)};
+  const size_t offset = address - it->first;
+  return {std::move(buffer), offset, it->second.length - offset};
+}
+
+bool AddressMap::overlaps(const void* pointer, size_t length) const {
+  if (length == 0) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(pointer);
+  const uintptr_t last = begin + (length - 1);
+  std::shared_lock lock(mutex_);
+  auto it = entries_.upper_bound(last);  // the first entry starting past the range
+  if (it == entries_.begin()) return false;
+  --it;  // the last entry starting inside or before the range
+  return it->first >= begin || begin - it->first < it->second.length;
 }
 
 BufferPtr AddressMap::release_owned(const void* base) {
@@ -107,7 +118,7 @@ BufferPtr Allocator::allocate(size_t bytes) {
     addresses->remove(raw->contents());
     if (auto owner = alive.lock(); owner && *owner) (*owner)->recycle(std::move(raw), length);
   });
-  addresses_.add_observed(handed);
+  addresses_.add_observed(handed, bytes);
   return handed;
 }
 

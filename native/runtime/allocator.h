@@ -17,20 +17,25 @@ using BufferPtr = std::shared_ptr<device::Buffer>;
 
 struct BufferLocation {
   BufferPtr buffer;
-  size_t offset = 0;  // bytes from buffer->contents() to the pointer
+  size_t offset = 0;     // bytes from buffer->contents() to the pointer
+  size_t available = 0;  // bytes from the pointer to the end of the allocation
 };
 
 // Pointer -> (buffer, offset) by interval lookup. Entries either own their buffer (explicit
 // allocations freed by pointer) or observe it (tensor storage, freed with its last user).
+// An entry spans the bytes that were asked for, not the device's rounded-up length: a range
+// past what the caller allocated is an error even where the page would hold it.
 class AddressMap {
  public:
-  void add_observed(const BufferPtr& buffer);
+  void add_observed(const BufferPtr& buffer, size_t length);
   // A reference to `buffer` whose last copy removes the buffer's entry from this map.
   BufferPtr removing_on_release(BufferPtr buffer);
-  void add_owned(BufferPtr buffer);
+  void add_owned(BufferPtr buffer, size_t length);
   void remove(const void* base);
-  // The buffer whose [contents, contents + length) holds `pointer`, or a null buffer.
+  // The allocation whose [contents, contents + length) holds `pointer`, or a null buffer.
   BufferLocation find(const void* pointer) const;
+  // Whether any live allocation shares a byte with [pointer, pointer + length).
+  bool overlaps(const void* pointer, size_t length) const;
   // Gives up ownership of the owned entry that starts exactly at `base` and returns its
   // buffer (null when there is none). While tensors still use the buffer, the entry stays
   // to resolve their pointers.

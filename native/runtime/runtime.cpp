@@ -55,7 +55,7 @@ void* Runtime::allocate_raw(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   BufferPtr allocation = allocator_->allocate(nbytes);
   void* contents = allocation->contents();
-  addresses_.add_owned(std::move(allocation));
+  addresses_.add_owned(std::move(allocation), nbytes);
   return contents;
 }
 
@@ -64,6 +64,7 @@ bool Runtime::release_raw(void* pointer) { return addresses_.release_owned(point
 std::shared_ptr<Storage> Runtime::new_storage(size_t nbytes) {
   auto storage = std::make_shared<Storage>();
   storage->nbytes = nbytes;
+  storage->capacity = nbytes;
   if (nbytes > 0) storage->buffer = allocator_->allocate(nbytes);
   return storage;
 }
@@ -93,20 +94,27 @@ std::shared_ptr<Storage> Runtime::storage_for(void* data, size_t nbytes) {
   }
   BufferLocation location = addresses_.find(data);
   if (location.buffer) {
-    ETM_REQUIRE(nbytes <= location.buffer->length() - location.offset,
-                "tensor of ", nbytes, " bytes at ", data, " runs past the end of its allocation");
+    ETM_REQUIRE(nbytes <= location.available, "tensor of ", nbytes, " bytes at ", data,
+                " runs past the end of its allocation (", location.available, " bytes left)");
     storage->buffer = std::move(location.buffer);
     storage->buffer_offset = location.offset;
+    storage->capacity = location.available;
     return storage;
   }
   if (nbytes == 0) return storage;
+  ETM_REQUIRE(reinterpret_cast<uintptr_t>(data) <= UINTPTR_MAX - nbytes, "memory at ", data,
+              " of ", nbytes, " bytes wraps around the address space");
+  ETM_REQUIRE(!addresses_.overlaps(data, nbytes), "memory at ", data, " of ", nbytes,
+              " bytes overlaps a device allocation it does not start in");
   BufferPtr wrapped;
   const device::Status status = device_->new_buffer_no_copy(data, nbytes, &wrapped);
   ETM_REQUIRE(status.ok(), "cannot use memory at ", data, " as device memory: ", status.message());
   ETM_REQUIRE(wrapped, "memory at ", data, " is not an etmetal allocation and the ",
-              device_->kind(), " device cannot use it in place (it must be page-aligned); ",
-              "allocate it with aoti_torch_mps_malloc or metal_allocate_buffer");
+              device_->kind(), " device cannot use it in place (Metal maps page-aligned memory, ",
+              "the CPU device none); allocate it with aoti_torch_mps_malloc or ",
+              "metal_allocate_buffer");
   storage->buffer = std::move(wrapped);
+  storage->capacity = nbytes;
   return storage;
 }
 

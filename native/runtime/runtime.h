@@ -1,4 +1,4 @@
-// The process-wide runtime: the device, its memory, the live handles, and each thread's
+// The process-wide runtime: the device, its memory, and each thread's
 // stream. Created on first use and never destroyed (worker threads and completion handlers
 // may still run while the process exits).
 #pragma once
@@ -8,7 +8,6 @@
 
 #include "device/device.h"
 #include "runtime/allocator.h"
-#include "runtime/handles.h"
 #include "runtime/library.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
@@ -26,10 +25,6 @@ class Runtime {
   // The calling thread's stream, created on first use and finished when the thread exits.
   Stream& current_stream();
   const CommitPolicy& policy() const { return policy_; }
-
-  HandleRegistry<Tensor> tensors{"tensor"};
-  HandleRegistry<ShaderLibrary> libraries{"shader library"};
-  BorrowedHandles<KernelFunction> kernels{"kernel function"};
 
   // Tensor storage over caller memory: inside a live allocation it shares that allocation,
   // anywhere else the device wraps it in place.

@@ -100,6 +100,15 @@ void Stream::dispatch_groups(KernelFunction* kernel, device::Size3 groups, devic
   encode_dispatch(kernel, groups, group, true);
 }
 
+namespace {
+
+// Thread positions are 32-bit in MSL (uint3): a grid dimension must be addressable by one.
+constexpr uint64_t kMaxGridDimension = UINT32_MAX;
+
+bool any_zero(device::Size3 size) { return size.x == 0 || size.y == 0 || size.z == 0; }
+
+}  // namespace
+
 void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                              bool whole_groups) {
   require_encoding(kernel);
@@ -107,12 +116,28 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     ETM_REQUIRE(arguments_[i].kind != KernelArgument::Kind::unset, "argument ", i,
                 " of kernel '", kernel->name(), "' is not set");
   }
-  if (size.volume() == 0) return;  // nothing to run; Metal rejects empty grids
+  if (any_zero(size)) return;  // nothing to run; Metal rejects empty grids
   const uint64_t max_threads = kernel->max_threads_per_group();
-  ETM_REQUIRE(group.x > 0 && group.y > 0 && group.z > 0, "threadgroup size must be positive");
-  ETM_REQUIRE(group.volume() <= max_threads, "threadgroup of ", group.x, "x", group.y, "x",
-              group.z, " threads exceeds kernel '", kernel->name(), "''s maximum of ",
-              max_threads);
+  ETM_REQUIRE(!any_zero(group), "threadgroup size must be positive");
+  ETM_REQUIRE(group.x <= max_threads && group.y <= max_threads && group.z <= max_threads &&
+                  group.volume() <= max_threads,
+              "threadgroup of ", group.x, "x", group.y, "x", group.z, " threads exceeds kernel '",
+              kernel->name(), "''s maximum of ", max_threads);
+  device::Size3 threads = size;
+  if (whole_groups) {
+    ETM_REQUIRE(!__builtin_mul_overflow(size.x, group.x, &threads.x) &&
+                    !__builtin_mul_overflow(size.y, group.y, &threads.y) &&
+                    !__builtin_mul_overflow(size.z, group.z, &threads.z),
+                "dispatch of ", size.x, "x", size.y, "x", size.z, " threadgroups overflows");
+  }
+  uint64_t plane, volume;
+  ETM_REQUIRE(threads.x <= kMaxGridDimension && threads.y <= kMaxGridDimension &&
+                  threads.z <= kMaxGridDimension &&
+                  !__builtin_mul_overflow(threads.x, threads.y, &plane) &&
+                  !__builtin_mul_overflow(plane, threads.z, &volume),
+              "grid of ", threads.x, "x", threads.y, "x", threads.z,
+              " threads is too large (at most ", kMaxGridDimension,
+              " per dimension, and a total that fits 64 bits)");
   size_t threadgroup_bytes = kernel->pipeline()->static_threadgroup_memory_length();
   for (size_t length : threadgroup_memory_) threadgroup_bytes += length;
   ETM_REQUIRE(threadgroup_bytes <= kMaxThreadgroupMemory, "kernel '", kernel->name(), "' needs ",

@@ -34,6 +34,8 @@ int64_t checked_extent(int64_t ndim, const int64_t* sizes, const int64_t* stride
   }
   for (int64_t d = 0; d < ndim; ++d)
     if (sizes[d] == 0) return 0;
+  int64_t numel = 1;  // numel() multiplies without checks: it must fit here
+  for (int64_t d = 0; d < ndim; ++d) numel = checked_multiply(numel, sizes[d]);
   std::vector<int64_t> fallback;
   if (!strides) {
     fallback = contiguous_strides(std::vector<int64_t>(sizes, sizes + ndim));

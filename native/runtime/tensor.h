@@ -14,6 +14,8 @@ struct Storage {
   BufferPtr buffer;         // null only for an empty storage
   size_t buffer_offset = 0; // bytes from buffer->contents() to the storage's start
   size_t nbytes = 0;
+  // Bytes of the allocation from the storage's start on (>= nbytes): how far views may reach.
+  size_t capacity = 0;
   unsigned char* data() const {
     return buffer ? static_cast<unsigned char*>(buffer->contents()) + buffer_offset : nullptr;
   }

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -17,21 +18,38 @@ namespace etm::device::cpu {
 namespace {
 
 constexpr size_t kAlignment = 16384;  // matches Metal's page size on Apple silicon
+// Inaccessible address space on each side of an allocation: a kernel that runs off its buffer
+// faults there instead of writing into another allocation or the host heap.
+constexpr size_t kGuardBytes = 256 * 1024;
 
+// Shared memory with guard zones: [guard][length bytes, kAlignment-aligned][guard], mapped
+// PROT_NONE except the middle.
 class HostBuffer final : public Buffer {
  public:
-  HostBuffer(void* memory, size_t length, bool owned)
-      : memory_(memory), length_(length), owned_(owned) {}
-  ~HostBuffer() override {
-    if (owned_) std::free(memory_);
+  static std::shared_ptr<HostBuffer> map(size_t length) {
+    const size_t reserved = kGuardBytes + kAlignment + length + kGuardBytes;
+    void* region = mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region == MAP_FAILED) return nullptr;
+    const auto base = reinterpret_cast<uintptr_t>(region);
+    const uintptr_t start = (base + kGuardBytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (mprotect(reinterpret_cast<void*>(start), length, PROT_READ | PROT_WRITE) != 0) {
+      munmap(region, reserved);
+      return nullptr;
+    }
+    return std::shared_ptr<HostBuffer>(
+        new HostBuffer(region, reserved, reinterpret_cast<void*>(start), length));
   }
+  ~HostBuffer() override { munmap(region_, reserved_); }
   void* contents() override { return memory_; }
   size_t length() const override { return length_; }
 
  private:
+  HostBuffer(void* region, size_t reserved, void* memory, size_t length)
+      : region_(region), reserved_(reserved), memory_(memory), length_(length) {}
+  void* region_;
+  size_t reserved_;
   void* memory_;
   size_t length_;
-  bool owned_;
 };
 
 struct BoundBuffer {
@@ -307,15 +325,16 @@ class HostDevice final : public Device {
   }
 
   Status new_buffer(size_t length, std::shared_ptr<Buffer>* out) override {
-    const size_t rounded = (length + kAlignment - 1) / kAlignment * kAlignment;
-    if (rounded < length) return Status::error("buffer length overflows");
-    void* memory = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-    if (!memory) return Status::error("out of memory allocating " + std::to_string(length) + " bytes");
-    *out = std::make_shared<HostBuffer>(memory, rounded, true);
+    if (length > SIZE_MAX / 2) return Status::error("buffer length " + std::to_string(length) + " is too large");
+    const size_t rounded = std::max(kAlignment, (length + kAlignment - 1) / kAlignment * kAlignment);
+    *out = HostBuffer::map(rounded);
+    if (!*out) return Status::error("out of memory allocating " + std::to_string(length) + " bytes");
     return {};
   }
-  Status new_buffer_no_copy(void* pointer, size_t length, std::shared_ptr<Buffer>* out) override {
-    *out = std::make_shared<HostBuffer>(pointer, length, false);
+  // Caller memory is never bound in place: nothing could stop a kernel's stray write from
+  // running past it into the caller's heap. Callers copy into device memory instead.
+  Status new_buffer_no_copy(void*, size_t, std::shared_ptr<Buffer>* out) override {
+    out->reset();
     return {};
   }
   Status new_library(const std::string& source, std::shared_ptr<Library>* out) override {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -11,6 +13,14 @@
 
 namespace etm::device::cpu {
 namespace {
+
+// An attribute's integer literal (decimal, hex or octal); UINT32_MAX when it does not fit,
+// so that range checks reject it instead of seeing the value wrapped.
+uint32_t attribute_integer(const std::string& text) {
+  errno = 0;
+  const unsigned long long value = std::strtoull(text.c_str(), nullptr, 0);
+  return errno == ERANGE || value > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(value);
+}
 
 // ------------------------------------------------------------------------------ lexer
 
@@ -935,7 +945,7 @@ class Translator {
             !std::isdigit(static_cast<unsigned char>(a.arguments[0][0]))) {
           return fail(line, "max_total_threads_per_threadgroup needs an integer literal");
         }
-        max_threads = static_cast<uint32_t>(std::stoul(a.arguments[0], nullptr, 0));
+        max_threads = attribute_integer(a.arguments[0]);
         if (max_threads == 0 || max_threads > 1024) {
           return fail(line, "max_total_threads_per_threadgroup must be in 1..1024");
         }
@@ -1196,7 +1206,7 @@ class Translator {
     std::set<uint32_t> used;
     for (const Parameter& p : parameters) {
       for (const AttributeItem& a : p.attributes) {
-        if (a.name == "buffer" && !a.arguments.empty()) used.insert(static_cast<uint32_t>(std::stoul(a.arguments[0], nullptr, 0)));
+        if (a.name == "buffer" && !a.arguments.empty()) used.insert(attribute_integer(a.arguments[0]));
       }
     }
     uint32_t next_positional = 0;
@@ -1222,10 +1232,11 @@ class Translator {
           fail(line, label + ": [[" + binding->name + "(n)]] needs an integer literal");
           return false;
         }
-        argument.index = static_cast<uint32_t>(std::stoul(binding->arguments[0], nullptr, 0));
+        argument.index = attribute_integer(binding->arguments[0]);
         argument.kind = binding->name == "buffer" ? KernelArgumentKind::buffer : KernelArgumentKind::threadgroup_memory;
-        if (argument.kind == KernelArgumentKind::buffer && argument.index >= 31) {
-          fail(line, label + ": buffer index " + binding->arguments[0] + " is out of range (0..30)");
+        if (argument.index >= 31) {
+          fail(line, label + ": " + binding->name + " index " + binding->arguments[0] +
+                         " is out of range (0..30)");
           return false;
         }
         if (!p.is_pointer && !p.is_reference && !p.is_array) {
