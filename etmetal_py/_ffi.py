@@ -82,4 +82,6 @@ def check(code: int, what: str = "") -> None:
     """Raises EtmetalError with the runtime's message when a call returned non-zero."""
     if code != 0:
         message = last_error()
-        raise EtmetalError(f"{what}: {message}" if what else message)
+        # The library names the C function that failed; `what` adds context it lacks.
+        named = not what or message.startswith(f"{what}:")
+        raise EtmetalError(message if named else f"{what}: {message}")

@@ -224,7 +224,7 @@ def _wrap(array: np.ndarray, code: int, device: int):
 def synchronize(sync_type: int = 2) -> None:
     """Applies a sync type (default COMMIT_AND_WAIT) to the calling thread's stream; raises
     EtmetalError with the sticky error if the stream has one."""
-    check(lib.etmetal_synchronize(sync_type), "etmetal_synchronize")
+    check(lib.etmetal_synchronize(sync_type))
 
 
 __all__ = ["CPU", "MPS", "BFLOAT16", "EtmetalError", "Tensor", "dtype_code", "synchronize"]

@@ -1,5 +1,8 @@
 // Every extern "C" entry point runs its body through one of these guards: exceptions become
 // return code 1 plus the thread's last-error message, and are logged. Nothing escapes.
+// The error policy: the message is "<C function>: <what went wrong>", the function named once,
+// here; code below the ABI never names C functions. A success clears the thread's last error,
+// as etmetal.h documents.
 #pragma once
 
 #include <exception>
@@ -12,8 +15,9 @@
 
 namespace etm::abi {
 
+// `function` is null when `what` already names the function that failed.
 inline AOTITorchError report_failure(const char* function, const char* what, bool poison) {
-  const std::string message = concat(function, ": ", what);
+  const std::string message = function ? concat(function, ": ", what) : std::string(what);
   set_last_error(message);
   log(LogLevel::error, message);
   if (poison) {
@@ -30,7 +34,10 @@ template <typename Body>
 AOTITorchError guarded_call(const char* function, bool poison, Body&& body) noexcept {
   try {
     body();
+    clear_last_error();
     return 0;
+  } catch (const AttributedError& error) {
+    return report_failure(nullptr, error.what(), poison);
   } catch (const std::exception& error) {
     return report_failure(function, error.what(), poison);
   } catch (...) {

@@ -14,6 +14,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// An error whose message already names the C function that failed (a stream's sticky error,
+// recorded by an earlier call): the ABI reports it as it is, without a second function name.
+class AttributedError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Parts>
 std::string concat(Parts&&... parts) {
   std::ostringstream out;

@@ -1,6 +1,7 @@
 #include "runtime/stream.h"
 
 #include <cstring>
+#include <utility>
 
 #include "runtime/error.h"
 #include "runtime/library.h"
@@ -256,7 +257,9 @@ void Stream::add_completion_check(std::function<std::string()> check) {
 
 void Stream::poison(const std::string& message) {
   std::lock_guard lock(shared_->mutex);
-  if (shared_->sticky_error.empty()) shared_->sticky_error = message;
+  if (!shared_->sticky_error.empty()) return;
+  shared_->sticky_error = message;
+  shared_->sticky_attributed = true;
 }
 
 void Stream::synchronize(SyncType type) {
@@ -275,11 +278,15 @@ void Stream::synchronize(SyncType type) {
       wait_idle();
       start_encoding(nullptr);  // bound arguments no longer hold their buffers
       std::string error;
+      bool attributed;
       {
         std::lock_guard lock(shared_->mutex);
         error.swap(shared_->sticky_error);
+        attributed = std::exchange(shared_->sticky_attributed, false);
       }
-      if (!error.empty()) fail(error);
+      if (error.empty()) return;
+      if (attributed) throw AttributedError(error);
+      fail(error);
       return;
     }
   }

@@ -80,7 +80,8 @@ class Stream {
   void synchronize(SyncType type);
   // Submits and waits for everything, leaving the sticky error in place (for host reads).
   void wait_idle();
-  // Records an error that the next waiting synchronize reports (first error wins).
+  // Records an error that the next waiting synchronize reports (first error wins). The
+  // message names the call that failed; synchronize reports it as an AttributedError.
   void poison(const std::string& message);
   // Runs `check` once the open command buffer completes; a non-empty result becomes the
   // sticky error. Call it before encoding the work it checks, so both share a buffer.
@@ -119,6 +120,7 @@ class Stream {
   struct Shared {
     std::mutex mutex;
     std::string sticky_error;
+    bool sticky_attributed = false;  // the message names its C function (see poison)
     std::atomic<int64_t> committed{0};
     std::atomic<int64_t> completed{0};
   };

@@ -34,7 +34,11 @@ typedef enum etmetal_sync_type {
  * stream holds a sticky error (a failed command buffer or a failed call during encoding). */
 ETMETAL_API AOTITorchError etmetal_synchronize(int32_t sync_type);
 
-/* The calling thread's last error message; "" when none. Valid until the thread's next call. */
+/* Why the calling thread's most recent call failed: "<function>: <reason>"; "" when that
+ * call succeeded. Every function that reports failure (a return code, a null or false result)
+ * sets or clears it; functions that cannot fail leave it alone. A failure that an earlier
+ * encoding call recorded and etmetal_synchronize reports keeps that call's name. Valid until
+ * the thread's next call. */
 ETMETAL_API const char* etmetal_last_error(void);
 /* Human-readable name of the device, e.g. "Apple M2 Pro" or "CPU (x86_64, 2 threads)". */
 ETMETAL_API const char* etmetal_device_name(void);
