@@ -42,3 +42,80 @@ def test_two_threads_allocate_and_copy_concurrently(no_leaks):
     for t in threads:
         t.join()
     assert errors == []
+
+
+
+AFFINE = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void affine(device uint* x [[buffer(0)]], constant uint* ab [[buffer(1)]],
+                   uint i [[thread_position_in_grid]]) { x[i] = x[i] * ab[0] + ab[1]; }
+"""
+
+
+def test_eight_threads_pass_tensors_without_waiting(no_leaks):
+    """Cross-thread ordering: each thread applies x = 3x + (its index + 1) in place a few
+    times (order matters), only commits (no wait) and hands the tensor to the next thread.
+    The receiving thread's work, and the final host read on the main thread, must come after
+    every earlier thread's."""
+    import queue
+
+    from etmetal_py.kernels import compile_library
+
+    library = compile_library(AFFINE)
+    affine = library.function("affine")
+    threads, tokens, laps, repeats, n = 8, 4, 2, 8, 1 << 20
+    coefficients = [Tensor.from_array(np.array([3, i + 1], dtype=np.uint32), copy=True)
+                    for i in range(threads)]
+    inboxes = [queue.Queue() for _ in range(threads)]
+    finished, errors = queue.Queue(), []
+
+    def worker(index):
+        try:
+            for _ in range(tokens * laps):
+                token, hops = inboxes[index].get()
+                if token is None:
+                    return
+                for _ in range(repeats):
+                    etmetal_py.check(lib.aoti_torch_mps_start_encoding(affine.handle))
+                    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(affine.handle, 0, token.handle))
+                    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(
+                        affine.handle, 1, coefficients[index].handle))
+                    etmetal_py.check(lib.aoti_torch_mps_dispatch_single(affine.handle, n))
+                etmetal_py.synchronize(1)  # COMMIT: submitted, not waited for
+                hops += 1
+                if hops == threads * laps:
+                    finished.put(token)
+                else:
+                    inboxes[(index + 1) % threads].put((token, hops))
+            etmetal_py.synchronize()
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+            for box in inboxes:
+                box.put((None, None))
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for k in range(tokens):
+        inboxes[0].put((Tensor.from_array(np.full(n, k, dtype=np.uint32), copy=True), 0))
+    results = [finished.get(timeout=600) for _ in range(tokens)]
+    for t in workers:
+        t.join()
+    assert not errors, errors
+    expected = []
+    for start in range(tokens):
+        value = start
+        for hop in range(threads * laps):
+            for _ in range(repeats):
+                value = (value * 3 + hop % threads + 1) % (1 << 32)
+        expected.append(value)
+    observed = []
+    for token in results:
+        data = token.numpy()
+        assert (data == data[0]).all()
+        observed.append(int(data[0]))
+        token.delete()
+    assert sorted(observed) == sorted(expected)
+    for c in coefficients:
+        c.delete()

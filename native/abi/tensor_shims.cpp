@@ -187,6 +187,8 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     return;
   }
   stream.wait_idle();
+  stream.wait_for_other_streams(dst.storage->buffer);
+  stream.wait_for_other_streams(src.storage->buffer);
   copy_elements(dst, src);
 }
 
@@ -226,7 +228,13 @@ extern "C" AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHand
 }
 
 extern "C" AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr) {
-  return guarded(__func__, [&] { *require_out(ret_data_ptr, "ret_data_ptr") = tensor_of(tensor).data(); });
+  return guarded(__func__, [&] {
+    require_out(ret_data_ptr, "ret_data_ptr");
+    const Tensor& t = tensor_of(tensor);
+    // The host may touch the memory next: another thread's committed work on it goes first.
+    if (t.storage) Runtime::get().current_stream().wait_for_other_streams(t.storage->buffer);
+    *ret_data_ptr = t.data();
+  });
 }
 
 extern "C" AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle tensor, int64_t* ret_size) {
@@ -348,7 +356,9 @@ AOTITorchError read_item(const char* function, AtenTensorHandle handle, DType dt
     require_out(out, "ret_value");
     const Tensor& t = tensor_of(handle);
     ETM_REQUIRE(t.numel() == 1, "a tensor with ", t.numel(), " elements has no single value");
-    Runtime::get().current_stream().wait_idle();
+    Stream& stream = Runtime::get().current_stream();
+    stream.wait_idle();
+    stream.wait_for_other_streams(t.storage->buffer);
     convert_elements(t.data(), t.dtype, out, static_cast<int32_t>(dtype), 1);
   });
 }

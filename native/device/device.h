@@ -55,6 +55,12 @@ class Pipeline {
   virtual uint32_t max_total_threads_per_threadgroup() const = 0;
   virtual uint32_t thread_execution_width() const = 0;
   virtual size_t static_threadgroup_memory_length() const = 0;
+  // Whether the kernel may write the buffer bound at `index` (false for `constant` and
+  // `const device` parameters). Orders work across streams; when unsure, true.
+  virtual bool writes_buffer(uint32_t index) const {
+    (void)index;
+    return true;
+  }
 };
 
 // Compiled Metal Shading Language source (MTLLibrary).

@@ -47,7 +47,7 @@ Runtime& Runtime::get() {
 
 Stream& Runtime::current_stream() {
   thread_local std::unique_ptr<Stream> stream;
-  if (!stream) stream = std::make_unique<Stream>(*device_, policy_);
+  if (!stream) stream = std::make_unique<Stream>(*device_, policy_, write_order_);
   return *stream;
 }
 

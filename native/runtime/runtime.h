@@ -47,6 +47,7 @@ class Runtime {
 
   std::unique_ptr<device::Device> device_;
   AddressMap addresses_;
+  WriteOrder write_order_;
   std::unique_ptr<Allocator> allocator_;
   CommitPolicy policy_;
 };

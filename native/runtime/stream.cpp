@@ -8,10 +8,12 @@
 
 namespace etm {
 
-Stream::Stream(device::Device& device, CommitPolicy policy)
+Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
     : device_(device),
       queue_(device.new_command_queue()),
       policy_(policy),
+      write_order_(order),
+      progress_(std::make_shared<StreamProgress>()),
       shared_(std::make_shared<Shared>()) {
   ETM_REQUIRE(queue_, "the device could not create a command queue");
 }
@@ -31,14 +33,23 @@ device::CommandBuffer& Stream::open_command_buffer() {
     open_commands_ = 0;
     open_bytes_ = 0;
     open_buffers_.clear();
+    open_written_.clear();
     since_barrier_.clear();
   }
   return *open_;
 }
 
-void Stream::note_buffer_use(const BufferPtr& buffer) {
-  if (open_buffers_.insert(buffer.get()).second)
-    open_bytes_ += static_cast<int64_t>(buffer->length());
+// Waits for other streams once per buffer and command buffer (and once more on its first
+// write there), so that the shared WriteOrder stays off the per-dispatch path.
+void Stream::note_buffer_use(const BufferPtr& buffer, bool writing) {
+  const bool first_use = open_buffers_.insert(buffer.get()).second;
+  const bool first_write = writing && open_written_.insert(buffer.get()).second;
+  if (first_use) open_bytes_ += static_cast<int64_t>(buffer->length());
+  if (first_use || first_write) write_order_.wait_before_use(buffer.get(), progress_.get(), writing);
+}
+
+void Stream::wait_for_other_streams(const BufferPtr& buffer) {
+  if (buffer) write_order_.wait_before_use(buffer.get(), progress_.get(), true);
 }
 
 void Stream::start_encoding(KernelFunction* kernel) {
@@ -166,7 +177,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     }
     encoder.set_buffer(argument.buffer, argument.offset, index);
     if (!argument.buffer) continue;  // an empty tensor: bound as nil
-    note_buffer_use(argument.buffer);
+    note_buffer_use(argument.buffer, kernel->pipeline()->writes_buffer(index));
     since_barrier_.insert(argument.buffer.get());
   }
   for (size_t i = 0; i < threadgroup_memory_.size(); ++i)
@@ -192,8 +203,8 @@ void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr desti
               "copy writes past the end of its destination allocation");
   if (length == 0) return;
   device::CommandBuffer& command_buffer = open_command_buffer();
-  note_buffer_use(source);
-  note_buffer_use(destination);
+  note_buffer_use(source, false);
+  note_buffer_use(destination, true);
   command_buffer.copy_buffer(std::move(source), source_offset, std::move(destination),
                              destination_offset, length);
   since_barrier_.clear();  // a blit ends the compute encoder; the next one starts fresh
@@ -205,7 +216,7 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
               "fill writes past the end of its allocation");
   if (length == 0) return;
   device::CommandBuffer& command_buffer = open_command_buffer();
-  note_buffer_use(destination);
+  note_buffer_use(destination, true);
   command_buffer.fill_buffer(std::move(destination), offset, length, value);
   since_barrier_.clear();
   count_command();
@@ -213,8 +224,14 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
 
 void Stream::commit_open() {
   if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
+  std::vector<const device::Buffer*> written(open_written_.begin(), open_written_.end());
+  std::vector<const device::Buffer*> read;
+  for (const device::Buffer* buffer : open_buffers_)
+    if (!open_written_.count(buffer)) read.push_back(buffer);
+  write_order_.record(progress_, progress_->next_sequence(), written, read);
   std::weak_ptr<Shared> shared = shared_;
-  open_->add_completed_handler([shared](const device::Status& status) {
+  open_->add_completed_handler([shared, progress = progress_](const device::Status& status) {
+    progress->completed();
     auto state = shared.lock();
     if (!state) return;
     if (!status.ok()) {
@@ -224,6 +241,7 @@ void Stream::commit_open() {
     state->completed.fetch_add(1);
   });
   open_->commit();
+  progress_->committed();
   shared_->committed.fetch_add(1);
   last_committed_ = std::move(open_);
   open_.reset();

@@ -20,6 +20,7 @@
 #include "device/device.h"
 #include "runtime/allocator.h"
 #include "runtime/commit_policy.h"
+#include "runtime/write_order.h"
 
 namespace etm {
 
@@ -54,7 +55,8 @@ class Stream {
   static constexpr size_t kMaxBytesArgument = 4096;  // Metal's setBytes limit
   static constexpr size_t kMaxThreadgroupMemory = 32768;
 
-  Stream(device::Device& device, CommitPolicy policy);
+  // `order` is shared by every stream of the device (cross-thread ordering).
+  Stream(device::Device& device, CommitPolicy policy, WriteOrder& order);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -80,6 +82,9 @@ class Stream {
   void synchronize(SyncType type);
   // Submits and waits for everything, leaving the sticky error in place (for host reads).
   void wait_idle();
+  // Before the host touches `buffer`: waits for other streams' committed work on it (this
+  // stream's own work needs wait_idle).
+  void wait_for_other_streams(const BufferPtr& buffer);
   // Records an error that the next waiting synchronize reports (first error wins). The
   // message names the call that failed; synchronize reports it as an AttributedError.
   void poison(const std::string& message);
@@ -92,7 +97,7 @@ class Stream {
 
  private:
   device::CommandBuffer& open_command_buffer();
-  void note_buffer_use(const BufferPtr& buffer);
+  void note_buffer_use(const BufferPtr& buffer, bool writing);
   void require_encoding(const KernelFunction* kernel) const;
   KernelArgument& argument_slot(KernelFunction* kernel, unsigned index);
   void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
@@ -106,7 +111,10 @@ class Stream {
   const CommitPolicy policy_;
 
   std::shared_ptr<device::CommandBuffer> open_;
+  WriteOrder& write_order_;
+  std::shared_ptr<StreamProgress> progress_;
   std::unordered_set<const device::Buffer*> open_buffers_;  // bound in the open buffer
+  std::unordered_set<const device::Buffer*> open_written_;  // written in the open buffer
   std::unordered_set<const device::Buffer*> since_barrier_; // bound since the last barrier
   int64_t open_commands_ = 0;
   int64_t open_bytes_ = 0;

@@ -106,6 +106,13 @@ class CpuKernelPipeline : public CpuPipeline {
   uint32_t thread_execution_width() const override { return kSimdWidth; }
   size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
   bool uses_fibers() const { return object_->use_fibers(); }
+  bool writes_buffer(uint32_t index) const override {
+    for (const KernelArgument& argument : kernel_.arguments) {
+      if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
+        return argument.writable;
+    }
+    return false;  // nothing bound there is read or written
+  }
 
   Status execute(const DispatchArgs& args) override {
     const std::string& name = kernel_.name;
@@ -227,7 +234,8 @@ std::string serialize(const LibraryDescription& d) {
         << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << "\n";
     for (const KernelArgument& a : k.arguments) {
       out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
-          << a.by_reference << " " << a.attribute.size() << ":" << a.attribute << "\n";
+          << a.by_reference << " " << a.writable << " " << a.attribute.size() << ":" << a.attribute
+          << "\n";
     }
   }
   return out.str();
@@ -258,7 +266,7 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
     k.arguments.resize(argument_count);
     for (KernelArgument& a : k.arguments) {
       int kind = 0;
-      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference) ||
+      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference >> a.writable) ||
           !read_counted(in, &a.attribute) || kind < 0 || kind > 2) {
         return false;
       }

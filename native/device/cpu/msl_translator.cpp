@@ -619,6 +619,7 @@ struct Parameter {
   bool is_array = false;
   bool is_pointer = false;
   bool is_reference = false;
+  bool read_only = false;  // `constant`, or `const` before the `*` / `&`
   std::vector<AttributeItem> attributes;
 };
 
@@ -1187,6 +1188,8 @@ class Translator {
         const size_t t = declaration[k];
         if (is(t, "*")) parameter.is_pointer = true;
         if (is(t, "&") || is(t, "&&")) parameter.is_reference = true;
+        const bool before_declarator = !parameter.is_pointer && !parameter.is_reference;
+        if (before_declarator && (is(t, "constant") || is(t, "const"))) parameter.read_only = true;
         if (is(t, "constant")) {
           parameter.type += declaration_has_const(t) ? "" : "const ";
           continue;
@@ -1234,6 +1237,7 @@ class Translator {
         }
         argument.index = attribute_integer(binding->arguments[0]);
         argument.kind = binding->name == "buffer" ? KernelArgumentKind::buffer : KernelArgumentKind::threadgroup_memory;
+        argument.writable = !p.read_only;
         if (argument.index >= 31) {
           fail(line, label + ": " + binding->name + " index " + binding->arguments[0] +
                          " is out of range (0..30)");

@@ -14,7 +14,7 @@
 namespace etm::device::cpu {
 
 // Changes whenever the generated code changes, so cached kernel objects are rebuilt.
-inline constexpr const char* kMslTranslatorVersion = "etm-msl-translator-2";
+inline constexpr const char* kMslTranslatorVersion = "etm-msl-translator-3";
 
 // The file name compiler diagnostics report for MSL lines.
 inline constexpr const char* kMslSourceName = "library.metal";
@@ -30,6 +30,7 @@ struct KernelArgument {
   KernelArgumentKind kind = KernelArgumentKind::buffer;
   uint32_t index = 0;         // buffer or threadgroup index
   bool by_reference = false;  // `constant T& x`: reads sizeof(T) bytes at the bound address
+  bool writable = true;       // false for `constant` and `const device` buffers
   std::string attribute;      // for thread_attribute
 };
 
