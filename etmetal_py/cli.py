@@ -342,6 +342,17 @@ def command_info(args: argparse.Namespace) -> int:
             print(f"kernel cache: {cache} (not created yet)")
     else:
         print("kernel cache: Metal's own shader cache")
+    from ._ffi import check, ffi, lib
+
+    stream = ffi.new("etmetal_stream_stats_t*")
+    check(lib.etmetal_stream_stats(stream))
+    print(f"commit:       every {stream.max_ops_per_buffer} commands or "
+          f"{stream.max_mb_per_buffer} MB per command buffer")
+    configuration = _optional_string("etmetal_configuration")
+    if configuration:
+        print("configuration:")
+        for line in configuration.splitlines():
+            print(f"  {line}")
     try:
         import torch
 

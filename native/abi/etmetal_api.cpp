@@ -1,5 +1,6 @@
 // etmetal_* functions (etmetal/etmetal.h).
 #include "abi/guard.h"
+#include "device/settings.h"
 #include "etmetal/etmetal.h"
 
 using namespace etm;
@@ -29,6 +30,12 @@ extern "C" const char* etmetal_device_kind(void) {
 }
 
 extern "C" const char* etmetal_version(void) { return ETMETAL_VERSION; }
+
+extern "C" const char* etmetal_configuration(void) {
+  thread_local std::string text;
+  guarded(__func__, [&] { text = settings::describe(); });
+  return text.c_str();
+}
 
 extern "C" AOTITorchError etmetal_allocator_stats(etmetal_allocator_stats_t* stats) {
   return guarded(__func__, [&] {

@@ -1,22 +1,14 @@
 #include "runtime/commit_policy.h"
 
-#include <cstdlib>
-
+#include "device/settings.h"
 #include "runtime/error.h"
 
 namespace etm {
 namespace {
 
 void override_from_env(const char* name, int64_t* value) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(text, &end, 10);
-  if (*end != '\0' || parsed <= 0) {
-    log(LogLevel::warn, concat("ignoring ", name, "=", text, ": expected a positive integer"));
-    return;
-  }
-  *value = parsed;
+  const device::Status status = settings::read_integer(name, value);
+  ETM_REQUIRE(status.ok(), status.message());
 }
 
 }  // namespace

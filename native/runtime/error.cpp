@@ -1,18 +1,19 @@
 #include "runtime/error.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "device/settings.h"
 
 namespace etm {
 namespace {
 
+// An invalid value logs at the default level; the runtime's start reports it as an error.
 LogLevel configured_level() {
-  const char* value = std::getenv("ETMETAL_LOG");
-  if (!value) return LogLevel::warn;
-  if (!std::strcmp(value, "error")) return LogLevel::error;
-  if (!std::strcmp(value, "info")) return LogLevel::info;
-  if (!std::strcmp(value, "debug")) return LogLevel::debug;
+  std::string value;
+  if (!settings::read_choice("ETMETAL_LOG", &value).ok()) return LogLevel::warn;
+  if (value == "error") return LogLevel::error;
+  if (value == "info") return LogLevel::info;
+  if (value == "debug") return LogLevel::debug;
   return LogLevel::warn;
 }
 

@@ -2,27 +2,28 @@
 
 #include <cstdlib>
 
+#include "device/settings.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
 namespace etm {
 namespace {
 
+void require(const device::Status& status) { ETM_REQUIRE(status.ok(), status.message()); }
+
 size_t pool_limit_bytes(const device::Device& device) {
-  if (const char* text = std::getenv("ETMETAL_POOL_MB")) {
-    char* end = nullptr;
-    const long long megabytes = std::strtoll(text, &end, 10);
-    if (*end == '\0' && megabytes >= 0) return static_cast<size_t>(megabytes) << 20;
-    log(LogLevel::warn, concat("ignoring ETMETAL_POOL_MB=", text, ": expected megabytes >= 0"));
-  }
+  int64_t megabytes = -1;
+  require(settings::read_integer("ETMETAL_POOL_MB", &megabytes));
+  if (megabytes >= 0) return static_cast<size_t>(megabytes) << 20;
   return device.recommended_max_working_set_size() / 4;
 }
 
 }  // namespace
 
 std::string selected_device_kind() {
-  const char* requested = std::getenv("ETMETAL_DEVICE");
-  if (requested && *requested) return requested;
+  std::string requested;
+  require(settings::read_choice("ETMETAL_DEVICE", &requested));
+  if (!requested.empty()) return requested;
   const auto kinds = device::available_device_kinds();
   return kinds.empty() ? std::string("cpu") : kinds.front();
 }
@@ -35,6 +36,7 @@ Runtime::Runtime(std::unique_ptr<device::Device> device)
 Runtime& Runtime::get() {
   // A throwing initializer leaves the static uninitialized, so a later call retries.
   static Runtime* runtime = [] {
+    require(settings::check_all());
     const std::string kind = selected_device_kind();
     std::unique_ptr<device::Device> device;
     const device::Status status = device::create_device(kind, &device);

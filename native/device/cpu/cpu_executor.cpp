@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/cpu/fiber_context.h"
+#include "device/settings.h"
 #include "device/cpu/metal_include/etm_lane.h"
 
 namespace etm::device::cpu {
@@ -340,10 +341,9 @@ class WorkerPool {
  public:
   WorkerPool() {
     unsigned total = std::thread::hardware_concurrency();
-    if (const char* env = std::getenv("ETMETAL_CPU_THREADS")) {
-      const long requested = std::strtol(env, nullptr, 10);
-      if (requested > 0) total = static_cast<unsigned>(std::min(requested, 1024L));
-    }
+    int64_t requested = 0;  // the runtime reports an invalid value when it starts
+    if (settings::read_integer("ETMETAL_CPU_THREADS", &requested).ok() && requested > 0)
+      total = static_cast<unsigned>(requested);
     total = std::max(1u, total);
     for (unsigned i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });
   }

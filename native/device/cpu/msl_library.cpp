@@ -16,6 +16,7 @@
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/msl_translator.h"
+#include "device/settings.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -25,10 +26,10 @@ namespace {
 enum class ExecutionChoice { automatic, loop, fibers };
 
 ExecutionChoice execution_choice() {
-  const char* value = std::getenv("ETMETAL_CPU_EXECUTION");
-  if (!value) return ExecutionChoice::automatic;
-  if (std::strcmp(value, "loop") == 0) return ExecutionChoice::loop;
-  if (std::strcmp(value, "fibers") == 0) return ExecutionChoice::fibers;
+  std::string value;  // the runtime reports an invalid value when it starts
+  if (!settings::read_choice("ETMETAL_CPU_EXECUTION", &value).ok()) return ExecutionChoice::automatic;
+  if (value == "loop") return ExecutionChoice::loop;
+  if (value == "fibers") return ExecutionChoice::fibers;
   return ExecutionChoice::automatic;
 }
 

@@ -45,6 +45,10 @@ ETMETAL_API const char* etmetal_device_name(void);
 /* "metal" or "cpu": the device chosen by ETMETAL_DEVICE, else Metal where it exists. */
 ETMETAL_API const char* etmetal_device_kind(void);
 ETMETAL_API const char* etmetal_version(void);
+/* The ETMETAL_* settings in effect, one line each ("NAME=value" or "NAME unset (default:
+ * ...)", "INVALID: ..." after a value the variable does not accept, then the accepted values).
+ * Valid until the thread's next call. */
+ETMETAL_API const char* etmetal_configuration(void);
 
 typedef struct etmetal_allocator_stats_t {
   int64_t live_bytes;       /* bytes of device memory held by live allocations */
