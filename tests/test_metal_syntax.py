@@ -313,6 +313,13 @@ int main() {
             std::to_string(c.group.z),
         quote(support::check_threads_per_group(c.group, c.max)));
   }
+  for (size_t remaining : {size_t{0}, size_t{100}, size_t{1} << 31, (size_t{1} << 31) + 4,
+                           size_t{5} << 30}) {
+    std::string chunks;
+    for (size_t left = remaining; left > 0; left -= support::next_blit_chunk(left))
+      chunks += (chunks.empty() ? "" : " ") + std::to_string(support::next_blit_chunk(left));
+    add("blit chunks " + std::to_string(remaining), quote(chunks));
+  }
   add("empty grid", support::grid_is_empty(Size3{4, 0, 1}) ? "true" : "false");
   add("full grid", support::grid_is_empty(Size3{4, 1, 1}) ? "true" : "false");
   add("builtin source", quote(kBuiltinKernelSource));
@@ -402,6 +409,15 @@ def test_sizes_and_alignment(support_results):
     assert support_results["blit aligned"] is True
     assert support_results["blit odd length"] is False
     assert support_results["blit odd offset"] is False
+
+
+def test_blit_copies_split_at_2_gib(support_results):
+    gib = 1 << 30
+    assert support_results["blit chunks 0"] == ""
+    assert support_results["blit chunks 100"] == "100"
+    assert support_results[f"blit chunks {2 * gib}"] == str(2 * gib)
+    assert support_results[f"blit chunks {2 * gib + 4}"] == f"{2 * gib} 4"
+    assert support_results[f"blit chunks {5 * gib}"] == f"{2 * gib} {2 * gib} {gib}"
 
 
 def test_threadgroup_checks(support_results):
@@ -584,6 +600,8 @@ def creation_report(binary, **environment):
 def test_metal_device_creation_errors_on_fake_metal(fake_device_binary):
     lines = creation_report(fake_device_binary, FAKE_METAL_NO_DEVICE="1")
     assert lines[0].startswith("create: no Metal GPU: MTLCreateSystemDefaultDevice returned nil")
+    # No default device in a command-line tool, but Metal lists the GPU: use it.
+    assert creation_report(fake_device_binary, FAKE_METAL_NO_DEFAULT_DEVICE="1")[0] == "create: ok"
     lines = creation_report(fake_device_binary, ETMETAL_FAST_MATH="yes")
     assert lines[0] == "create: ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
 

@@ -252,7 +252,7 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
       NSString* text = to_nsstring(source);
       if (text == nil) return Status::error("MSL source is not valid UTF-8");
       MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
-      options.languageVersion = MTLLanguageVersion3_1;
+      options.languageVersion = language_version();
       configure_math(options);
       NSError* error = nil;
       id<MTLLibrary> library = [device newLibraryWithSource:text options:options error:&error];
@@ -319,6 +319,14 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
   const size_t max_threadgroup_memory_length;
 
  private:
+  // MSL 3.2 where the OS has it (PyTorch's c10 headers use its lambdas), else 3.1.
+  static MTLLanguageVersion language_version() {
+#if ETM_METAL_SDK_HAS_MACOS_15
+    if (@available(macOS 15.0, *)) return MTLLanguageVersion3_2;
+#endif
+    return MTLLanguageVersion3_1;
+  }
+
   // IEEE-safe math unless ETMETAL_FAST_MATH=1, so results match the CPU device.
   void configure_math(MTLCompileOptions* options) const {
 #if ETM_METAL_SDK_HAS_MACOS_15
@@ -544,11 +552,15 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     if (support::blit_aligned(source_offset, destination_offset, length)) {
       id<MTLBlitCommandEncoder> blit = open_blit_encoder();
       if (blit == nil) return;
-      [blit copyFromBuffer:from->metal_buffer()
-              sourceOffset:source_offset
-                  toBuffer:to->metal_buffer()
-         destinationOffset:destination_offset
-                      size:length];
+      for (size_t done = 0; done < length;) {
+        const size_t chunk = support::next_blit_chunk(length - done);
+        [blit copyFromBuffer:from->metal_buffer()
+                sourceOffset:source_offset + done
+                    toBuffer:to->metal_buffer()
+           destinationOffset:destination_offset + done
+                        size:chunk];
+        done += chunk;
+      }
       return;
     }
     const ByteCopyArguments arguments{source_offset, destination_offset, length};
@@ -640,12 +652,22 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     [encoder setComputePipelineState:metal_pipeline->state()];
     pipeline_max_threads_ = metal_pipeline->max_total_threads_per_threadgroup();
     pipeline_static_threadgroup_memory_ = metal_pipeline->static_threadgroup_memory_length();
+    // Lengths an earlier kernel set stay in the encoder but mean nothing to this one.
+    threadgroup_memory_lengths_.fill(0);
+    threadgroup_memory_total_ = 0;
     retained_.push_back(std::move(pipeline));
   }
 
   void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) override {
+    if (!check_index(index, "set_buffer")) return;
+    if (buffer == nullptr) {
+      // An empty tensor binds nothing; setBuffer:nil is legal and the kernel reads nothing.
+      id<MTLComputeCommandEncoder> encoder = open_compute_encoder();
+      if (encoder != nil) [encoder setBuffer:nil offset:0 atIndex:index];
+      return;
+    }
     MetalBuffer* metal_buffer = as_metal_buffer(buffer, "set_buffer");
-    if (metal_buffer == nullptr || !check_index(index, "set_buffer")) return;
+    if (metal_buffer == nullptr) return;
     if (offset > metal_buffer->length()) {
       record_error("set_buffer: offset " + std::to_string(offset) + " is past the end of a " +
                    std::to_string(metal_buffer->length()) + "-byte buffer");
@@ -713,12 +735,14 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   }
 
  private:
+  // After a recorded error the command buffer fails as a whole: nothing more is encoded, so
+  // no dispatch runs with a binding that was skipped (it would see the previous kernel's).
   bool can_encode() {
     if (committed_) {
       record_error("encoding into a command buffer that was already committed");
       return false;
     }
-    return command_buffer_ != nil;
+    return command_buffer_ != nil && recording_error_.empty();
   }
 
   void record_error(const std::string& message) {
@@ -743,6 +767,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   }
 
   id<MTLComputeCommandEncoder> checked_dispatch_encoder(const Size3& threads_per_group) {
+    if (!can_encode()) return nil;
     if (pipeline_max_threads_ == 0 || compute_ == nil) {
       record_error("dispatch without a pipeline set in this compute encoder");
       return nil;
@@ -784,6 +809,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   }
 
   id<MTLBlitCommandEncoder> open_blit_encoder() {
+    if (!can_encode()) return nil;
     if (blit_ != nil) return blit_;
     end_encoding();
     @autoreleasepool {
@@ -983,9 +1009,15 @@ Status create_metal_device(std::unique_ptr<Device>* out) {
     @autoreleasepool {
       id<MTLDevice> device = MTLCreateSystemDefaultDevice();
       if (device == nil) {
-        return Status::error("no Metal GPU: MTLCreateSystemDefaultDevice returned nil (a "
-                             "virtual machine without GPU access, or a process that may not "
-                             "use the GPU)");
+        // Command-line processes without a window server session can get nil here while
+        // the GPU is usable: take the first device Metal lists.
+        NSArray<id<MTLDevice>>* all = MTLCopyAllDevices();
+        if (all.count > 0) device = [all objectAtIndex:0];
+      }
+      if (device == nil) {
+        return Status::error("no Metal GPU: MTLCreateSystemDefaultDevice returned nil and "
+                             "MTLCopyAllDevices none (a virtual machine without GPU access, or "
+                             "a process that may not use the GPU)");
       }
       auto context = std::make_shared<DeviceContext>(device, settings.fast_math,
                                                      static_cast<size_t>(page_size));

@@ -200,4 +200,13 @@ inline std::string check_threads_per_group(const Size3& threads_per_group,
 
 inline bool grid_is_empty(const Size3& grid) { return grid.x == 0 || grid.y == 0 || grid.z == 0; }
 
+// One copyFromBuffer: moves at most this much: larger copies fail without an error (PyTorch's
+// MPS copies split at the same size).
+inline constexpr size_t kMaxBlitChunk = size_t{1} << 31;
+
+// Bytes of the next blit of a copy that has `remaining` bytes left.
+inline size_t next_blit_chunk(size_t remaining) {
+  return remaining < kMaxBlitChunk ? remaining : kMaxBlitChunk;
+}
+
 }  // namespace etm::device::metal::support

@@ -347,6 +347,10 @@ API_AVAILABLE(macos(14.0), ios(17.0))
 extern "C" id<MTLDevice> _Nullable MTLCreateSystemDefaultDevice(void)
     API_AVAILABLE(macos(10.11), ios(8.0)) NS_RETURNS_RETAINED;
 
+// docs: metal/mtlcopyalldevices()
+extern "C" NSArray<id<MTLDevice>>* MTLCopyAllDevices(void) API_AVAILABLE(macos(10.11))
+    NS_RETURNS_RETAINED;
+
 // --- MTLCaptureManager.h -------------------------------------------------------------
 
 // docs: metal/mtlcapturedestination

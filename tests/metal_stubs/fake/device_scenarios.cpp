@@ -293,8 +293,6 @@ void encoding_errors() {
        [&](CommandBuffer& cb) { cb.compute_encoder().set_bytes(big.data(), big.size(), 0); }},
       {"set_buffer: index 31 is outside Metal's argument table (0 to 30)",
        [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(data, 0, 31); }},
-      {"set_buffer: null buffer",
-       [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(null_buffer, 0, 0); }},
       {"set_buffer: offset 65 is past the end of a 64-byte buffer",
        [&](CommandBuffer& cb) { cb.compute_encoder().set_buffer(data, 65, 0); }},
       {"dispatch: threadgroup size 64x32x1 exceeds the pipeline's maximum of 1024 threads",
@@ -307,14 +305,14 @@ void encoding_errors() {
        [&](CommandBuffer& cb) { cb.compute_encoder().set_threadgroup_memory_length(40000, 0); }},
       {"dispatch: 32832 bytes of threadgroup memory (static and set) exceed the device's 32768",
        [&](CommandBuffer& cb) {
-         // add_one has 64 bytes of static threadgroup memory.
+         // add_one has 64 bytes of static threadgroup memory; lengths count from set_pipeline.
+         cb.compute_encoder().set_pipeline(add_one);
          cb.compute_encoder().set_threadgroup_memory_length(16384, 0);
          cb.compute_encoder().set_threadgroup_memory_length(16384, 2);
          cb.compute_encoder().set_threadgroup_memory_length(4000, 1);
          cb.compute_encoder().set_threadgroup_memory_length(16384, 1);
          cb.compute_encoder().set_threadgroup_memory_length(16384, 2);
          cb.compute_encoder().set_threadgroup_memory_length(0, 0);
-         cb.compute_encoder().set_pipeline(add_one);
          cb.compute_encoder().dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
        }},
       {"copy_buffer: range outside its buffers",
@@ -327,11 +325,54 @@ void encoding_errors() {
     const auto& record = entry.second;
     Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
       record(command_buffer);
-      // Later valid work still runs; the first error is what the buffer reports.
+      // Later work is not encoded; the first error is what the buffer reports.
       command_buffer.compute_encoder().set_bytes(big.data(), big.size(), 1);
     });
     expect_equal(outcome.message(), "Metal encoding error: " + message, "encoding error");
   }
+
+  const float addend = 1.0f;
+  // An empty tensor binds a null buffer: legal (setBuffer:nil), the dispatch runs.
+  Status outcome = run(*queue, [&](CommandBuffer& cb) {
+    ComputeEncoder& encoder = cb.compute_encoder();
+    encoder.set_pipeline(add_one);
+    encoder.set_buffer(data, 0, 0);
+    encoder.set_bytes(&addend, sizeof(addend), 1);
+    encoder.set_buffer(null_buffer, 0, 2);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+  });
+  expect(outcome.ok(), "a null binding is legal: " + outcome.message());
+  expect(log_has("buffer 2 nil"), "null buffer bound as nil");
+
+  // After a skipped binding nothing more is encoded: the dispatch would read the previous
+  // kernel's binding.
+  fake_metal::clear_logs();
+  outcome = run(*queue, [&](CommandBuffer& cb) {
+    ComputeEncoder& encoder = cb.compute_encoder();
+    encoder.set_pipeline(add_one);
+    encoder.set_buffer(data, 0, 0);
+    encoder.set_bytes(&addend, sizeof(addend), 1);
+    encoder.set_buffer(data, 65, 0);  // skipped: past the end
+    encoder.dispatch_threads(Size3{2, 1, 1}, Size3{2, 1, 1});
+    cb.fill_buffer(data, 0, 4, 0);
+  });
+  expect_contains(outcome.message(), "set_buffer: offset 65", "the skipped binding is reported");
+  expect(!log_has("dispatch_threads 2x1x1 2x1x1"), "no dispatch after a recorded error");
+  expect(!log_has("fill 0 4 0"), "no blit after a recorded error");
+
+  // Threadgroup memory an earlier kernel set on the encoder does not count for the next one.
+  outcome = run(*queue, [&](CommandBuffer& cb) {
+    ComputeEncoder& encoder = cb.compute_encoder();
+    encoder.set_pipeline(add_one);
+    encoder.set_buffer(data, 0, 0);
+    encoder.set_bytes(&addend, sizeof(addend), 1);
+    encoder.set_threadgroup_memory_length(32000, 0);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+    encoder.set_pipeline(add_one);
+    encoder.set_threadgroup_memory_length(16384, 1);
+    encoder.dispatch_threads(Size3{1, 1, 1}, Size3{1, 1, 1});
+  });
+  expect(outcome.ok(), "threadgroup memory counts per pipeline: " + outcome.message());
   expect_no_violations("encoding_errors");
 }
 

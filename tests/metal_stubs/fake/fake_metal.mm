@@ -511,8 +511,13 @@ struct FakeCommandBufferState {
 - (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index {
   if (![self usable:"setBuffer"]) return;
   if (index >= 31) violation("setBuffer index " + std::to_string(index));
-  if (offset > buffer.length) violation("setBuffer offset past the end");
   FakeBinding binding;
+  if (buffer == nil) {  // legal in Metal: the kernel must not read it
+    bindings_[index] = binding;
+    log("buffer " + std::to_string(index) + " nil");
+    return;
+  }
+  if (offset > buffer.length) violation("setBuffer offset past the end");
   @autoreleasepool {
     binding.address = static_cast<char*>(buffer.contents) + offset;
   }
@@ -640,6 +645,8 @@ struct FakeCommandBufferState {
   if (ended_) violation("copyFromBuffer after endEncoding");
   // macOS: offsets and size multiples of 4 (MTLBlitCommandEncoder documentation).
   if (sourceOffset % 4 || destinationOffset % 4 || size % 4) violation("unaligned blit copy");
+  // Metal fails larger copies without an error; the device must split them.
+  if (size > (NSUInteger{1} << 31)) violation("blit copy of more than 2 GiB");
   if (sourceOffset + size > source.length || destinationOffset + size > destination.length)
     violation("blit copy out of range");
   log("copy " + std::to_string(sourceOffset) + "->" + std::to_string(destinationOffset) + " " +
@@ -947,8 +954,15 @@ struct FakeCommandBufferState {
 @end
 
 extern "C" id<MTLDevice> MTLCreateSystemDefaultDevice(void) {
-  if (std::getenv("FAKE_METAL_NO_DEVICE")) return nil;
+  if (std::getenv("FAKE_METAL_NO_DEVICE") || std::getenv("FAKE_METAL_NO_DEFAULT_DEVICE")) return nil;
   return [[FakeDevice alloc] init];
+}
+
+// FAKE_METAL_NO_DEFAULT_DEVICE: a command-line tool that gets no default device but whose
+// GPU Metal still lists.
+extern "C" NSArray<id<MTLDevice>>* MTLCopyAllDevices(void) {
+  if (std::getenv("FAKE_METAL_NO_DEVICE")) return [[FakeArray alloc] initWithObjects:{}];
+  return [[FakeArray alloc] initWithObjects:{[[FakeDevice alloc] init]}];
 }
 
 @implementation MTLCaptureDescriptor {
