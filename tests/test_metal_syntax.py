@@ -602,6 +602,8 @@ def test_metal_device_creation_errors_on_fake_metal(fake_device_binary):
     assert lines[0].startswith("create: no Metal GPU: MTLCreateSystemDefaultDevice returned nil")
     # No default device in a command-line tool, but Metal lists the GPU: use it.
     assert creation_report(fake_device_binary, FAKE_METAL_NO_DEFAULT_DEVICE="1")[0] == "create: ok"
+    # A residency set is an optimization: without one the device still works.
+    assert creation_report(fake_device_binary, FAKE_METAL_NO_RESIDENCY_SET="1")[0] == "create: ok"
     lines = creation_report(fake_device_binary, ETMETAL_FAST_MATH="yes")
     assert lines[0] == "create: ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
 

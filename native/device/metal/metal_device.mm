@@ -160,25 +160,22 @@ Status start_capture(id<MTLDevice> device, const std::string& path) {
 // ---------------------------------------------------------------------------------------
 // Residency (macOS 15): every allocation joins one set attached to each queue, up to the
 // device's recommended working set, so the GPU need not make buffers resident per command
-// buffer. Allocations beyond that still work; Metal makes them resident when used.
+// buffer. Allocations beyond that still work; Metal makes them resident when used. The set is
+// an optimization: where Metal cannot make one (virtual machines, paravirtual GPUs) the
+// device works without it.
 
 #if ETM_METAL_SDK_HAS_MACOS_15
 class Residency {
  public:
   explicit Residency(size_t capacity) : capacity_(capacity) {}
 
-  Status create_set(id<MTLDevice> device) {
+  void create_set(id<MTLDevice> device) {
     if (@available(macOS 15.0, *)) {
       MTLResidencySetDescriptor* descriptor = [[MTLResidencySetDescriptor alloc] init];
       descriptor.label = @"etmetal allocations";
       NSError* error = nil;
-      id<MTLResidencySet> set = [device newResidencySetWithDescriptor:descriptor error:&error];
-      if (set == nil) {
-        return Status::error("Metal could not create a residency set: " + describe(error));
-      }
-      set_ = set;
+      set_ = [device newResidencySetWithDescriptor:descriptor error:&error];
     }
-    return Status();
   }
 
   void attach(id<MTLCommandQueue> queue) {
@@ -195,8 +192,10 @@ class Residency {
       std::lock_guard<std::mutex> lock(mutex_);
       if (set_ == nil || bytes > capacity_ - std::min(capacity_, resident_bytes_)) return false;
       id<MTLResidencySet> set = set_;
-      [set addAllocation:buffer];
-      [set commit];
+      @autoreleasepool {
+        [set addAllocation:buffer];
+        [set commit];
+      }
       resident_bytes_ += bytes;
       return true;
     }
@@ -207,8 +206,10 @@ class Residency {
     if (@available(macOS 15.0, *)) {
       std::lock_guard<std::mutex> lock(mutex_);
       id<MTLResidencySet> set = set_;
-      [set removeAllocation:buffer];
-      [set commit];
+      @autoreleasepool {
+        [set removeAllocation:buffer];
+        [set commit];
+      }
       resident_bytes_ -= bytes;
     }
   }
@@ -225,7 +226,7 @@ class Residency {
 class Residency {
  public:
   explicit Residency(size_t) {}
-  Status create_set(id<MTLDevice>) { return Status(); }
+  void create_set(id<MTLDevice>) {}
   void attach(id<MTLCommandQueue>) {}
   bool add(id<MTLBuffer>, size_t) { return false; }
   void remove(id<MTLBuffer>, size_t) {}
@@ -628,11 +629,17 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
       }
       completion->finish(outcome);
     }];
-    [command_buffer_ commit];
+    @autoreleasepool {
+      [command_buffer_ commit];
+    }
   }
 
   void wait_until_completed() override {
-    if (committed_ && command_buffer_ != nil) [command_buffer_ waitUntilCompleted];
+    if (committed_ && command_buffer_ != nil) {
+      @autoreleasepool {
+        [command_buffer_ waitUntilCompleted];
+      }
+    }
     completion_->wait();
   }
 
@@ -731,7 +738,10 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   void memory_barrier() override {
     // Without an open compute encoder there is nothing to order inside one: Metal's hazard
     // tracking already orders separate encoders.
-    if (compute_ != nil) [compute_ memoryBarrierWithScope:MTLBarrierScopeBuffers];
+    if (compute_ == nil) return;
+    @autoreleasepool {
+      [compute_ memoryBarrierWithScope:MTLBarrierScopeBuffers];
+    }
   }
 
  private:
@@ -820,14 +830,16 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   }
 
   void end_encoding() {
-    if (compute_ != nil) {
-      [compute_ endEncoding];
-      compute_ = nil;
-      reset_encoder_state();
-    }
-    if (blit_ != nil) {
-      [blit_ endEncoding];
-      blit_ = nil;
+    @autoreleasepool {
+      if (compute_ != nil) {
+        [compute_ endEncoding];
+        compute_ = nil;
+        reset_encoder_state();
+      }
+      if (blit_ != nil) {
+        [blit_ endEncoding];
+        blit_ = nil;
+      }
     }
   }
 
@@ -932,13 +944,15 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
                            " bytes: the Metal device's largest buffer is " +
                            std::to_string(context_->max_buffer_length) + " bytes");
     }
-    id<MTLBuffer> buffer = [context_->device newBufferWithLength:allocation
-                                                         options:kBufferOptions];
-    if (buffer == nil) {
-      return Status::error("Metal could not allocate a buffer of " +
-                           std::to_string(allocation) + " bytes (out of memory?)");
+    @autoreleasepool {
+      id<MTLBuffer> buffer = [context_->device newBufferWithLength:allocation
+                                                           options:kBufferOptions];
+      if (buffer == nil) {
+        return Status::error("Metal could not allocate a buffer of " +
+                             std::to_string(allocation) + " bytes (out of memory?)");
+      }
+      *out = std::make_shared<MetalBuffer>(context_, buffer, length);
     }
-    *out = std::make_shared<MetalBuffer>(context_, buffer, length);
     return Status();
   }
 
@@ -950,14 +964,16 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
         length > context_->max_buffer_length) {
       return Status();
     }
-    // No deallocator: the caller owns the memory and keeps it alive (device.h).
-    id<MTLBuffer> buffer = [context_->device newBufferWithBytesNoCopy:pointer
-                                                               length:length
-                                                              options:kBufferOptions
-                                                          deallocator:nil];
-    // Metal may still refuse memory it cannot map (e.g. not from the VM allocator): the
-    // caller then copies, as for unaligned memory.
-    if (buffer != nil) *out = std::make_shared<MetalBuffer>(context_, buffer, length);
+    @autoreleasepool {
+      // No deallocator: the caller owns the memory and keeps it alive (device.h).
+      id<MTLBuffer> buffer = [context_->device newBufferWithBytesNoCopy:pointer
+                                                                 length:length
+                                                                options:kBufferOptions
+                                                            deallocator:nil];
+      // Metal may still refuse memory it cannot map (e.g. not from the VM allocator): the
+      // caller then copies, as for unaligned memory.
+      if (buffer != nil) *out = std::make_shared<MetalBuffer>(context_, buffer, length);
+    }
     return Status();
   }
 
@@ -971,9 +987,11 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
   }
 
   std::shared_ptr<CommandQueue> new_command_queue() override {
-    id<MTLCommandQueue> queue = [context_->device newCommandQueue];
-    if (queue != nil) context_->residency.attach(queue);
-    return std::make_shared<MetalCommandQueue>(context_, queue);
+    @autoreleasepool {  // the caller's thread (Python's main thread) may never drain a pool
+      id<MTLCommandQueue> queue = [context_->device newCommandQueue];
+      if (queue != nil) context_->residency.attach(queue);
+      return std::make_shared<MetalCommandQueue>(context_, queue);
+    }
   }
 
  private:
@@ -1021,8 +1039,7 @@ Status create_metal_device(std::unique_ptr<Device>* out) {
       }
       auto context = std::make_shared<DeviceContext>(device, settings.fast_math,
                                                      static_cast<size_t>(page_size));
-      status = context->residency.create_set(device);
-      if (!status.ok()) return status;
+      context->residency.create_set(device);
       if (!settings.capture_path.empty()) {
         status = start_capture(device, settings.capture_path);
         if (!status.ok()) return status;
