@@ -1,7 +1,7 @@
 """AOT-compile an "mps" ExportedProgram into a .pt2 package with stock Inductor.
 
-The package's model .so leaves every `aoti_torch_*` symbol undefined
-(`aot_inductor.link_libtorch=False`); libetmetal provides them when the package is loaded.
+The package's model .so does not link libtorch (`aot_inductor.link_libtorch=False`); it links
+libetmetal, which provides its `aoti_torch_*` functions (see runner.py for how it binds).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any, Mapping
 import torch
 from torch.export import ExportedProgram
 
-from ._compat import check_torch_version, mps_available, mps_compile_patches, resolve_gpu_cores
+from .. import _ffi
+from ._compat import (check_torch_version, model_links_library, mps_available, mps_compile_patches,
+                      resolve_gpu_cores)
 from .export import copy_program, move_program_to_mps, program_device_types, real_constants_of
 
 
@@ -273,14 +275,15 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
     program = _program_for_mps(ep)
     real_constants = real_constants_of(program)
     try:
-        if mps_available() and not real_constants:
-            # A program exported on a real MPS device holds real weights: no patches needed.
-            result = torch._inductor.aoti_compile_and_package(
-                program, package_path=package_path, inductor_configs=configs)
-        else:
-            with mps_compile_patches(real_constants, cores):
+        with model_links_library(str(_ffi.library_path())):
+            if mps_available() and not real_constants:
+                # A program exported on a real MPS device holds real weights: no patches needed.
                 result = torch._inductor.aoti_compile_and_package(
                     program, package_path=package_path, inductor_configs=configs)
+            else:
+                with mps_compile_patches(real_constants, cores):
+                    result = torch._inductor.aoti_compile_and_package(
+                        program, package_path=package_path, inductor_configs=configs)
     except Exception as exc:
         raise CompileError("AOTInductor could not compile the program for mps: "
                            + describe_compile_failure(exc)) from exc
