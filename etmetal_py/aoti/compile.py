@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from .. import _ffi
 from ._compat import (check_torch_version, model_links_library, mps_available, mps_compile_patches,
                       resolve_gpu_cores)
+from ._mps_guard import ensure_mps_device_guard
 from .export import copy_program, move_program_to_mps, program_device_types, real_constants_of
 
 
@@ -281,6 +282,7 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
                 result = torch._inductor.aoti_compile_and_package(
                     program, package_path=package_path, inductor_configs=configs)
             else:
+                ensure_mps_device_guard()
                 with mps_compile_patches(real_constants, cores):
                     result = torch._inductor.aoti_compile_and_package(
                         program, package_path=package_path, inductor_configs=configs)

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from ._compat import check_torch_version, mps_available, quiet_treespec_deprecation
+from ._mps_guard import ensure_mps_device_guard
 
 # Fake tensors report the indexed device; graph arguments must say the same.
 MPS = torch.device("mps", 0)
@@ -110,6 +111,7 @@ def move_program_to_mps(ep: ExportedProgram) -> ExportedProgram:
     """Move a CPU ExportedProgram to "mps" in place, with fake tensors; returns `ep`."""
     from torch._subclasses.fake_tensor import FakeTensor
 
+    ensure_mps_device_guard()
     fake_mode = _fake_mode_of(ep)
     real_constants: dict[str, torch.Tensor] = {}
 
