@@ -193,7 +193,8 @@ def _extract_library(package: str, folder: Path, name: str) -> str:
 
 @pytest.mark.skipif(_COMPILER is None or sys.platform == "darwin",
                     reason="needs a C compiler and an ELF platform")
-@pytest.mark.parametrize("order", ["te", "et", "ete"])
+@pytest.mark.parametrize("order", [pytest.param("te", marks=pytest.mark.slow),
+                                   pytest.param("et", marks=pytest.mark.slow), "ete"])
 def test_c_host_with_libtorch_global_and_libetmetal_local(two_packages, tmp_path, order):
     etmetal_package, torch_package = two_packages
     source = tmp_path / "host.c"

@@ -122,14 +122,9 @@ def test_many_ops_compile_in_one_model(tmp_path):
         raise
 
 
-# Each dynamic case is its own compile: the one users hit (HF decoders' boolean attention mask
-# under a dynamic sequence length) runs by default, the others in the slow suite.
-DEFAULT_DYNAMIC = ("sdpa_bool_mask_dynamic",)
-
-
-@pytest.mark.parametrize("name", [
-    name if name in DEFAULT_DYNAMIC else pytest.param(name, marks=pytest.mark.slow)
-    for name, (_, _, dynamic) in OPS.items() if dynamic is not None])
+# Each dynamic case is its own compile (about a minute on two cores): slow suite.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name, (_, _, dynamic) in OPS.items() if dynamic is not None])
 def test_dynamic_shape_ops_compile(name, tmp_path):
     function, inputs, dynamic = OPS[name]
     try:
