@@ -1,8 +1,9 @@
 """cffi binding of libetmetal (ABI mode).
 
 The cdef is read from the public C headers at import time, so the binding and the library
-cannot disagree. The library is loaded with RTLD_GLOBAL: AOTInductor model libraries loaded
-later resolve their ``aoti_torch_*`` symbols from it.
+cannot disagree. The library is loaded RTLD_LOCAL: its ``aoti_torch_*`` symbols must not
+interpose on libtorch's (a stock torch AOTI package in the same process binds to libtorch).
+Model libraries compiled by etmetal link libetmetal themselves (see ``aoti/runner.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def cdef_source() -> str:
 
 ffi = cffi.FFI()
 ffi.cdef(cdef_source())
-lib = ffi.dlopen(str(library_path()), ffi.RTLD_GLOBAL | ffi.RTLD_NOW)
+lib = ffi.dlopen(str(library_path()), ffi.RTLD_LOCAL | ffi.RTLD_NOW)
 
 
 def last_error() -> str:

@@ -63,6 +63,7 @@ TYPE_ALIASES = {
     "AtenTensorHandle": "struct AtenTensorOpaque *",
     "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",
     "AOTIMetalShaderLibraryHandle": "struct AOTIMetalShaderLibraryOpaque *",
+    "AOTIProxyExecutorHandle": "struct AOTIProxyExecutorOpaque *",
     "aoti_torch_mps_command_block_callback_t":
         "void(*)(struct AOTIMetalKernelFunctionOpaque *, void *)",
 }

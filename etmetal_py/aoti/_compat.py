@@ -411,3 +411,41 @@ def mps_compile_patches(real_constants: Mapping[str, torch.Tensor] | None = None
             stack.enter_context(_sdpa_kernel_installed())
             stack.enter_context(_quiet_irrelevant_warnings())
             yield
+
+
+@contextlib.contextmanager
+def model_links_library(library: str) -> Iterator[None]:
+    """The model .so Inductor links records `library` (libetmetal) as a dependency.
+
+    Then the model binds its `aoti_torch_*` calls to libetmetal through its own dependency
+    scope, without libetmetal in the global scope (where it would interpose on libtorch).
+    Inductor has no option for extra link libraries in AOT mode without libtorch, so the
+    function that lists the torch-related libraries adds this one."""
+    from torch._inductor import cpp_builder
+
+    directory, name = os.path.split(os.path.realpath(library))
+    stem = name[3:].rsplit(".", 1)[0] if name.startswith("lib") else None
+    if sys.platform == "darwin":
+        # ld64 has no -l:file; the dylib's install name (@rpath/libetmetal.dylib) is recorded.
+        if stem is None:
+            raise ValueError(f"cannot link a model against {library}: not named lib*.dylib")
+        link_name = stem
+    else:
+        link_name = ":" + name  # DT_NEEDED records the soname, libetmetal.so
+    original = cpp_builder._get_torch_related_args
+
+    def torch_related_args(include_pytorch: bool, aot_mode: bool) -> Any:
+        include_dirs, libraries_dirs, libraries = original(include_pytorch=include_pytorch,
+                                                           aot_mode=aot_mode)
+        if aot_mode:
+            libraries_dirs = [*libraries_dirs, directory]
+            libraries = [*libraries, link_name]
+        return include_dirs, libraries_dirs, libraries
+
+    with _patch_lock:
+        patcher = _AttributePatcher()
+        try:
+            patcher.set(cpp_builder, "_get_torch_related_args", torch_related_args)
+            yield
+        finally:
+            patcher.restore()

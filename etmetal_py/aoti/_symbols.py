@@ -15,7 +15,9 @@ import subprocess
 
 _ELF_MAGIC = b"\x7fELF"
 _SHT_SYMTAB = 2
+_SHT_DYNAMIC = 6
 _SHT_DYNSYM = 11
+_DT_NEEDED = 1
 _SHN_UNDEF = 0
 _STB_WEAK = 2
 
@@ -24,39 +26,76 @@ class SymbolReadError(RuntimeError):
     """The library's symbol table could not be read."""
 
 
-def _elf_symbols(data: bytes, section_type: int):
-    """Yields (name, binding, section index, value) of one ELF symbol table type."""
+def _elf_layout(data: bytes) -> tuple[str, bool]:
     if data[:4] != _ELF_MAGIC:
         raise SymbolReadError("not an ELF file")
     elf_class, byte_order = data[4], data[5]
     if elf_class not in (1, 2) or byte_order not in (1, 2):
         raise SymbolReadError("unknown ELF class or byte order")
-    endian = "<" if byte_order == 1 else ">"
-    is64 = elf_class == 2
-    try:
+    return ("<" if byte_order == 1 else ">"), elf_class == 2
+
+
+def _elf_sections(data: bytes, endian: str, is64: bool) -> list[tuple[int, int, int, int, int]]:
+    """(type, offset, size, link, entry size) of every section."""
+    if is64:
+        shoff, = struct.unpack_from(endian + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x3A)
+    else:
+        shoff, = struct.unpack_from(endian + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x2E)
+    sections = []
+    for index in range(shnum):
+        base = shoff + index * shentsize
         if is64:
-            shoff, = struct.unpack_from(endian + "Q", data, 0x28)
-            shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x3A)
+            _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
+                endian + "IIQQQQIIQQ", data, base)
         else:
-            shoff, = struct.unpack_from(endian + "I", data, 0x20)
-            shentsize, shnum = struct.unpack_from(endian + "HH", data, 0x2E)
+            _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
+                endian + "IIIIIIIIII", data, base)
+        sections.append((sh_type, offset, size, link, entsize))
+    return sections
 
-        def section(index: int) -> tuple[int, int, int, int, int]:
-            base = shoff + index * shentsize
-            if is64:
-                _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
-                    endian + "IIQQQQIIQQ", data, base)
-            else:
-                _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from(
-                    endian + "IIIIIIIIII", data, base)
-            return sh_type, offset, size, link, entsize
 
+def _string_at(strings: bytes, offset: int) -> str:
+    end = strings.find(b"\0", offset)
+    return strings[offset:end if end >= 0 else None].decode("utf-8", "replace")
+
+
+def needed_libraries(path: str) -> list[str] | None:
+    """The DT_NEEDED entries (sonames) of an ELF shared object; None when it is not ELF."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != _ELF_MAGIC:
+        return None
+    endian, is64 = _elf_layout(data)
+    try:
+        sections = _elf_sections(data, endian, is64)
+        needed = []
+        for sh_type, offset, size, link, entsize in sections:
+            if sh_type != _SHT_DYNAMIC:
+                continue
+            _, str_offset, str_size, _, _ = sections[link]
+            strings = data[str_offset:str_offset + str_size]
+            entsize = entsize or (16 if is64 else 8)
+            for entry in range(offset, offset + size, entsize):
+                tag, value = struct.unpack_from(endian + ("qQ" if is64 else "iI"), data, entry)
+                if tag == _DT_NEEDED:
+                    needed.append(_string_at(strings, value))
+        return needed
+    except (struct.error, IndexError) as exc:
+        raise SymbolReadError(f"truncated ELF file ({exc})") from None
+
+
+def _elf_symbols(data: bytes, section_type: int):
+    """Yields (name, binding, section index, value) of one ELF symbol table type."""
+    endian, is64 = _elf_layout(data)
+    try:
+        sections = _elf_sections(data, endian, is64)
         symbols = []
-        for index in range(shnum):
-            sh_type, offset, size, link, entsize = section(index)
+        for sh_type, offset, size, link, entsize in sections:
             if sh_type != section_type:
                 continue
-            _, str_offset, str_size, _, _ = section(link)
+            _, str_offset, str_size, _, _ = sections[link]
             strings = data[str_offset:str_offset + str_size]
             entsize = entsize or (24 if is64 else 16)
             for sym in range(offset + entsize, offset + size, entsize):  # entry 0 is null
@@ -68,11 +107,9 @@ def _elf_symbols(data: bytes, section_type: int):
                         endian + "IIIBBH", data, sym)
                 if name_off == 0:
                     continue
-                end = strings.find(b"\0", name_off)
-                name = strings[name_off:end if end >= 0 else None].decode("utf-8", "replace")
-                symbols.append((name, info >> 4, shndx, value))
+                symbols.append((_string_at(strings, name_off), info >> 4, shndx, value))
         return symbols
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:
         raise SymbolReadError(f"truncated ELF file ({exc})") from None
 
 

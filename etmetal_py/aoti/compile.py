@@ -1,7 +1,7 @@
 """AOT-compile an "mps" ExportedProgram into a .pt2 package with stock Inductor.
 
-The package's model .so leaves every `aoti_torch_*` symbol undefined
-(`aot_inductor.link_libtorch=False`); libetmetal provides them when the package is loaded.
+The package's model .so does not link libtorch (`aot_inductor.link_libtorch=False`); it links
+libetmetal, which provides its `aoti_torch_*` functions (see runner.py for how it binds).
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from typing import Any, Mapping
 import torch
 from torch.export import ExportedProgram
 
-from ._compat import check_torch_version, mps_available, mps_compile_patches, resolve_gpu_cores
-from .export import copy_program, move_program_to_mps, program_device_types, real_constants_of
+from .. import _ffi
+from ._compat import (check_torch_version, model_links_library, mps_available, mps_compile_patches,
+                      resolve_gpu_cores)
+from ._mps_guard import ensure_mps_device_guard
+from .export import (check_output_types, copy_program, move_program_to_mps, program_device_types,
+                     real_constants_of)
 
 
 class CompileError(RuntimeError):
@@ -164,8 +168,8 @@ def _dimension_range(ep: ExportedProgram, size: Any) -> list[int | None] | None:
     def bound(value: Any) -> int | None:
         try:
             number = int(value)
-        except (TypeError, ValueError, OverflowError):
-            return None
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            return None  # unbounded (sympy's int_oo cannot even be rounded: AttributeError)
         return number if abs(number) < 2**62 else None
 
     return [bound(constraint.lower), bound(constraint.upper)]
@@ -210,8 +214,21 @@ def _add_signature(package_path: str, signature: dict[str, Any]) -> None:
         archive.writestr(f"{root}/{SIGNATURE_FILE}", json.dumps(signature, indent=1))
 
 
-_PROXY_CALL = "aoti_torch_proxy_executor_call_function("
+_PROXY_CALL = re.compile(r"aoti_torch_proxy_executor_call_function\(\s*\w+\s*,\s*(\d+)")
 _SOURCE_OPS = re.compile(r"Original ATen: \[([^\]]*)\]")
+
+
+def _extern_node_targets(archive: zipfile.ZipFile, wrapper: str) -> list[str]:
+    """Targets of the extern kernel nodes a wrapper calls by index through the proxy executor
+    (Inductor serializes them next to the wrapper source, as <wrapper>.json)."""
+    name = wrapper[:-len(".cpp")] + ".json"
+    if name not in archive.namelist():
+        return []
+    try:
+        nodes = json.loads(archive.read(name)).get("nodes", [])
+        return [str(node["node"]["target"]) for node in nodes]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
 
 
 def ops_needing_proxy_executor(package_path: str) -> list[str]:
@@ -222,13 +239,16 @@ def ops_needing_proxy_executor(package_path: str) -> list[str]:
             if not name.endswith(".wrapper.cpp"):
                 continue
             source = archive.read(name).decode("utf-8", "replace")
-            position = source.find(_PROXY_CALL)
-            while position >= 0:
-                comments = _SOURCE_OPS.findall(source, 0, position)
-                op = comments[-1].strip() if comments else "an unnamed op"
+            targets = _extern_node_targets(archive, name)
+            for call in _PROXY_CALL.finditer(source):
+                index = int(call.group(1))
+                if index < len(targets):
+                    op = targets[index]
+                else:  # no serialized node: the ops of the fused block, from the comment
+                    comments = _SOURCE_OPS.findall(source, 0, call.start())
+                    op = comments[-1].strip() if comments else "an unnamed op"
                 if op not in found:
                     found.append(op)
-                position = source.find(_PROXY_CALL, position + 1)
     return found
 
 
@@ -245,13 +265,16 @@ def _program_for_mps(ep: ExportedProgram) -> ExportedProgram:
 def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLike | None = None,
                              inductor_configs: Mapping[str, Any] | None = None, *,
                              external_weights: bool = False, gpu_cores: int | None = None,
-                             codesign_identity: str | None = None) -> str:
+                             codesign_identity: str | None = None,
+                             keep_temps: bool = False) -> str:
     """Compile `ep` for device "mps" with AOTInductor and write a .pt2 package.
 
     `ep` comes from `etmetal_py.export` (or is a CPU program, moved here). Weights go into the
     model .so unless `external_weights` is set (or the configs ask for it): then they are a
     separate binary blob in the package. `gpu_cores` (default $ETMETAL_GPU_CORES, else 10)
-    shapes the generated reductions. Returns the package path.
+    shapes the generated reductions. With `keep_temps`, a package that fails a check after
+    Inductor wrote it (an op without a C shim) is kept for inspection. Returns the package
+    path.
     """
     check_torch_version()
     if not isinstance(ep, ExportedProgram):
@@ -270,28 +293,38 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
     configs = build_inductor_configs(inductor_configs, external_weights)
     if ep.example_inputs is None:
         raise ValueError("the program has no example inputs; export it with etmetal_py.export")
+    check_output_types(ep, CompileError)
     program = _program_for_mps(ep)
     real_constants = real_constants_of(program)
     try:
-        if mps_available() and not real_constants:
-            # A program exported on a real MPS device holds real weights: no patches needed.
-            result = torch._inductor.aoti_compile_and_package(
-                program, package_path=package_path, inductor_configs=configs)
-        else:
-            with mps_compile_patches(real_constants, cores):
+        with model_links_library(str(_ffi.library_path())):
+            if mps_available() and not real_constants:
+                # A program exported on a real MPS device holds real weights: no patches needed.
                 result = torch._inductor.aoti_compile_and_package(
                     program, package_path=package_path, inductor_configs=configs)
+            else:
+                ensure_mps_device_guard()
+                with mps_compile_patches(real_constants, cores):
+                    result = torch._inductor.aoti_compile_and_package(
+                        program, package_path=package_path, inductor_configs=configs)
     except Exception as exc:
         raise CompileError("AOTInductor could not compile the program for mps: "
                            + describe_compile_failure(exc)) from exc
     if isinstance(result, str):
         proxied = ops_needing_proxy_executor(result)
         if proxied:
-            os.remove(result)
+            if keep_temps:
+                kept = f"the package is kept at {result}"
+            else:
+                os.remove(result)
+                kept = "pass keep_temps=True to keep the package for inspection"
+            plural = "s" if len(proxied) > 1 else ""
             raise CompileError(
-                f"op {', '.join(proxied)} has no C shim for mps: AOTInductor would call it "
-                "through libtorch's proxy executor, which etmetal packages cannot use; "
-                "register a C shim (aot_inductor.custom_ops_to_c_shims) or avoid the op")
+                f"op{plural} {', '.join(proxied)} ha{'ve' if plural else 's'} no C shim for mps: "
+                "AOTInductor would call it through libtorch's proxy executor, which etmetal "
+                "packages cannot use. Register a C shim for it (etmetal_py.ops: "
+                "aot_inductor.custom_ops_to_c_shims, and the function in libetmetal), or choose "
+                f"an implementation that uses ops with an mps C shim; {kept}")
         _add_signature(result, program_signature(program, cores))
         if codesign_identity:
             _sign_package_libraries(result, codesign_identity)

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from ._compat import check_torch_version, mps_available, quiet_treespec_deprecation
+from ._mps_guard import ensure_mps_device_guard
 
 # Fake tensors report the indexed device; graph arguments must say the same.
 MPS = torch.device("mps", 0)
@@ -110,6 +111,7 @@ def move_program_to_mps(ep: ExportedProgram) -> ExportedProgram:
     """Move a CPU ExportedProgram to "mps" in place, with fake tensors; returns `ep`."""
     from torch._subclasses.fake_tensor import FakeTensor
 
+    ensure_mps_device_guard()
     fake_mode = _fake_mode_of(ep)
     real_constants: dict[str, torch.Tensor] = {}
 
@@ -190,6 +192,33 @@ def copy_program(ep: ExportedProgram) -> ExportedProgram:
     return duplicate
 
 
+def unserializable_output_types(ep: ExportedProgram) -> list[str]:
+    """Output containers AOTInductor cannot serialize into the package's call spec: torch's
+    structseq return types (torch.return_types.topk, .sort, .max, ...) have no pytree
+    serialization name, so a program returning one fails to compile (stock torch too)."""
+    found: list[str] = []
+    pending = [ep.call_spec.out_spec] if ep.call_spec.out_spec is not None else []
+    while pending:
+        spec = pending.pop()
+        kind = getattr(spec, "type", None)
+        if kind is not None and getattr(kind, "__module__", "") == "torch.return_types":
+            name = f"torch.return_types.{kind.__name__}"
+            if name not in found:
+                found.append(name)
+        pending.extend(getattr(spec, "children_specs", None) or [])
+    return found
+
+
+def check_output_types(ep: ExportedProgram, error: type = RuntimeError) -> None:
+    found = unserializable_output_types(ep)
+    if found:
+        raise error(
+            f"the model returns {', '.join(found)}, which AOTInductor cannot store in a package "
+            "(no pytree serialization; stock torch AOTI fails the same way). Return the fields "
+            "as a plain tuple instead, e.g. `values, indices = torch.topk(x, k); "
+            "return values, indices`")
+
+
 def export(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None = None,
            dynamic_shapes: Any = None, *, strict: bool = False) -> ExportedProgram:
     """Export `model` for device "mps" with its real weights.
@@ -203,12 +232,15 @@ def export(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None =
     args, kwargs = _cpu_inputs(args, kwargs)
     _check_model_on_cpu(model)
     if mps_available():
-        return _export_on_real_mps(model, args, kwargs, dynamic_shapes, strict)
+        ep = _export_on_real_mps(model, args, kwargs, dynamic_shapes, strict)
+        check_output_types(ep, ExportError)
+        return ep
     try:
         ep = torch.export.export(model, args, kwargs=kwargs or None,
                                  dynamic_shapes=dynamic_shapes, strict=strict)
     except Exception as exc:
         raise ExportError(f"torch.export failed on CPU: {type(exc).__name__}: {exc}") from exc
+    check_output_types(ep, ExportError)
     return move_program_to_mps(ep)
 
 

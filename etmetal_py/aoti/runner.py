@@ -1,9 +1,17 @@
 """Load an AOTInductor "mps" package (.pt2) and run it through libetmetal.
 
-The package's model .so resolves its `aoti_torch_*` symbols from libetmetal, which
-`etmetal_py._ffi` loads with RTLD_GLOBAL. Before the .so is opened, its undefined symbols are
-checked against what the process can resolve, so a model that needs a function libetmetal
-lacks fails to load with that function's name instead of aborting on first use.
+How a model binds to libetmetal, next to libtorch or any other provider of `aoti_torch_*`:
+`etmetal_py._ffi` loads libetmetal RTLD_LOCAL, so its symbols never interpose on anyone
+else's. A model .so compiled by etmetal records libetmetal as a dependency (DT_NEEDED
+`libetmetal.so`, matched by soname against the copy already loaded), so its lookups reach
+libetmetal through its own dependency scope. When another library in the global scope also
+defines some of the model's `aoti_torch_*` symbols (libtorch loaded RTLD_GLOBAL, say), the
+model is opened with RTLD_DEEPBIND, which puts its own dependencies first. On macOS the
+two-level namespace binds the model to the libetmetal it was linked against.
+
+Before the .so is opened, its undefined symbols are checked against libetmetal, so a model
+that needs a function libetmetal lacks fails to load with that function's name instead of
+aborting on first use.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from .. import _ffi
 from ..tensors import MPS, Tensor, dtype_code
 from .compile import SIGNATURE_FILE
 from ._symbols import (SymbolReadError, global_symbol_address, library_base, library_of_address,
-                       local_symbol_offset, undefined_symbols)
+                       local_symbol_offset, needed_libraries, undefined_symbols)
 
 # The model container API every AOTInductor model .so exports (aoti_runtime/interface.h).
 _CONTAINER_CDEF = """
@@ -95,6 +103,7 @@ class RunError(RuntimeError):
 
 # Symbols a model library may leave undefined that libetmetal is expected to provide.
 _RUNTIME_SYMBOL_PREFIXES = ("aoti_torch_", "etmetal_", "metal_")
+_RUNTIME_SONAME = "libetmetal.so"
 
 
 def _runtime_library_path() -> str:
@@ -102,31 +111,39 @@ def _runtime_library_path() -> str:
     return library_of_address(address) or os.path.realpath(str(_ffi.library_path()))
 
 
-def check_model_symbols(library: str) -> None:
-    """Raise PackageError unless every runtime symbol `library` needs resolves to libetmetal."""
+def check_model_symbols(library: str) -> bool:
+    """Raise PackageError unless every runtime symbol `library` needs will bind to libetmetal.
+
+    Returns True when that takes RTLD_DEEPBIND: another library in the global scope defines
+    some of those symbols too."""
     try:
         strong, _weak = undefined_symbols(library)
+        needed_files = needed_libraries(library)
     except (OSError, SymbolReadError) as exc:
         raise PackageError(f"cannot read the symbols of {os.path.basename(library)}: {exc}") from None
     needed = sorted(name for name in strong if name.startswith(_RUNTIME_SYMBOL_PREFIXES))
     runtime = _runtime_library_path()
-    missing, foreign = [], []
-    for name in needed:
-        address = global_symbol_address(name)
-        if not address:
-            missing.append(name)
-            continue
-        owner = library_of_address(address)
-        if owner is not None and owner != runtime:
-            foreign.append(f"{name} (from {owner})")
+    exports = ctypes.CDLL(runtime, mode=os.RTLD_NOLOAD | os.RTLD_NOW)  # the loaded copy
+    missing = [name for name in needed if not hasattr(exports, name)]
     if missing:
         raise PackageError(
             f"the model needs {', '.join(missing)}, which libetmetal ({runtime}) does not "
             f"export")
-    if foreign:
+    if needed_files is None:
+        return False  # Mach-O: two-level namespace bindings, recorded at link time
+    # Where the global scope would bind each symbol (None: nowhere).
+    providers = {name: library_of_address(global_symbol_address(name)) for name in needed}
+    if os.path.basename(runtime) in needed_files or _RUNTIME_SONAME in needed_files:
+        return any(owner is not None and owner != runtime for owner in providers.values())
+    unbound = [f"{name} ({'nowhere' if owner is None else 'from ' + owner})"
+               for name, owner in providers.items() if owner != runtime]
+    if unbound:
         raise PackageError(
-            "the model would bind runtime functions from another library, not libetmetal: "
-            + ", ".join(foreign))
+            "the model library does not link libetmetal (it was compiled by an older etmetal or "
+            "without etmetal), so it would bind runtime functions elsewhere: "
+            + ", ".join(unbound[:5]) + (", ..." if len(unbound) > 5 else "")
+            + "; compile it again with etmetal_py.aoti_compile_and_package")
+    return False
 
 
 class _PackageContents:
@@ -288,13 +305,15 @@ class ModelRunner:
     def _load(self, model_name: str, num_models: int) -> None:
         contents = _PackageContents(self.package_path, model_name)
         self._state.contents = contents
-        check_model_symbols(contents.library)
+        deep_bind = check_model_symbols(contents.library)
         cffi_module = _get_container_ffi()
         self._ffi = cffi_module
         self._state.container_ffi = cffi_module
+        flags = cffi_module.RTLD_NOW | cffi_module.RTLD_LOCAL
+        if deep_bind:
+            flags |= os.RTLD_DEEPBIND
         try:
-            library = cffi_module.dlopen(contents.library,
-                                         cffi_module.RTLD_NOW | cffi_module.RTLD_LOCAL)
+            library = cffi_module.dlopen(contents.library, flags)
         except OSError as exc:
             raise PackageError(f"cannot load the model library: {exc}") from None
         self._state.library = library

@@ -1,7 +1,7 @@
 // Drives the CPU device's pipeline contract (compile_msl_library, CpuPipeline::execute)
 // directly, for what the C ABI does not reach: dynamic threadgroup memory, argument-table
 // validation, concurrent dispatches. Built by test_pipeline_contract.py with the device's
-// sources; linked with -rdynamic, so kernels resolve the lane calls from this executable.
+// sources (kernel objects get the executor's lane calls through their etm_cpu_lanes table).
 // Prints one line per check: "name ok" or "name FAIL: why".
 #include <cmath>
 #include <cstdio>

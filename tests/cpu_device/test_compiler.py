@@ -244,8 +244,8 @@ BARRIER_KERNEL = textwrap.dedent("""\
 
 
 def test_kernels_resolve_lane_calls_when_libetmetal_is_loaded_locally(child_setup):
-    # Kernel objects need etm_cpu_threadgroup_barrier / etm_cpu_simd_exchange from
-    # libetmetal, which here is not in the global scope (ctypes loads RTLD_LOCAL).
+    # Kernel objects get the executor's lane calls (threadgroup_barrier, simd exchange)
+    # through their own table, with libetmetal outside the global scope (ctypes: RTLD_LOCAL).
     tmp_path, env, _ = child_setup
     (tmp_path / "local.py").write_text(LOCAL_LOAD)
     (tmp_path / "barrier.metal").write_text(BARRIER_KERNEL)

@@ -31,7 +31,7 @@ def driver(tmp_path_factory):
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()[:16]
     binary = tmp_path_factory.getbasetemp() / f"pipeline_driver-{digest}"
     if not binary.exists():
-        command = [compiler, "-std=c++17", "-O1", "-rdynamic", "-pthread", f"-I{ROOT / 'native'}",
+        command = [compiler, "-std=c++17", "-O1", "-pthread", f"-I{ROOT / 'native'}",
                    *map(str, inputs), "-ldl", "-o", str(binary)]
         result = subprocess.run(command, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-4000:]

@@ -429,28 +429,24 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   return Status();
 }
 
-}  // namespace etm::device::cpu
-
 // ------------------------------------------------------------- the lane calls
 
-using etm::device::cpu::tl_context;
+namespace {
 
-extern "C" __attribute__((visibility("default"))) void etm_cpu_threadgroup_barrier(void) {
-  etm::device::cpu::ExecutionContext* context = tl_context;
+void lane_threadgroup_barrier() {
+  ExecutionContext* context = tl_context;
   if (!context) return;  // not inside a dispatch
   if (!context->scheduler) {
     context->job->fail(
         "called threadgroup_barrier, but the kernel was prepared for the loop path");
     return;
   }
-  etm::device::cpu::Fiber* fiber = context->scheduler->current();
-  fiber->state = etm::device::cpu::FiberState::at_barrier;
+  Fiber* fiber = context->scheduler->current();
+  fiber->state = FiberState::at_barrier;
   context->scheduler->park(fiber);
 }
 
-extern "C" __attribute__((visibility("default"))) void etm_cpu_simd_exchange(
-    const void* site, const void* value, uint32_t size, struct etm_cpu_simd_view* out) {
-  using namespace etm::device::cpu;
+void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_cpu_simd_view* out) {
   ExecutionContext* context = tl_context;
   if (size > kMaxExchangeBytes || !context || !context->scheduler) {
     // Not a collective this executor can run: answer as a lone active lane, and fail the
@@ -479,3 +475,12 @@ extern "C" __attribute__((visibility("default"))) void etm_cpu_simd_exchange(
   fiber->state = FiberState::at_exchange;
   context->scheduler->park(fiber);
 }
+
+}  // namespace
+
+const etm_cpu_lane_calls& executor_lane_calls() {
+  static const etm_cpu_lane_calls calls = {lane_threadgroup_barrier, lane_simd_exchange};
+  return calls;
+}
+
+}  // namespace etm::device::cpu

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "device/cpu/kernel_support/etm_cpu_kernel_abi.h"
+#include "device/cpu/metal_include/etm_lane.h"
 #include "device/device.h"
 
 namespace etm::device::cpu {
@@ -28,6 +29,9 @@ struct KernelDispatch {
 
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
 Status execute_dispatch(const KernelDispatch& dispatch);
+
+// The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.
+const etm_cpu_lane_calls& executor_lane_calls();
 
 // Worker threads taking part in a dispatch, the calling thread included.
 unsigned executor_thread_count();

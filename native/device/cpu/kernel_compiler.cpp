@@ -1,6 +1,5 @@
 #include "device/cpu/kernel_compiler.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -17,13 +16,7 @@
 #include <mutex>
 #include <sstream>
 
-#if __has_include(<elf.h>)
-#include <elf.h>
-#define ETM_HAVE_ELF 1
-#endif
-
 #include "device/cpu/embedded_headers.h"
-#include "device/cpu/metal_include/etm_lane.h"
 #include "device/cpu/msl_translator.h"
 
 extern char** environ;
@@ -251,17 +244,6 @@ std::string summarize_diagnostics(const std::string& output, const std::string& 
   return summary;
 }
 
-// Kernel objects leave the lane calls (etm_cpu_threadgroup_barrier, etm_cpu_simd_exchange)
-// undefined. When libetmetal was loaded RTLD_LOCAL, re-opening it with RTLD_NOLOAD |
-// RTLD_GLOBAL puts it in the global scope so they resolve. This beats linking kernels
-// against libetmetal's file: no rpath, and no link-time read of a file a rebuild may be
-// replacing. An executable that holds the device exports them itself (-rdynamic).
-void make_lane_calls_global() {
-  Dl_info info;
-  if (!::dladdr(reinterpret_cast<void*>(&etm_cpu_threadgroup_barrier), &info) || !info.dli_fname) return;
-  ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);  // kept: the library stays loaded
-}
-
 }  // namespace
 
 // -------------------------------------------------------------------------- hashing
@@ -367,7 +349,6 @@ Status KernelCompiler::initialize() {
   Status status = write_headers();
   if (!status.ok()) return status;
 
-  make_lane_calls_global();
   flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
             "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
@@ -383,6 +364,8 @@ Status KernelCompiler::initialize() {
   if (is_clang_) {
     flags_.push_back("-ferror-limit=10");
   } else {
+    // Each kernel object keeps its own etm_cpu_lanes (etm_lane.h).
+    flags_.push_back("-fno-gnu-unique");
     flags_.push_back("-fsingle-precision-constant");
     flags_.push_back("-fmax-errors=10");
   }
@@ -517,45 +500,6 @@ Status KernelCompiler::check_library(const std::string& source_hash, const Sourc
   const std::string temporary = marker + "." + unique_suffix();
   if (write_file(temporary, "", 0)) std::rename(temporary.c_str(), marker.c_str());
   return Status();
-}
-
-// ------------------------------------------------------------------------------- ELF
-
-bool read_undefined_symbols(const std::string& path, std::set<std::string>* symbols) {
-#if defined(ETM_HAVE_ELF)
-  std::string image;
-  if (!read_file(path, &image) || image.size() < sizeof(Elf64_Ehdr)) return false;
-  const auto* header = reinterpret_cast<const Elf64_Ehdr*>(image.data());
-  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 || header->e_ident[EI_CLASS] != ELFCLASS64) {
-    return false;
-  }
-  if (header->e_shoff == 0 || header->e_shoff + uint64_t{header->e_shnum} * sizeof(Elf64_Shdr) > image.size()) {
-    return false;
-  }
-  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(image.data() + header->e_shoff);
-  for (unsigned s = 0; s < header->e_shnum; ++s) {
-    if (sections[s].sh_type != SHT_DYNSYM) continue;
-    const Elf64_Shdr& table = sections[s];
-    if (table.sh_link >= header->e_shnum) return false;
-    const Elf64_Shdr& strings = sections[table.sh_link];
-    if (table.sh_offset + table.sh_size > image.size() || strings.sh_offset + strings.sh_size > image.size()) {
-      return false;
-    }
-    const auto* entries = reinterpret_cast<const Elf64_Sym*>(image.data() + table.sh_offset);
-    const size_t count = table.sh_size / sizeof(Elf64_Sym);
-    for (size_t i = 0; i < count; ++i) {
-      if (entries[i].st_shndx != SHN_UNDEF || entries[i].st_name >= strings.sh_size) continue;
-      const char* name = image.data() + strings.sh_offset + entries[i].st_name;
-      symbols->insert(std::string(name, strnlen(name, strings.sh_size - entries[i].st_name)));
-    }
-    return true;
-  }
-  return true;  // no dynamic symbols at all
-#else
-  (void)path;
-  (void)symbols;
-  return false;
-#endif
 }
 
 }  // namespace etm::device::cpu

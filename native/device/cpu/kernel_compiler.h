@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -61,10 +60,6 @@ class KernelCompiler {
   std::string headers_hash_;
   std::vector<std::string> flags_;
 };
-
-// The dynamic symbols a shared object needs from elsewhere (ELF only). Returns false when
-// the file cannot be read as ELF.
-bool read_undefined_symbols(const std::string& path, std::set<std::string>* symbols);
 
 // A 128-bit content hash as 32 hex digits (for cache keys).
 std::string content_hash(const std::string& data);

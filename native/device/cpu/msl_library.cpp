@@ -9,7 +9,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <sstream>
 
 #include "device/cpu/cpu_executor.h"
@@ -21,7 +20,7 @@
 namespace etm::device::cpu {
 namespace {
 
-// How kernels run: decided per kernel from the symbols its object needs, unless
+// How kernels run: decided per kernel from whether its object calls lane functions, unless
 // ETMETAL_CPU_EXECUTION forces one path ("loop" or "fibers") for testing.
 enum class ExecutionChoice { automatic, loop, fibers };
 
@@ -61,11 +60,15 @@ class KernelObject {
     sizes(object->argument_sizes_.data());
     object->static_threadgroup_bytes_ = static_bytes();
 
-    std::set<std::string> undefined;
-    bool needs_fibers = true;  // when the object cannot be inspected, the path that is always right
-    if (read_undefined_symbols(path, &undefined)) {
-      needs_fibers = undefined.count("etm_cpu_threadgroup_barrier") != 0 ||
-                     undefined.count("etm_cpu_simd_exchange") != 0;
+    // Kernel objects whose code calls a lane function define the table of lane calls; the
+    // others run on the loop path.
+    auto* lanes = static_cast<etm_cpu_lane_calls*>(::dlsym(object->handle_, "etm_cpu_lanes"));
+    const bool needs_fibers = lanes != nullptr;
+    if (lanes) {
+      // dlopen hands every load of one file the same object: fill its table once.
+      static std::mutex fill_mutex;
+      std::lock_guard<std::mutex> lock(fill_mutex);
+      if (!lanes->threadgroup_barrier) *lanes = executor_lane_calls();
     }
     switch (execution_choice()) {
       case ExecutionChoice::automatic: object->use_fibers_ = needs_fibers; break;

@@ -148,6 +148,38 @@ ETMETAL_API void aoti_torch_warn(const char* func, const char* file, uint32_t li
 ETMETAL_API void aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line,
                                   const char* msg);
 
+/* c10::MemoryFormat codes. */
+ETMETAL_API int32_t aoti_torch_memory_format_contiguous_format(void);
+ETMETAL_API int32_t aoti_torch_memory_format_channels_last(void);
+ETMETAL_API int32_t aoti_torch_memory_format_channels_last_3d(void);
+ETMETAL_API int32_t aoti_torch_memory_format_preserve_format(void);
+
+/* A new 0-dim CPU tensor holding value (torch's at::scalar_to_tensor). */
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_float32(float value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_float64(double value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_uint8(uint8_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_uint16(uint16_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_uint32(uint32_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_uint64(uint64_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int8(int8_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int16(int16_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int32(int32_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int64(int64_t value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_bool(bool value, AtenTensorHandle* ret_new_tensor);
+
+/* A view of self's storage with self's number of dimensions, the given sizes and strides
+ * (non-negative), starting at self's storage offset; it must stay inside the storage. */
+ETMETAL_API AOTITorchError aoti_torch_as_strided(AtenTensorHandle self, const int64_t* sizes_ptr,
+                                                 const int64_t* strides_ptr, AtenTensorHandle* ret);
+/* Fills self (any strides) with zeros, in stream order. */
+ETMETAL_API AOTITorchError aoti_torch_zero_(AtenTensorHandle self);
+
+/* Always fails (and poisons the calling thread's stream): etmetal has no proxy executor for
+ * ops without a C shim. The message names the extern node index the op has in the package. */
+ETMETAL_API AOTITorchError aoti_torch_proxy_executor_call_function(
+    struct AOTIProxyExecutorOpaque* proxy_executor, int extern_node_index, int num_ints,
+    int64_t* flatten_int_args, int num_tensors, AtenTensorHandle* flatten_tensor_args);
+
 ETMETAL_END_DECLS
 
 #endif

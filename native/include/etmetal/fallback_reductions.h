@@ -56,6 +56,14 @@ ETMETAL_API AOTITorchError aoti_torch_mps__fused_rms_norm(AtenTensorHandle input
                                                           AtenTensorHandle* ret0,
                                                           AtenTensorHandle* ret1);
 
+/* Histogram of self into *ret0: `bins` (> 0) equal-width bins over [min, max], or over the
+ * data's own [min, max] when min == max (widened by 1 on each side when that is a point);
+ * elements outside the range and NaN are not counted; v == max counts in the last bin. The
+ * result is 1-D with `bins` counts in self's dtype (float32, float16 or bfloat16). Bins are
+ * computed in float32. A data range that is not finite poisons the stream. */
+ETMETAL_API AOTITorchError aoti_torch_mps_histc(AtenTensorHandle self, int64_t bins, double min,
+                                                double max, AtenTensorHandle* ret0);
+
 ETMETAL_END_DECLS
 
 #endif

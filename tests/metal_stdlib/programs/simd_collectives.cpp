@@ -1,6 +1,6 @@
 // SIMD-group collectives, simdgroup matrices, barriers and atomics of the emulated Metal
 // standard library, run on a small test executor: every GPU thread of a threadgroup is a host
-// thread, and etm_cpu_simd_exchange / etm_cpu_threadgroup_barrier are a rendezvous with the
+// thread, and its lane calls (installed in etm_cpu_lanes) are a rendezvous with the
 // semantics etm_lane.h specifies (lanes that returned, wait at a barrier or at another call
 // site are inactive). Prints `name value...` lines for the test to compare with numpy.
 #include <condition_variable>
@@ -104,11 +104,7 @@ void run_threadgroup(uint32_t threads, const std::function<void(uint32_t)>& body
   for (host_thread& worker : workers) worker.join();
 }
 
-}  // namespace test_executor
-
-extern "C" void etm_cpu_simd_exchange(const void* site, const void* value, uint32_t size,
-                                      etm_cpu_simd_view* out) {
-  using namespace test_executor;
+void simd_exchange(const void* site, const void* value, uint32_t size, etm_cpu_simd_view* out) {
   threadgroup_state& group = *current_group;
   std::unique_lock<std::mutex> lock(group.mutex);
   lane& me = group.lanes[current_thread];
@@ -121,8 +117,7 @@ extern "C" void etm_cpu_simd_exchange(const void* site, const void* value, uint3
   *out = me.view;
 }
 
-extern "C" void etm_cpu_threadgroup_barrier(void) {
-  using namespace test_executor;
+void threadgroup_barrier() {
   threadgroup_state& group = *current_group;
   std::unique_lock<std::mutex> lock(group.mutex);
   lane& me = group.lanes[current_thread];
@@ -130,6 +125,8 @@ extern "C" void etm_cpu_threadgroup_barrier(void) {
   resolve(group);
   group.changed.wait(lock, [&] { return me.status == lane_status::running; });
 }
+
+}  // namespace test_executor
 
 namespace {
 
@@ -427,6 +424,7 @@ void atomics() {
 }  // namespace
 
 int main() {
+  etm_cpu_lanes = {test_executor::threadgroup_barrier, test_executor::simd_exchange};
   collectives("full", 32);
   collectives("partial", 20);
   divergence();
