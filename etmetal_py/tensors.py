@@ -168,11 +168,17 @@ class Tensor:
         synchronize()
         self._view()[...] = array
 
+    def _release_memory(self) -> None:
+        """Memory wrapped in place may be freed only once no submitted work uses it."""
+        if self._keepalive is not None:
+            lib.etmetal_tensor_wait(self.handle)
+            self._keepalive = None
+
     def delete(self) -> None:
         if self.handle is not None:
+            self._release_memory()
             check(lib.aoti_torch_delete_tensor_object(self.handle), "aoti_torch_delete_tensor_object")
             self.handle = None
-            self._keepalive = None
 
     def release(self):
         """Gives up ownership of the handle (for calls that take it over)."""
@@ -182,6 +188,7 @@ class Tensor:
     def __del__(self):
         if getattr(self, "handle", None) is not None:
             try:
+                self._release_memory()
                 lib.aoti_torch_delete_tensor_object(self.handle)
             except Exception:
                 pass

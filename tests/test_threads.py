@@ -119,3 +119,34 @@ def test_eight_threads_pass_tensors_without_waiting(no_leaks):
     assert sorted(observed) == sorted(expected)
     for c in coefficients:
         c.delete()
+
+
+def test_tensor_wait_covers_another_threads_committed_work(no_leaks):
+    """etmetal_tensor_wait (what Tensor.delete calls before dropping memory it wraps in place)
+    returns only once another thread's committed work on the tensor has finished."""
+    from etmetal_py.kernels import compile_library
+
+    affine = compile_library(AFFINE).function("affine")
+    n, repeats = 1 << 20, 16
+    token = Tensor.from_array(np.zeros(n, dtype=np.uint32), copy=True)
+    coefficients = Tensor.from_array(np.array([1, 1], dtype=np.uint32), copy=True)
+    memory = np.frombuffer(ffi.buffer(ffi.cast("char*", token.data_ptr), n * 4), np.uint32)
+    committed = threading.Event()
+
+    def writer():
+        for _ in range(repeats):
+            etmetal_py.check(lib.aoti_torch_mps_start_encoding(affine.handle))
+            etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(affine.handle, 0, token.handle))
+            etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(affine.handle, 1, coefficients.handle))
+            etmetal_py.check(lib.aoti_torch_mps_dispatch_single(affine.handle, n))
+        etmetal_py.synchronize(1)  # COMMIT only
+        committed.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    committed.wait(timeout=300)
+    etmetal_py.check(lib.etmetal_tensor_wait(token.handle))
+    assert (memory == repeats).all()  # read through the raw pointer: no other wait
+    thread.join()
+    for t in (token, coefficients):
+        t.delete()

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Runs the test suite against an AddressSanitizer build of libetmetal (build-asan/).
-# Python itself is not instrumented, so the sanitizer runtime is preloaded (with libstdc++
+# Runs the test suite (the default run unless pytest arguments say otherwise) against a
+# build of libetmetal with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/).
+# Python itself is not instrumented, so the sanitizer runtimes are preloaded (with libstdc++
 # first in line, or ASan cannot intercept C++ exceptions). Leak detection is off: the
-# interpreter's own allocations would drown the report. Extra arguments go to pytest.
+# interpreter's own allocations would drown the report. Any report aborts the test process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -d build-asan ] || meson setup build-asan -Db_sanitize=address -Dbuildtype=debug >/dev/null
+[ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dbuildtype=debug >/dev/null
 ninja -C build-asan
 export ETMETAL_LIBRARY="$PWD/build-asan/native/libetmetal.so"
-export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
+export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so) $(gcc -print-file-name=libstdc++.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
 python3 -m pytest "$@"

@@ -17,6 +17,15 @@ extern "C" AOTITorchError etmetal_synchronize(int32_t sync_type) {
 
 extern "C" const char* etmetal_last_error(void) { return etm::last_error(); }
 
+extern "C" AOTITorchError etmetal_tensor_wait(AtenTensorHandle tensor) {
+  return guarded(__func__, [&] {
+    const Tensor& t = abi::tensor_of(tensor);
+    Stream& stream = Runtime::get().current_stream();
+    stream.wait_idle();
+    if (t.storage) stream.wait_for_other_streams(t.storage->buffer);
+  });
+}
+
 extern "C" const char* etmetal_device_name(void) {
   const char* name = "";
   guarded(__func__, [&] { name = Runtime::get().device().name().c_str(); });

@@ -33,16 +33,10 @@ std::unique_ptr<Tensor> make_blob_tensor(void* data, int64_t ndim, const int64_t
                                          const int64_t* strides, int64_t storage_offset,
                                          int32_t dtype, int32_t device_type, int32_t device_index) {
   check_device(device_type, device_index);
-  ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
-  const int64_t extent = checked_extent(ndim, sizes, strides, storage_offset);
-  auto tensor = std::make_unique<Tensor>();
-  tensor->storage = Runtime::get().storage_for(data, storage_nbytes(extent, dtype));
-  tensor->dtype = dtype;
-  tensor->device_type = device_type;
-  tensor->sizes.assign(sizes, sizes + ndim);
-  tensor->strides = layout_strides(ndim, sizes, strides);
-  tensor->storage_offset = storage_offset;
-  return tensor;
+  checked_extent(ndim, sizes, strides, storage_offset);
+  return Runtime::get().blob_tensor(data, std::vector<int64_t>(sizes, sizes + ndim),
+                                    layout_strides(ndim, sizes, strides), storage_offset, dtype,
+                                    device_type);
 }
 
 }  // namespace etm::abi
@@ -172,35 +166,13 @@ extern "C" AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_han
   });
 }
 
-namespace {
-
-// Copies src into dst in stream order where the device can (same dtype, both dense and
-// laid out alike: one blit); otherwise waits for the stream and copies on the host.
-void copy_tensor(const Tensor& dst, const Tensor& src) {
-  Stream& stream = Runtime::get().current_stream();
-  if (dst.numel() == 0) return;
-  const bool same_layout = dst.dtype == src.dtype && dst.sizes == src.sizes &&
-                           dst.is_contiguous() && src.is_contiguous();
-  if (same_layout) {
-    stream.copy_buffer(src.storage->buffer, src.buffer_offset(), dst.storage->buffer,
-                       dst.buffer_offset(), static_cast<size_t>(dst.numel()) * dst.itemsize());
-    return;
-  }
-  stream.wait_idle();
-  stream.wait_for_other_streams(dst.storage->buffer);
-  stream.wait_for_other_streams(src.storage->buffer);
-  copy_elements(dst, src);
-}
-
-}  // namespace
-
 extern "C" AOTITorchError aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret) {
   return guarded(__func__, [&] {
     require_out(ret, "ret");
     const Tensor& source = tensor_of(self);
     auto copy = Runtime::get().empty_tensor(source.sizes, contiguous_strides(source.sizes), source.dtype,
                                        source.device_type);
-    copy_tensor(*copy, source);
+    Runtime::get().copy_tensor(*copy, source);
     *ret = abi::new_handle(std::move(copy));
   });
 }
@@ -224,7 +196,7 @@ extern "C" AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle sel
 extern "C" AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
                                            int32_t non_blocking) {
   (void)non_blocking;  // copies are always ordered on the stream; host copies wait for it
-  return guarded(__func__, [&] { copy_tensor(tensor_of(self), tensor_of(src)); });
+  return guarded(__func__, [&] { Runtime::get().copy_tensor(tensor_of(self), tensor_of(src)); });
 }
 
 extern "C" AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr) {

@@ -106,8 +106,6 @@ class CommandBuffer {
                            size_t length) = 0;
   virtual void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
                            uint8_t value) = 0;
-  // Keeps `resource` alive until the command buffer completes.
-  virtual void retain(std::shared_ptr<void> resource) = 0;
   // Runs after execution, on a device thread, with the outcome. Add before commit().
   virtual void add_completed_handler(std::function<void(const Status&)> handler) = 0;
   virtual void commit() = 0;

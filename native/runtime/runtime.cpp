@@ -87,6 +87,39 @@ std::unique_ptr<Tensor> Runtime::empty_tensor(const std::vector<int64_t>& sizes,
   return tensor;
 }
 
+std::unique_ptr<Tensor> Runtime::blob_tensor(void* data, std::vector<int64_t> sizes,
+                                             std::vector<int64_t> strides, int64_t storage_offset,
+                                             int32_t dtype, int32_t device_type) {
+  ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
+  ETM_REQUIRE(sizes.size() == strides.size(), "sizes and strides differ in length");
+  const int64_t extent = checked_extent(static_cast<int64_t>(sizes.size()), sizes.data(),
+                                        strides.data(), storage_offset);
+  auto tensor = std::make_unique<Tensor>();
+  tensor->storage = storage_for(data, storage_nbytes(extent, dtype));
+  tensor->dtype = dtype;
+  tensor->device_type = device_type;
+  tensor->sizes = std::move(sizes);
+  tensor->strides = std::move(strides);
+  tensor->storage_offset = storage_offset;
+  return tensor;
+}
+
+void Runtime::copy_tensor(const Tensor& dst, const Tensor& src) {
+  Stream& stream = current_stream();
+  if (dst.numel() == 0) return;
+  const bool same_layout = dst.dtype == src.dtype && dst.sizes == src.sizes &&
+                           dst.is_contiguous() && src.is_contiguous();
+  if (same_layout) {
+    stream.copy_buffer(src.storage->buffer, src.buffer_offset(), dst.storage->buffer,
+                       dst.buffer_offset(), static_cast<size_t>(dst.numel()) * dst.itemsize());
+    return;
+  }
+  stream.wait_idle();
+  stream.wait_for_other_streams(dst.storage->buffer);
+  stream.wait_for_other_streams(src.storage->buffer);
+  copy_elements(dst, src);
+}
+
 std::shared_ptr<Storage> Runtime::storage_for(void* data, size_t nbytes) {
   auto storage = std::make_shared<Storage>();
   storage->nbytes = nbytes;

@@ -41,6 +41,15 @@ class Runtime {
   std::unique_ptr<Tensor> empty_tensor(const std::vector<int64_t>& sizes,
                                        const std::vector<int64_t>& strides, int32_t dtype,
                                        int32_t device_type = kDeviceMps);
+  // A tensor over memory at `data` (see storage_for). Throws for unsupported dtypes, invalid
+  // layouts and memory the device cannot use.
+  std::unique_ptr<Tensor> blob_tensor(void* data, std::vector<int64_t> sizes,
+                                      std::vector<int64_t> strides, int64_t storage_offset,
+                                      int32_t dtype, int32_t device_type);
+  // Copies src into dst (broadcast, dtype conversion) in the calling thread's stream order:
+  // one blit where both are dense and laid out alike, else on the host once the work that
+  // uses them is done.
+  void copy_tensor(const Tensor& dst, const Tensor& src);
 
  private:
   explicit Runtime(std::unique_ptr<device::Device> device);

@@ -184,7 +184,6 @@ class HostCommandBuffer final : public CommandBuffer,
                    uint8_t value) override {
     commands_.push_back(FillCommand{std::move(destination), offset, length, value});
   }
-  void retain(std::shared_ptr<void> resource) override { retained_.push_back(std::move(resource)); }
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));
   }
@@ -212,7 +211,6 @@ class HostCommandBuffer final : public CommandBuffer,
       if (!status.ok()) break;
     }
     commands_.clear();
-    retained_.clear();
     for (auto& handler : handlers_) handler(status);
     handlers_.clear();
     std::lock_guard lock(mutex_);
@@ -226,7 +224,6 @@ class HostCommandBuffer final : public CommandBuffer,
   std::weak_ptr<HostCommandQueue> queue_;
   std::vector<Command> commands_;
   HostComputeEncoder encoder_;
-  std::vector<std::shared_ptr<void>> retained_;
   std::vector<std::function<void(const Status&)>> handlers_;
   mutable std::mutex mutex_;
   std::condition_variable done_;

@@ -438,11 +438,6 @@ class Completion {
     retained_ = std::move(retained);
   }
 
-  void retain(std::shared_ptr<void> resource) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) retained_.push_back(std::move(resource));
-  }
-
   void add_handler(std::function<void(const Status&)> handler) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (state_ == CommandBufferState::completed || state_ == CommandBufferState::failed) {
@@ -588,14 +583,6 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     const ByteFillArguments arguments{offset, length, value};
     encode_builtin(/*copy=*/false, nil, to->metal_buffer(), &arguments, sizeof(arguments),
                    length);
-  }
-
-  void retain(std::shared_ptr<void> resource) override {
-    if (committed_) {
-      completion_->retain(std::move(resource));
-    } else {
-      retained_.push_back(std::move(resource));
-    }
   }
 
   void add_completed_handler(std::function<void(const Status&)> handler) override {

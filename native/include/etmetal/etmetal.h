@@ -34,6 +34,11 @@ typedef enum etmetal_sync_type {
  * stream holds a sticky error (a failed command buffer or a failed call during encoding). */
 ETMETAL_API AOTITorchError etmetal_synchronize(int32_t sync_type);
 
+/* Waits until no submitted work uses the tensor's memory: commits and waits for the calling
+ * thread's stream, and waits for other threads' committed work on that memory. Leaves sticky
+ * errors for etmetal_synchronize. Call it before freeing memory a tensor wraps in place. */
+ETMETAL_API AOTITorchError etmetal_tensor_wait(AtenTensorHandle tensor);
+
 /* Why the calling thread's most recent call failed: "<function>: <reason>"; "" when that
  * call succeeded. Every function that reports failure (a return code, a null or false result)
  * sets or clears it; functions that cannot fail leave it alone. A failure that an earlier
