@@ -1,5 +1,5 @@
-/* Sorting, scan and normalization fallbacks of AOTInductor's Metal shim (torch 2.13
- * c_shim_mps.h), same names and signatures, ATen semantics.
+/* Sorting, scan, histogram, search and normalization fallbacks of AOTInductor's Metal shim
+ * (torch 2.13 c_shim_mps.h), same names and signatures, ATen semantics.
  *
  * Inputs are tensors on device mps with any strides and storage offsets. Each function
  * stores new handles to freshly allocated, contiguous results in its ret pointers (the caller
@@ -63,6 +63,28 @@ ETMETAL_API AOTITorchError aoti_torch_mps__fused_rms_norm(AtenTensorHandle input
  * computed in float32. A data range that is not finite poisons the stream. */
 ETMETAL_API AOTITorchError aoti_torch_mps_histc(AtenTensorHandle self, int64_t bins, double min,
                                                 double max, AtenTensorHandle* ret0);
+
+/* searchsorted: for every element of self, its insertion position in sorted_sequence along
+ * the last dimension (the first position whose element is >= the value, or > it when right
+ * != 0 or *side is "right"; side, when not NULL, must not contradict right). sorted_sequence
+ * is 1-D or has self's leading dimensions; sorter (optional) is an int64 permutation of its
+ * shape (an out-of-range entry poisons the stream). *ret0: self's shape, int64 (int32 with
+ * out_int32 != 0). Dtypes: float32, float16, bfloat16, int64, int32, int16, int8, uint8,
+ * compared in their promoted dtype (a mixed pair is converted on the host, after a wait).
+ * NaN values land past the end of their row. */
+ETMETAL_API AOTITorchError aoti_torch_mps_searchsorted_Tensor(
+    AtenTensorHandle sorted_sequence, AtenTensorHandle self, int32_t out_int32, int32_t right,
+    const char** side, AtenTensorHandle* sorter, AtenTensorHandle* ret0);
+/* searchsorted of one value in a 1-D sorted_sequence; *ret0 is 0-dim. For an integer
+ * sequence the value is compared exactly (torch compares in float32). */
+ETMETAL_API AOTITorchError aoti_torch_mps_searchsorted_Scalar(
+    AtenTensorHandle sorted_sequence, double self, int32_t out_int32, int32_t right,
+    const char** side, AtenTensorHandle* sorter, AtenTensorHandle* ret0);
+/* searchsorted(boundaries, self, out_int32, right) for a 1-D boundaries tensor. */
+ETMETAL_API AOTITorchError aoti_torch_mps_bucketize_Tensor(AtenTensorHandle self,
+                                                           AtenTensorHandle boundaries,
+                                                           int32_t out_int32, int32_t right,
+                                                           AtenTensorHandle* ret0);
 
 ETMETAL_END_DECLS
 
