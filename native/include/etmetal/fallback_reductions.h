@@ -1,4 +1,4 @@
-/* Sorting, scan, histogram, search and normalization fallbacks of AOTInductor's Metal shim
+/* Sorting, scans, histogram, search and normalization fallbacks of AOTInductor's Metal shim
  * (torch 2.13 c_shim_mps.h), same names and signatures, ATen semantics.
  *
  * Inputs are tensors on device mps with any strides and storage offsets. Each function
@@ -85,6 +85,22 @@ ETMETAL_API AOTITorchError aoti_torch_mps_bucketize_Tensor(AtenTensorHandle self
                                                            AtenTensorHandle boundaries,
                                                            int32_t out_int32, int32_t right,
                                                            AtenTensorHandle* ret0);
+
+/* Cumulative product along dim into *ret0; result dtype and supported pairs as cumsum
+ * (products in float32 for floating results, 64-bit wrapping for integer ones). */
+ETMETAL_API AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim,
+                                                  int32_t* dtype, AtenTensorHandle* ret0);
+/* Running maximum / minimum along dim: *ret0 values (self's dtype), *ret1 the int64 index
+ * where it was last reached (ties move it forward); NaN, once seen, stays. Dtypes: float32,
+ * float16, bfloat16, int64, int32, int16, int8, uint8, bool. */
+ETMETAL_API AOTITorchError aoti_torch_mps_cummax(AtenTensorHandle self, int64_t dim,
+                                                 AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+ETMETAL_API AOTITorchError aoti_torch_mps_cummin(AtenTensorHandle self, int64_t dim,
+                                                 AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+/* log(cumsum(exp(self))) along dim, without overflow, accumulated in float32; float32,
+ * float16 or bfloat16. */
+ETMETAL_API AOTITorchError aoti_torch_mps_logcumsumexp(AtenTensorHandle self, int64_t dim,
+                                                       AtenTensorHandle* ret0);
 
 ETMETAL_END_DECLS
 
