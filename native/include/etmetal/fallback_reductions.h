@@ -102,6 +102,23 @@ ETMETAL_API AOTITorchError aoti_torch_mps_cummin(AtenTensorHandle self, int64_t 
 ETMETAL_API AOTITorchError aoti_torch_mps_logcumsumexp(AtenTensorHandle self, int64_t dim,
                                                        AtenTensorHandle* ret0);
 
+/* int64 [count, self.dim()] coordinates of self's nonzero elements (NaN counts), row-major
+ * order, any dtype above and bool. The count decides the shape: the call waits for the
+ * calling thread's stream. */
+ETMETAL_API AOTITorchError aoti_torch_mps_nonzero(AtenTensorHandle self, AtenTensorHandle* ret0);
+/* nonzero with `size` (>= 0) rows: the first `size` coordinates, the rest fill_value. Does
+ * not wait. */
+ETMETAL_API AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, int64_t size,
+                                                         int64_t fill_value,
+                                                         AtenTensorHandle* ret0);
+/* For a 1-D int64 / int32 repeats: each index i repeated repeats[i] times, in repeats' dtype.
+ * Without output_size the call waits for the stream (the sum is the length) and fails for a
+ * negative repeat; with it, a negative repeat or a sum other than *output_size poisons the
+ * stream once the kernels have run. */
+ETMETAL_API AOTITorchError aoti_torch_mps_repeat_interleave_Tensor(AtenTensorHandle repeats,
+                                                                   int64_t* output_size,
+                                                                   AtenTensorHandle* ret0);
+
 ETMETAL_END_DECLS
 
 #endif
