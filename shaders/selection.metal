@@ -1,4 +1,4 @@
-// nonzero / nonzero_static and repeat_interleave (ATen semantics): outputs whose rows come
+// nonzero / nonzero_static, masked_select and repeat_interleave (ATen semantics): outputs whose rows come
 // from a running count, built in three passes so that no thread waits for another:
 //   *_chunk_counts   one thread per chunk of kChunk consecutive elements (row-major order):
 //                    how many rows the chunk produces;
@@ -108,11 +108,62 @@ kernel void repeat_write(device const T* repeats [[buffer(0)]], device const lon
   }
 }
 
+// masked_select: self and mask broadcast to one shape (stride 0 where broadcast).
+struct MaskedParams {
+  long self_strides[kMaxDims];
+  long mask_strides[kMaxDims];
+  uint sizes[kMaxDims];
+  uint dims;
+  uint numel;
+  uint chunk;
+  uint chunks;
+  long rows;
+};
+
+struct MaskedOffsets {
+  long self;
+  long mask;
+};
+
+inline MaskedOffsets masked_offsets(constant MaskedParams& p, uint index) {
+  MaskedOffsets at = {0, 0};
+  for (int d = int(p.dims) - 1; d >= 0; --d) {
+    const long c = long(index % p.sizes[d]);
+    index /= p.sizes[d];
+    at.self += c * p.self_strides[d];
+    at.mask += c * p.mask_strides[d];
+  }
+  return at;
+}
+
+kernel void masked_chunk_counts(device const bool* mask [[buffer(0)]], device long* counts [[buffer(1)]],
+                                constant MaskedParams& p [[buffer(2)]],
+                                uint c [[thread_position_in_grid]]) {
+  const uint end = min((c + 1) * p.chunk, p.numel);
+  long count = 0;
+  for (uint i = c * p.chunk; i < end; ++i) count += mask[masked_offsets(p, i).mask] ? 1 : 0;
+  counts[c] = count;
+}
+
+template <typename T>
+kernel void masked_write(device const T* self [[buffer(0)]], device const bool* mask [[buffer(1)]],
+                         device const long* offsets [[buffer(2)]], device T* out [[buffer(3)]],
+                         constant MaskedParams& p [[buffer(4)]], uint c [[thread_position_in_grid]]) {
+  const uint end = min((c + 1) * p.chunk, p.numel);
+  long row = offsets[c];
+  for (uint i = c * p.chunk; i < end && row < p.rows; ++i) {
+    const MaskedOffsets at = masked_offsets(p, i);
+    if (mask[at.mask]) out[row++] = self[at.self];
+  }
+}
+
 #define NONZERO_KERNELS(T, NAME)                                                       \
   template [[host_name("nonzero_chunk_counts_" #NAME)]] [[kernel]]                    \
   decltype(nonzero_chunk_counts<T>) nonzero_chunk_counts<T>;                          \
   template [[host_name("nonzero_write_" #NAME)]] [[kernel]]                           \
-  decltype(nonzero_write<T>) nonzero_write<T>;
+  decltype(nonzero_write<T>) nonzero_write<T>;                                        \
+  template [[host_name("masked_write_" #NAME)]] [[kernel]]                            \
+  decltype(masked_write<T>) masked_write<T>;
 
 NONZERO_KERNELS(float, float)
 NONZERO_KERNELS(half, half)

@@ -1,4 +1,4 @@
-// aoti_torch_mps_nonzero, _nonzero_static, _repeat_interleave_Tensor
+// aoti_torch_mps_nonzero, _nonzero_static, _masked_select, _repeat_interleave_Tensor
 // (etmetal/fallback_reductions.h).
 #include <optional>
 
@@ -23,6 +23,14 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, i
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(etm::ops::nonzero_static(tensor_of(self), size, fill_value));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self, AtenTensorHandle mask,
+                                                       AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::masked_select(tensor_of(self), tensor_of(mask)));
   });
 }
 

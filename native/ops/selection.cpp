@@ -30,6 +30,19 @@ struct SelectionParams {
 };
 static_assert(sizeof(SelectionParams) == 144, "SelectionParams must match the MSL layout");
 
+// Must match MaskedParams in shaders/selection.metal.
+struct MaskedParams {
+  int64_t self_strides[kMaxDims];
+  int64_t mask_strides[kMaxDims];
+  uint32_t sizes[kMaxDims];
+  uint32_t dims;
+  uint32_t numel;
+  uint32_t chunk;
+  uint32_t chunks;
+  int64_t rows;
+};
+static_assert(sizeof(MaskedParams) == 208, "MaskedParams must match the MSL layout");
+
 SelectionParams layout(const char* op, const Tensor& t) {
   ETM_REQUIRE(t.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", t.dim());
   SelectionParams p{};
@@ -114,6 +127,58 @@ std::unique_ptr<Tensor> nonzero(const Tensor& self) { return nonzero_rows("nonze
 std::unique_ptr<Tensor> nonzero_static(const Tensor& self, int64_t size, int64_t fill_value) {
   ETM_REQUIRE(size >= 0, "nonzero_static: 'size' must be an non-negative integer, got ", size);
   return nonzero_rows("nonzero_static", self, size, fill_value);
+}
+
+std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
+  constexpr const char* op = "masked_select";
+  require_mps(op, "self", self);
+  require_mps(op, "mask", mask);
+  const char* name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
+  ETM_REQUIRE(mask.dtype == static_cast<int32_t>(DType::bool_), op, ": expected BoolTensor for mask, got ",
+              dtype_name(mask.dtype));
+  // Broadcast shape, aligned at the last dimension.
+  const int64_t dims = std::max(self.dim(), mask.dim());
+  ETM_REQUIRE(dims <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", dims);
+  MaskedParams p{};
+  p.dims = static_cast<uint32_t>(dims);
+  int64_t numel = 1;
+  for (int64_t d = 0; d < dims; ++d) {
+    const int64_t si = d - (dims - self.dim()), mi = d - (dims - mask.dim());
+    const int64_t s_size = si >= 0 ? self.sizes[si] : 1, m_size = mi >= 0 ? mask.sizes[mi] : 1;
+    ETM_REQUIRE(s_size == m_size || s_size == 1 || m_size == 1, op, ": the size of tensor a (", s_size,
+                ") must match the size of tensor b (", m_size, ") at non-singleton dimension ", d);
+    const int64_t size = s_size == 1 ? m_size : s_size;
+    p.sizes[d] = checked_u32(op, size, "size");
+    p.self_strides[d] = s_size == 1 ? 0 : self.strides[si];
+    p.mask_strides[d] = m_size == 1 ? 0 : mask.strides[mi];
+    numel *= size;
+  }
+  p.numel = checked_u32(op, numel, "number of elements");
+  p.chunk = kChunk;
+  p.chunks = (p.numel + kChunk - 1) / kChunk;
+
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> counts =
+      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "masked_chunk_counts"));
+    launch.tensor(0, mask).tensor(1, *counts).value(2, p);
+    dispatch_1d(launch, p.chunks);
+  }
+  {
+    SelectionParams scan{};
+    scan.chunks = p.chunks;
+    KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
+    launch.tensor(0, *counts).value(1, scan).threads({1, 1, 1}, {1, 1, 1});
+  }
+  p.rows = read_total(op, *counts, p.chunks, numel);
+  auto out = runtime.empty_tensor({p.rows}, {1}, self.dtype);
+  if (p.rows == 0) return out;
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_write_") + name));
+  launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out).value(4, p);
+  dispatch_1d(launch, p.chunks);
+  return out;
 }
 
 std::unique_ptr<Tensor> repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_size) {

@@ -1,4 +1,5 @@
-"""aoti_torch_mps_nonzero, _nonzero_static and _repeat_interleave_Tensor against torch eager:
+"""aoti_torch_mps_nonzero, _nonzero_static, _masked_select and _repeat_interleave_Tensor against
+torch eager:
 dtypes, strided views, empty and 0-dim inputs, NaN, more than one chunk of elements, and bad
 input (including the data-dependent errors reported by the stream)."""
 
@@ -70,6 +71,35 @@ def test_nonzero_views_nan_empty_0_dim():
         assert out.shape == torch.nonzero(x).shape and torch.equal(out, torch.nonzero(x))
         static = output(*nonzero_static(x, 4, -1))
         assert torch.equal(static, torch.nonzero_static(x, size=4, fill_value=-1))
+
+
+def masked_select(x, mask):
+    r0 = ffi.new("AtenTensorHandle*")
+    t, m = as_device(x), as_device(mask)
+    return lib.aoti_torch_mps_masked_select(t.handle, m.handle, r0), r0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_select_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(5)
+    x = sparse_sample(dtype, (6, 500), 6)
+    mask = torch.rand(6, 500, generator=generator) > 0.5
+    assert torch.equal(output(*masked_select(x, mask)), torch.masked_select(x, mask))
+    row_mask = torch.rand(500, generator=generator) > 0.5   # broadcast over rows
+    assert torch.equal(output(*masked_select(x, row_mask)), torch.masked_select(x, row_mask))
+    column = x[:, :1]                                          # self broadcast over the mask
+    assert torch.equal(output(*masked_select(column, mask)), torch.masked_select(column, mask))
+
+
+def test_masked_select_views_empty_0_dim_and_bad_input():
+    x = torch.randn(20, 30)
+    mask = torch.randn(30, 20) > 0
+    assert torch.equal(output(*masked_select(x.t()[::2], mask[::2])), torch.masked_select(x.t()[::2], mask[::2]))
+    for a, m in ((torch.empty(0, 3), torch.ones(3, dtype=torch.bool)), (torch.tensor(1.5), torch.tensor(True)),
+                 (torch.tensor(1.5), torch.zeros(4, dtype=torch.bool))):
+        assert torch.equal(output(*masked_select(a, m)), torch.masked_select(a, m))
+    poisoning_failure(masked_select(x, torch.ones(20, 30, dtype=torch.uint8))[0], "expected BoolTensor for mask")
+    poisoning_failure(masked_select(x, torch.ones(7, dtype=torch.bool))[0], "must match the size")
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)

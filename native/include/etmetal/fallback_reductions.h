@@ -111,6 +111,11 @@ ETMETAL_API AOTITorchError aoti_torch_mps_nonzero(AtenTensorHandle self, AtenTen
 ETMETAL_API AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, int64_t size,
                                                          int64_t fill_value,
                                                          AtenTensorHandle* ret0);
+/* The elements of self where the bool mask is true (self and mask broadcast to one shape),
+ * 1-D, row-major order, self's dtype. The count decides the length: the call waits. */
+ETMETAL_API AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self,
+                                                        AtenTensorHandle mask,
+                                                        AtenTensorHandle* ret0);
 /* For a 1-D int64 / int32 repeats: each index i repeated repeats[i] times, in repeats' dtype.
  * Without output_size the call waits for the stream (the sum is the length) and fails for a
  * negative repeat; with it, a negative repeat or a sum other than *output_size poisons the
