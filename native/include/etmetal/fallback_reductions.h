@@ -1,5 +1,5 @@
-/* Sorting, scan and normalization fallbacks of AOTInductor's Metal shim (torch 2.13
- * c_shim_mps.h), same names and signatures, ATen semantics.
+/* Sorting, scans, histogram, search and normalization fallbacks of AOTInductor's Metal shim
+ * (torch 2.13 c_shim_mps.h), same names and signatures, ATen semantics.
  *
  * Inputs are tensors on device mps with any strides and storage offsets. Each function
  * stores new handles to freshly allocated, contiguous results in its ret pointers (the caller
@@ -63,6 +63,66 @@ ETMETAL_API AOTITorchError aoti_torch_mps__fused_rms_norm(AtenTensorHandle input
  * computed in float32. A data range that is not finite poisons the stream. */
 ETMETAL_API AOTITorchError aoti_torch_mps_histc(AtenTensorHandle self, int64_t bins, double min,
                                                 double max, AtenTensorHandle* ret0);
+
+/* searchsorted: for every element of self, its insertion position in sorted_sequence along
+ * the last dimension (the first position whose element is >= the value, or > it when right
+ * != 0 or *side is "right"; side, when not NULL, must not contradict right). sorted_sequence
+ * is 1-D or has self's leading dimensions; sorter (optional) is an int64 permutation of its
+ * shape (an out-of-range entry poisons the stream). *ret0: self's shape, int64 (int32 with
+ * out_int32 != 0). Dtypes: float32, float16, bfloat16, int64, int32, int16, int8, uint8,
+ * compared in their promoted dtype (a mixed pair is converted on the host, after a wait).
+ * NaN values land past the end of their row. */
+ETMETAL_API AOTITorchError aoti_torch_mps_searchsorted_Tensor(
+    AtenTensorHandle sorted_sequence, AtenTensorHandle self, int32_t out_int32, int32_t right,
+    const char** side, AtenTensorHandle* sorter, AtenTensorHandle* ret0);
+/* searchsorted of one value in a 1-D sorted_sequence; *ret0 is 0-dim. For an integer
+ * sequence the value is compared exactly (torch compares in float32). */
+ETMETAL_API AOTITorchError aoti_torch_mps_searchsorted_Scalar(
+    AtenTensorHandle sorted_sequence, double self, int32_t out_int32, int32_t right,
+    const char** side, AtenTensorHandle* sorter, AtenTensorHandle* ret0);
+/* searchsorted(boundaries, self, out_int32, right) for a 1-D boundaries tensor. */
+ETMETAL_API AOTITorchError aoti_torch_mps_bucketize_Tensor(AtenTensorHandle self,
+                                                           AtenTensorHandle boundaries,
+                                                           int32_t out_int32, int32_t right,
+                                                           AtenTensorHandle* ret0);
+
+/* Cumulative product along dim into *ret0; result dtype and supported pairs as cumsum
+ * (products in float32 for floating results, 64-bit wrapping for integer ones). */
+ETMETAL_API AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim,
+                                                  int32_t* dtype, AtenTensorHandle* ret0);
+/* Running maximum / minimum along dim: *ret0 values (self's dtype), *ret1 the int64 index
+ * where it was last reached (ties move it forward); NaN, once seen, stays. Dtypes: float32,
+ * float16, bfloat16, int64, int32, int16, int8, uint8, bool. */
+ETMETAL_API AOTITorchError aoti_torch_mps_cummax(AtenTensorHandle self, int64_t dim,
+                                                 AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+ETMETAL_API AOTITorchError aoti_torch_mps_cummin(AtenTensorHandle self, int64_t dim,
+                                                 AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+/* log(cumsum(exp(self))) along dim, without overflow, accumulated in float32; float32,
+ * float16 or bfloat16. */
+ETMETAL_API AOTITorchError aoti_torch_mps_logcumsumexp(AtenTensorHandle self, int64_t dim,
+                                                       AtenTensorHandle* ret0);
+
+/* int64 [count, self.dim()] coordinates of self's nonzero elements (NaN counts), row-major
+ * order, any dtype above and bool. The count decides the shape: the call waits for the
+ * calling thread's stream. */
+ETMETAL_API AOTITorchError aoti_torch_mps_nonzero(AtenTensorHandle self, AtenTensorHandle* ret0);
+/* nonzero with `size` (>= 0) rows: the first `size` coordinates, the rest fill_value. Does
+ * not wait. */
+ETMETAL_API AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, int64_t size,
+                                                         int64_t fill_value,
+                                                         AtenTensorHandle* ret0);
+/* The elements of self where the bool mask is true (self and mask broadcast to one shape),
+ * 1-D, row-major order, self's dtype. The count decides the length: the call waits. */
+ETMETAL_API AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self,
+                                                        AtenTensorHandle mask,
+                                                        AtenTensorHandle* ret0);
+/* For a 1-D int64 / int32 repeats: each index i repeated repeats[i] times, in repeats' dtype.
+ * Without output_size the call waits for the stream (the sum is the length) and fails for a
+ * negative repeat; with it, a negative repeat or a sum other than *output_size poisons the
+ * stream once the kernels have run. */
+ETMETAL_API AOTITorchError aoti_torch_mps_repeat_interleave_Tensor(AtenTensorHandle repeats,
+                                                                   int64_t* output_size,
+                                                                   AtenTensorHandle* ret0);
 
 ETMETAL_END_DECLS
 

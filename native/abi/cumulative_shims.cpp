@@ -1,0 +1,53 @@
+// aoti_torch_mps_cumprod, _cummax, _cummin, _logcumsumexp (etmetal/fallback_reductions.h).
+#include <optional>
+
+#include "abi/guard.h"
+#include "etmetal/fallback_reductions.h"
+#include "ops/cumulative.h"
+
+using etm::abi::guarded_encoding;
+using etm::abi::new_handle;
+using etm::abi::require_out;
+using etm::abi::tensor_of;
+
+extern "C" AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim,
+                                                 int32_t* dtype, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::cumprod(tensor_of(self), dim,
+                                         dtype ? std::optional<int32_t>(*dtype) : std::nullopt));
+  });
+}
+
+namespace {
+
+AOTITorchError extreme(const char* function, AtenTensorHandle self, int64_t dim, bool max,
+                       AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded_encoding(function, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    auto [values, indices] = etm::ops::cumulative_extreme(tensor_of(self), dim, max);
+    *ret0 = new_handle(std::move(values));
+    *ret1 = new_handle(std::move(indices));
+  });
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_cummax(AtenTensorHandle self, int64_t dim,
+                                                AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return extreme(__func__, self, dim, true, ret0, ret1);
+}
+
+extern "C" AOTITorchError aoti_torch_mps_cummin(AtenTensorHandle self, int64_t dim,
+                                                AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return extreme(__func__, self, dim, false, ret0, ret1);
+}
+
+extern "C" AOTITorchError aoti_torch_mps_logcumsumexp(AtenTensorHandle self, int64_t dim,
+                                                      AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::logcumsumexp(tensor_of(self), dim));
+  });
+}

@@ -1,0 +1,121 @@
+#include "ops/cumulative.h"
+
+#include <string>
+#include <vector>
+
+#include "ops/kernel_launch.h"
+#include "ops/op_support.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kShaderFile = "cumulative.metal";
+constexpr int kMaxDims = 8;
+
+// Must match CumulativeParams in shaders/cumulative.metal.
+struct CumulativeParams {
+  int64_t input_outer[kMaxDims];
+  int64_t values_outer[kMaxDims];
+  int64_t indices_outer[kMaxDims];
+  int64_t input_stride;
+  int64_t values_stride;
+  int64_t indices_stride;
+  uint32_t outer_sizes[kMaxDims];
+  uint32_t outer_dims;
+  uint32_t length;
+  uint32_t lines;
+};
+static_assert(sizeof(CumulativeParams) == 264, "CumulativeParams must match the MSL layout");
+
+bool is_floating(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
+
+// Line layout of self and of contiguous results of self's shape; false when there is no
+// element to compute.
+bool plan(const char* op, const Tensor& self, int64_t& dim, CumulativeParams& p) {
+  const int64_t n = self.dim();
+  dim = wrap_dim(op, dim, n);
+  ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
+  const std::vector<int64_t> out_strides = contiguous_strides(self.sizes);
+  int64_t lines;
+  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
+                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
+                                  {out_strides, p.indices_outer}},
+                                 p.outer_sizes, lines);
+  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  if (n > 0) {
+    p.input_stride = self.strides[dim];
+    p.values_stride = p.indices_stride = out_strides[dim];
+  }
+  if (lines == 0 || length == 0) return false;
+  p.length = checked_u32(op, length, "length");
+  p.lines = checked_u32(op, lines, "number of lines");
+  return true;
+}
+
+std::unique_ptr<Tensor> like(const Tensor& self, int32_t dtype) {
+  return Runtime::get().empty_tensor(self.sizes, contiguous_strides(self.sizes), dtype);
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> cumprod(const Tensor& self, int64_t dim, std::optional<int32_t> dtype) {
+  constexpr const char* op = "cumprod";
+  require_mps(op, "self", self);
+  const char* input_name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(input_name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
+  const int32_t out_dtype =
+      dtype ? *dtype : (is_floating(self.dtype) ? self.dtype : static_cast<int32_t>(DType::int64));
+  const bool allowed = is_floating(self.dtype)
+                           ? is_floating(out_dtype)
+                           : (out_dtype == static_cast<int32_t>(DType::int64) ||
+                              out_dtype == static_cast<int32_t>(DType::int32) ||
+                              out_dtype == static_cast<int32_t>(DType::float32));
+  ETM_REQUIRE(allowed, op, ": ", dtype_name(self.dtype), " input to ", dtype_name(out_dtype),
+              " output is not supported (floating inputs: float32/float16/bfloat16 outputs; "
+              "integer and bool inputs: int64/int32/float32 outputs)");
+  CumulativeParams p{};
+  auto output = like(self, out_dtype);
+  if (!plan(op, self, dim, p)) return output;
+  KernelLaunch launch(shader_kernel(
+      kShaderFile, std::string("cumprod_") + input_name + "_" + msl_element_type_name(out_dtype)));
+  const device::Size3 grid{p.lines, 1, 1};
+  launch.tensor(0, self).tensor(1, *output).value(2, p).threads(grid, default_group(grid, launch));
+  return output;
+}
+
+std::pair<std::unique_ptr<Tensor>, std::unique_ptr<Tensor>> cumulative_extreme(const Tensor& self,
+                                                                                int64_t dim, bool max) {
+  const char* op = max ? "cummax" : "cummin";
+  require_mps(op, "self", self);
+  const char* name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
+  CumulativeParams p{};
+  auto values = like(self, self.dtype);
+  auto indices = like(self, static_cast<int32_t>(DType::int64));
+  if (plan(op, self, dim, p)) {
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string(op) + "_" + name));
+    const device::Size3 grid{p.lines, 1, 1};
+    launch.tensor(0, self).tensor(1, *values).tensor(2, *indices).value(3, p)
+        .threads(grid, default_group(grid, launch));
+  }
+  return {std::move(values), std::move(indices)};
+}
+
+std::unique_ptr<Tensor> logcumsumexp(const Tensor& self, int64_t dim) {
+  constexpr const char* op = "logcumsumexp";
+  require_float_operand(op, "self", self);
+  CumulativeParams p{};
+  auto output = like(self, self.dtype);
+  if (!plan(op, self, dim, p)) return output;
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("logcumsumexp_") +
+                                                     msl_float_type_name(self.dtype)));
+  const device::Size3 grid{p.lines, 1, 1};
+  launch.tensor(0, self).tensor(1, *output).value(2, p).threads(grid, default_group(grid, launch));
+  return output;
+}
+
+}  // namespace etm::ops

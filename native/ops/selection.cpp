@@ -1,0 +1,230 @@
+#include "ops/selection.h"
+
+#include <algorithm>
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/op_support.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kShaderFile = "selection.metal";
+constexpr int kMaxDims = 9;
+constexpr uint32_t kChunk = 1024;
+
+// Must match SelectionParams in shaders/selection.metal.
+struct SelectionParams {
+  int64_t strides[kMaxDims];
+  uint32_t sizes[kMaxDims];
+  uint32_t dims;
+  uint32_t numel;
+  uint32_t chunk;
+  uint32_t chunks;
+  int64_t rows;
+  int64_t fill_value;
+};
+static_assert(sizeof(SelectionParams) == 144, "SelectionParams must match the MSL layout");
+
+// Must match MaskedParams in shaders/selection.metal.
+struct MaskedParams {
+  int64_t self_strides[kMaxDims];
+  int64_t mask_strides[kMaxDims];
+  uint32_t sizes[kMaxDims];
+  uint32_t dims;
+  uint32_t numel;
+  uint32_t chunk;
+  uint32_t chunks;
+  int64_t rows;
+};
+static_assert(sizeof(MaskedParams) == 208, "MaskedParams must match the MSL layout");
+
+SelectionParams layout(const char* op, const Tensor& t) {
+  ETM_REQUIRE(t.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", t.dim());
+  SelectionParams p{};
+  p.dims = static_cast<uint32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    p.sizes[d] = checked_u32(op, t.sizes[d], "size");
+    p.strides[d] = t.strides[d];
+  }
+  p.numel = checked_u32(op, t.numel(), "number of elements");
+  p.chunk = kChunk;
+  p.chunks = (p.numel + kChunk - 1) / kChunk;
+  return p;
+}
+
+void dispatch_1d(KernelLaunch& launch, uint64_t threads) {
+  if (threads == 0) return;
+  const device::Size3 grid{threads, 1, 1};
+  launch.threads(grid, default_group(grid, launch));
+}
+
+// Runs the counting pass (`count_kernel` binds (input, counts, [extra,] params)) and the scan:
+// counts[c] becomes chunk c's first row, counts[chunks] the total.
+std::shared_ptr<Tensor> first_rows(const std::string& count_kernel, const Tensor& input,
+                                   const SelectionParams& p, const Tensor* extra) {
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> counts =
+      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, count_kernel));
+    launch.tensor(0, input).tensor(1, *counts);
+    if (extra) {
+      launch.tensor(2, *extra).value(3, p);
+    } else {
+      launch.value(2, p);
+    }
+    dispatch_1d(launch, p.chunks);
+  }
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
+    launch.tensor(0, *counts).value(1, p).threads({1, 1, 1}, {1, 1, 1});
+  }
+  return counts;
+}
+
+int64_t read_total(const char* op, const Tensor& counts, uint32_t chunks, int64_t limit) {
+  Runtime::get().current_stream().wait_idle();
+  const int64_t total = reinterpret_cast<const int64_t*>(counts.data())[chunks];
+  ETM_REQUIRE(total >= 0 && total <= limit, op, ": the device returned an invalid count ", total,
+              " (an earlier failure on this stream?)");
+  return total;
+}
+
+std::unique_ptr<Tensor> nonzero_rows(const char* op, const Tensor& self, std::optional<int64_t> size,
+                                     int64_t fill_value) {
+  require_mps(op, "self", self);
+  const char* name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
+  SelectionParams p = layout(op, self);
+  p.fill_value = fill_value;
+  auto counts = first_rows(std::string("nonzero_chunk_counts_") + name, self, p, nullptr);
+  p.rows = size ? *size : read_total(op, *counts, p.chunks, p.numel);
+  const int64_t dims = self.dim();
+  auto out = Runtime::get().empty_tensor({p.rows, dims}, {dims, 1}, static_cast<int32_t>(DType::int64));
+  if (p.rows == 0 || dims == 0) return out;
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string("nonzero_write_") + name));
+    launch.tensor(0, self).tensor(1, *counts).tensor(2, *out).value(3, p);
+    dispatch_1d(launch, p.chunks);
+  }
+  if (size) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "nonzero_fill"));
+    launch.tensor(0, *counts).tensor(1, *out).value(2, p);
+    dispatch_1d(launch, static_cast<uint64_t>(p.rows * dims));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> nonzero(const Tensor& self) { return nonzero_rows("nonzero", self, std::nullopt, 0); }
+
+std::unique_ptr<Tensor> nonzero_static(const Tensor& self, int64_t size, int64_t fill_value) {
+  ETM_REQUIRE(size >= 0, "nonzero_static: 'size' must be an non-negative integer, got ", size);
+  return nonzero_rows("nonzero_static", self, size, fill_value);
+}
+
+std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
+  constexpr const char* op = "masked_select";
+  require_mps(op, "self", self);
+  require_mps(op, "mask", mask);
+  const char* name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
+  ETM_REQUIRE(mask.dtype == static_cast<int32_t>(DType::bool_), op, ": expected BoolTensor for mask, got ",
+              dtype_name(mask.dtype));
+  // Broadcast shape, aligned at the last dimension.
+  const int64_t dims = std::max(self.dim(), mask.dim());
+  ETM_REQUIRE(dims <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", dims);
+  MaskedParams p{};
+  p.dims = static_cast<uint32_t>(dims);
+  int64_t numel = 1;
+  for (int64_t d = 0; d < dims; ++d) {
+    const int64_t si = d - (dims - self.dim()), mi = d - (dims - mask.dim());
+    const int64_t s_size = si >= 0 ? self.sizes[si] : 1, m_size = mi >= 0 ? mask.sizes[mi] : 1;
+    ETM_REQUIRE(s_size == m_size || s_size == 1 || m_size == 1, op, ": the size of tensor a (", s_size,
+                ") must match the size of tensor b (", m_size, ") at non-singleton dimension ", d);
+    const int64_t size = s_size == 1 ? m_size : s_size;
+    p.sizes[d] = checked_u32(op, size, "size");
+    p.self_strides[d] = s_size == 1 ? 0 : self.strides[si];
+    p.mask_strides[d] = m_size == 1 ? 0 : mask.strides[mi];
+    numel *= size;
+  }
+  p.numel = checked_u32(op, numel, "number of elements");
+  p.chunk = kChunk;
+  p.chunks = (p.numel + kChunk - 1) / kChunk;
+
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> counts =
+      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "masked_chunk_counts"));
+    launch.tensor(0, mask).tensor(1, *counts).value(2, p);
+    dispatch_1d(launch, p.chunks);
+  }
+  {
+    SelectionParams scan{};
+    scan.chunks = p.chunks;
+    KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
+    launch.tensor(0, *counts).value(1, scan).threads({1, 1, 1}, {1, 1, 1});
+  }
+  p.rows = read_total(op, *counts, p.chunks, numel);
+  auto out = runtime.empty_tensor({p.rows}, {1}, self.dtype);
+  if (p.rows == 0) return out;
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_write_") + name));
+  launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out).value(4, p);
+  dispatch_1d(launch, p.chunks);
+  return out;
+}
+
+std::unique_ptr<Tensor> repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_size) {
+  constexpr const char* op = "repeat_interleave";
+  require_mps(op, "repeats", repeats);
+  ETM_REQUIRE(repeats.dim() == 1, op, ": repeats must be a 1-D tensor, got ", repeats.dim(), " dimensions");
+  const bool is_long = repeats.dtype == static_cast<int32_t>(DType::int64);
+  ETM_REQUIRE(is_long || repeats.dtype == static_cast<int32_t>(DType::int32), op,
+              ": repeats has to be Long or Int tensor, got ", dtype_name(repeats.dtype));
+  if (output_size) ETM_REQUIRE(*output_size >= 0, op, ": output_size must be >= 0, got ", *output_size);
+  const std::string name = is_long ? "long" : "int";
+  Runtime& runtime = Runtime::get();
+  SelectionParams p = layout(op, repeats);
+  std::shared_ptr<Tensor> negative = runtime.empty_tensor({1}, {1}, static_cast<int32_t>(DType::int32));
+  runtime.current_stream().fill_buffer(negative->storage->buffer, negative->buffer_offset(), 4, 0);
+  auto counts = first_rows("repeat_chunk_counts_" + name, repeats, p, negative.get());
+  if (output_size) {
+    ETM_REQUIRE(p.numel > 0 || *output_size == 0, op, ": allocated size does not match required size "
+                "(output_size ", *output_size, ", no repeats)");
+    p.rows = *output_size;
+  } else {
+    // Any int64 total fits the output's indexing; the repeats themselves bound it.
+    p.rows = read_total(op, *counts, p.chunks, INT64_MAX);
+    ETM_REQUIRE(*reinterpret_cast<const int32_t*>(negative->data()) == 0, op, ": repeats can not be negative");
+  }
+  auto out = runtime.empty_tensor({p.rows}, {1}, repeats.dtype);
+  KernelLaunch launch(shader_kernel(kShaderFile, "repeat_write_" + name));
+  // An empty output has no buffer; the kernel writes no row then, so any buffer will do.
+  launch.tensor(0, repeats).tensor(1, *counts).tensor(2, p.rows ? *out : *counts).value(3, p);
+  if (output_size) {
+    const int64_t expected = *output_size;
+    const uint32_t chunks = p.chunks;
+    launch.completion_check([negative, counts, expected, chunks]() -> std::string {
+      if (*reinterpret_cast<const int32_t*>(negative->data()) != 0) {
+        return "repeat_interleave: repeats can not be negative";
+      }
+      const int64_t total = reinterpret_cast<const int64_t*>(counts->data())[chunks];
+      if (total != expected) {
+        return "repeat_interleave: allocated size does not match required size (output_size " +
+               std::to_string(expected) + ", repeats sum to " + std::to_string(total) + ")";
+      }
+      return {};
+    });
+  }
+  dispatch_1d(launch, p.chunks);
+  return out;
+}
+
+}  // namespace etm::ops

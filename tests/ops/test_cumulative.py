@@ -1,0 +1,138 @@
+"""aoti_torch_mps_cumprod, _cummax, _cummin and _logcumsumexp against torch eager: dtypes,
+dims (negative too), strided views, empty and 0-dim inputs, NaN and infinities, dtype
+overrides, and bad input."""
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import Tensor, ffi, lib
+from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+DTYPE_CODE = {torch.float32: 6, torch.float16: 5, torch.bfloat16: 15, torch.int64: 4, torch.int32: 3}
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def outputs(code, *handles):
+    assert code == 0, etmetal_py.last_error()
+    return [Tensor(h[0]).torch() for h in handles]
+
+
+def cumprod(x, dim, dtype=None):
+    r0 = ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    dtype_arg = ffi.new("int32_t*", DTYPE_CODE[dtype]) if dtype is not None else ffi.NULL
+    return lib.aoti_torch_mps_cumprod(t.handle, dim, dtype_arg, r0), r0
+
+
+def extreme(x, dim, function):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    return function(t.handle, dim, r0, r1), r0, r1
+
+
+def logcumsumexp(x, dim):
+    r0 = ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    return lib.aoti_torch_mps_logcumsumexp(t.handle, dim, r0), r0
+
+
+def sample(dtype, shape, seed):
+    generator = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=generator) * 0.8 + 0.6).to(dtype)  # products stay moderate
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=generator) > 0.3
+    return torch.randint(0 if dtype == torch.uint8 else -3, 4, shape, generator=generator, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumprod_floats(dtype, dim):
+    x = sample(dtype, (6, 40, 3), 1)
+    (out,) = outputs(*cumprod(x, dim))
+    expected = torch.cumprod(x.double(), dim)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), expected, rtol=TOLERANCE[dtype] * 4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + [torch.bool], ids=str)
+@pytest.mark.parametrize("out_dtype", [None, torch.int64, torch.int32])
+def test_cumprod_integers_wrap_like_torch(dtype, out_dtype):
+    x = sample(dtype, (5, 70), 2)
+    (out,) = outputs(*cumprod(x, 1, out_dtype))
+    expected = torch.cumprod(x, 1, dtype=out_dtype)
+    assert out.dtype == expected.dtype and torch.equal(out, expected)
+
+
+def test_cumprod_float_override_and_views():
+    x = sample(torch.float32, (8, 30, 4), 3)[1:, ::3, 2]
+    (out,) = outputs(*cumprod(x, 0, torch.float32))
+    torch.testing.assert_close(out, torch.cumprod(x, 0))
+    ints = sample(torch.int32, (4, 9), 4)
+    (out,) = outputs(*cumprod(ints, 1, torch.float32))
+    torch.testing.assert_close(out, torch.cumprod(ints, 1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("function, reference", [(lib.aoti_torch_mps_cummax, torch.cummax),
+                                                 (lib.aoti_torch_mps_cummin, torch.cummin)],
+                         ids=["cummax", "cummin"])
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool], ids=str)
+def test_cummax_cummin_match_torch(function, reference, dtype):
+    x = sample(dtype, (4, 50), 5)  # small value range: many ties
+    for dim in (1, 0, -2):
+        values, indices = outputs(*extreme(x, dim, function))
+        expected = reference(x, dim)
+        assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+
+
+@pytest.mark.parametrize("function, reference", [(lib.aoti_torch_mps_cummax, torch.cummax),
+                                                 (lib.aoti_torch_mps_cummin, torch.cummin)],
+                         ids=["cummax", "cummin"])
+def test_cummax_cummin_nan_views_empty_0_dim(function, reference):
+    x = torch.tensor([[1.0, float("nan"), 3.0, -1.0], [2.0, 2.0, float("inf"), -float("inf")]])
+    values, indices = outputs(*extreme(x, 1, function))
+    expected = reference(x, 1)
+    assert torch.equal(values.nan_to_num(), expected.values.nan_to_num())
+    assert torch.equal(indices, expected.indices)
+    view = torch.randn(9, 12).t()[2:, ::2]
+    values, indices = outputs(*extreme(view, 1, function))
+    assert torch.equal(values, reference(view, 1).values) and torch.equal(indices, reference(view, 1).indices)
+    for x in (torch.empty(0, 3), torch.tensor(2.5)):
+        values, indices = outputs(*extreme(x, 0, function))
+        expected = reference(x, 0)
+        assert values.shape == expected.values.shape and torch.equal(values, expected.values)
+        assert torch.equal(indices, expected.indices)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_logcumsumexp_matches_torch(dtype):
+    x = (torch.randn(5, 60, generator=torch.Generator().manual_seed(6)) * 30).to(dtype)  # overflows exp
+    for dim in (1, -2):
+        (out,) = outputs(*logcumsumexp(x, dim))
+        expected = torch.logcumsumexp(x.double(), dim)
+        torch.testing.assert_close(out.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_logcumsumexp_infinities_nan_views_empty_0_dim():
+    x = torch.tensor([-float("inf"), -float("inf"), 0.0, float("inf"), 1.0, float("nan"), 2.0])
+    (out,) = outputs(*logcumsumexp(x, 0))
+    torch.testing.assert_close(out, torch.logcumsumexp(x, 0), equal_nan=True)
+    view = torch.randn(7, 10).t()[1:, ::2]
+    (out,) = outputs(*logcumsumexp(view, 0))
+    torch.testing.assert_close(out, torch.logcumsumexp(view, 0))
+    for x in (torch.empty(3, 0), torch.tensor(0.25)):
+        (out,) = outputs(*logcumsumexp(x, -1))
+        assert torch.equal(out, torch.logcumsumexp(x, -1))
+
+
+def test_bad_input():
+    x = torch.randn(3, 4)
+    poisoning_failure(cumprod(x, 2)[0], "aoti_torch_mps_cumprod", "dim")
+    poisoning_failure(cumprod(x, 0, torch.int64)[0], "float32 input to int64 output is not supported")
+    poisoning_failure(extreme(x, -3, lib.aoti_torch_mps_cummax)[0], "aoti_torch_mps_cummax")
+    poisoning_failure(logcumsumexp(torch.ones(3, dtype=torch.int64), 0)[0], "aoti_torch_mps_logcumsumexp")
+    r0 = ffi.new("AtenTensorHandle*")
+    poisoning_failure(lib.aoti_torch_mps_cummin(ffi.NULL, 0, r0, ffi.NULL), "aoti_torch_mps_cummin")
