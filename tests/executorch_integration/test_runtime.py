@@ -18,7 +18,12 @@ from etmetal_testing import allocator_stats
 
 
 def test_the_pte_has_executorch_metal_layout(programs):
+    from executorch.backends.apple.metal.metal_backend import MetalBackend
+
     delegates = metal_delegates(programs.get("two_methods"))
+    # The export's patches were scoped: MetalBackend has only its own attributes again.
+    assert "move_program_to_device" not in MetalBackend.__dict__
+    assert "get_extra_aoti_compile_context_manager" not in MetalBackend.__dict__
     assert [d.method for d in delegates] == ["forward", "two_outputs"]
     for delegate in delegates:
         so_key, weights_key = delegate.processed.decode().split("\n")
