@@ -1,4 +1,4 @@
-"""The `etmetal` command line: compile, run, demo, info.
+"""The `etmetal` command line: compile, export, run, demo, info.
 
 Errors print one line, `etmetal: error: ...`, and exit with status 1 (2 for bad usage);
 `--traceback` shows the Python traceback instead.
@@ -135,21 +135,13 @@ def build_dynamic_shapes(input_dims: list[list[tuple[str | None, int]]],
 
 
 def command_compile(args: argparse.Namespace) -> int:
-    import torch
-
     from .aoti import aoti_compile_and_package, export
 
     if not args.output.endswith(".pt2"):
         raise UsageError(f"-o {args.output}: the package name must end in .pt2")
     inputs = [parse_input_spec(text) for text in args.input]
     dynamic = [parse_dynamic_spec(text) for text in args.dynamic]
-    factory = load_factory(args.factory)
-    model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) \
-        else factory
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"{args.factory} returned a {type(model).__name__}, "
-                         "not a torch.nn.Module")
-    model.eval()
+    model = _model_from_factory(args.factory)
     examples = tuple(example_tensor(dims, dtype) for dims, dtype in inputs)
     dynamic_shapes = build_dynamic_shapes([dims for dims, _ in inputs], dynamic)
     start = time.perf_counter()
@@ -163,6 +155,36 @@ def command_compile(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({size / 1e6:.2f} MB): export {exported - start:.1f} s, "
           f"compile {done - exported:.1f} s")
     return 0
+
+
+def command_export(args: argparse.Namespace) -> int:
+    from .executorch import export_pte
+
+    if not args.output.endswith(".pte"):
+        raise UsageError(f"-o {args.output}: the program name must end in .pte")
+    inputs = [parse_input_spec(text) for text in args.input]
+    dynamic = [parse_dynamic_spec(text) for text in args.dynamic]
+    model = _model_from_factory(args.factory)
+    examples = tuple(example_tensor(dims, dtype) for dims, dtype in inputs)
+    dynamic_shapes = build_dynamic_shapes([dims for dims, _ in inputs], dynamic)
+    start = time.perf_counter()
+    path = export_pte(model, examples, args.output, dynamic_shapes=dynamic_shapes,
+                      gpu_cores=args.gpu_cores)
+    print(f"wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB, ExecuTorch Metal program): "
+          f"{time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _model_from_factory(reference: str) -> Any:
+    import torch
+
+    factory = load_factory(reference)
+    model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) \
+        else factory
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"{reference} returned a {type(model).__name__}, "
+                         "not a torch.nn.Module")
+    return model.eval()
 
 
 # -- run ----------------------------------------------------------------------------------
@@ -218,6 +240,8 @@ def command_run(args: argparse.Namespace) -> int:
         raise UsageError("--repeat must be at least 1")
     if not os.path.isfile(args.package):
         raise UsageError(f"no such package: {args.package}")
+    if args.package.endswith(".pte"):
+        return command_run_pte(args)
     with aoti_load_package(args.package) as runner:
         inputs = (_inputs_from_npz(args.inputs, runner.input_names) if args.inputs
                   else _random_inputs(runner))
@@ -245,6 +269,71 @@ def command_run(args: argparse.Namespace) -> int:
                       for name, output in zip(runner.output_names, outputs)}
             np.savez(args.output, **arrays)
             print(f"  wrote {args.output}")
+    return 0
+
+
+# ExecuTorch ScalarType codes (c10's) of the dtypes `etmetal run` can make inputs for.
+_SCALAR_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
+                      6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+def _random_pte_inputs(meta: Any) -> list[Any]:
+    inputs = []
+    for index in range(meta.num_inputs()):
+        info = meta.input_tensor_meta(index)
+        name = _SCALAR_TYPE_NAMES.get(info.dtype())
+        if name is None:
+            raise UsageError(f"input {index} has ScalarType {info.dtype()}; pass --inputs in.npz")
+        inputs.append(example_tensor([(None, size) for size in info.sizes()], name))
+    return inputs
+
+
+def command_run_pte(args: argparse.Namespace) -> int:
+    """`etmetal run model.pte`: its first method through ExecuTorch's runtime, with etmetal's
+    MetalBackend."""
+    import numpy as np
+    import torch
+
+    import etmetal_py
+
+    from .executorch import register_backend
+
+    register_backend()
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(args.package)
+    method_name = args.method or sorted(program.method_names)[0]
+    if method_name not in program.method_names:
+        raise UsageError(f"{args.package} has no method {method_name!r} "
+                         f"(it has {', '.join(sorted(program.method_names))})")
+    method = program.load_method(method_name)
+    meta = method.metadata
+    names = [f"input{i}" for i in range(meta.num_inputs())]
+    inputs = [_as_cpu_tensor(value) for value in
+              (_inputs_from_npz(args.inputs, names) if args.inputs else _random_pte_inputs(meta))]
+    outputs = method.execute(inputs)
+    latencies = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        method.execute(inputs)
+        latencies.append(time.perf_counter() - start)
+    print(f"{args.package} ({method_name}): {meta.num_inputs()} input(s), "
+          f"{meta.num_outputs()} output(s) through ExecuTorch on {etmetal_py.device_name()} "
+          f"({etmetal_py.device_kind()})")
+    tensors = [output for output in outputs if isinstance(output, torch.Tensor)]
+    for index, output in enumerate(tensors):
+        values = output.double()
+        print(f"  output{index}: {str(output.dtype).removeprefix('torch.')} "
+              f"{tuple(output.shape)} sum={float(values.sum()):.6g} "
+              f"abs_sum={float(values.abs().sum()):.6g}")
+    ordered = sorted(latencies)
+    print(f"  latency over {len(ordered)} run(s): min {ordered[0] * 1e3:.3f} ms, "
+          f"median {statistics.median(ordered) * 1e3:.3f} ms, max {ordered[-1] * 1e3:.3f} ms")
+    if args.output:
+        np.savez(args.output, **{
+            f"output{i}": (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+            for i, t in enumerate(tensors)})
+        print(f"  wrote {args.output}")
     return 0
 
 
@@ -393,8 +482,24 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default $ETMETAL_GPU_CORES, else 10)")
     compile_parser.set_defaults(handler=command_compile)
 
-    run_parser = commands.add_parser("run", help="run a compiled package")
-    run_parser.add_argument("package", metavar="model.pt2")
+    export_parser = commands.add_parser(
+        "export", help="export a model as an ExecuTorch Metal program (.pte)")
+    export_parser.add_argument("factory", metavar="MODULE:FACTORY",
+                               help="module (or file.py) and a callable returning the model")
+    export_parser.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                               required=True, help="one example input; repeat per input")
+    export_parser.add_argument("-o", "--output", required=True, metavar="model.pte")
+    export_parser.add_argument("--dynamic", action="append", default=[],
+                               metavar="NAME[=MIN:MAX]",
+                               help="make the dimensions called NAME dynamic")
+    export_parser.add_argument("--gpu-cores", type=int, default=None,
+                               help="GPU core count the kernels are tuned for")
+    export_parser.set_defaults(handler=command_export)
+
+    run_parser = commands.add_parser("run", help="run a compiled package (.pt2) or an "
+                                                 "ExecuTorch Metal program (.pte)")
+    run_parser.add_argument("package", metavar="model.pt2|model.pte")
+    run_parser.add_argument("--method", help=".pte: the method to run (default: the first)")
     run_parser.add_argument("--inputs", metavar="in.npz",
                             help="input arrays (by input name, else in file order); "
                                  "default: random inputs of the recorded shapes")
@@ -422,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
-            raise UsageError("a command is required: compile, run, demo or info")
+            raise UsageError("a command is required: compile, export, run, demo or info")
         return args.handler(args)
     except UsageError as exc:
         if show_traceback:

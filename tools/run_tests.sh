@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet torch==2.13.0 numpy cffi meson meson-python ninja pytest
+# The etmetal[executorch] extra: the ExecuTorch tests and libetmetal_executorch need it.
+python3 -m pip install --quiet executorch==1.5.1
 if [ -d build ]; then
   meson setup build --reconfigure >/dev/null
 else

@@ -33,7 +33,8 @@ def _(x, w, scales, biases, expert_indices, group_size):
 def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
                      state: Tensor) -> Tensor:
     """Gated delta rule over T steps; q, k [B, T, Hk, Dk], v [B, T, Hv, Dv], g, beta [B, T, Hv],
-    state float32 [B, Hv, Dv, Dk] updated in place; returns y [B, T, Hv, Dv]."""
+    state [B, Hv, Dv, Dk] (float32 or q's dtype) updated in place, accumulated in float;
+    returns y [B, T, Hv, Dv]."""
     return reference.gated_delta_rule(q, k, v, g, beta, state)
 
 

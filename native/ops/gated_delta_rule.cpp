@@ -72,8 +72,14 @@ std::unique_ptr<Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const
                 dtype_name(t->dtype));
   }
   require_device_tensor("State", state, 4);
-  ETM_REQUIRE(state.dtype == static_cast<int32_t>(DType::float32), "State must be float32, got ",
-              dtype_name(state.dtype));
+  const bool float_state = state.dtype == static_cast<int32_t>(DType::float32);
+  ETM_REQUIRE(float_state || state.dtype == q.dtype, "State must be float32 or Q's dtype ",
+              dtype_name(q.dtype), ", got ", dtype_name(state.dtype));
+  // Keep the state row in registers where it fits (Dk / 32 values per lane). Only a float32
+  // row can live in device memory between steps without rounding each step.
+  const int64_t per_lane = Dk / 32;
+  ETM_REQUIRE(float_state || per_lane <= 16, "a ", dtype_name(state.dtype),
+              " State needs Dk <= 512 (got ", Dk, "); pass a float32 State");
 
   auto y = Runtime::get().empty_tensor({B, T, Hv, Dv}, contiguous_strides({B, T, Hv, Dv}), q.dtype);
   if (B == 0 || T == 0 || Hv == 0) return y;
@@ -90,10 +96,9 @@ std::unique_ptr<Tensor> gated_delta_rule(const Tensor& q, const Tensor& k, const
   copy_strides(g, params.g_strides);
   copy_strides(beta, params.beta_strides);
   copy_strides(state, params.state_strides);
-  // Keep the state row in registers where it fits (Dk / 32 values per lane).
-  const int64_t per_lane = Dk / 32;
   const char* variant = per_lane <= 4 ? "_4" : per_lane <= 16 ? "_16" : "_streaming";
-  const std::string name = std::string("gated_delta_rule_") + type_name + variant;
+  const std::string state_part = float_state ? "" : std::string("_state_") + type_name;
+  const std::string name = std::string("gated_delta_rule_") + type_name + state_part + variant;
   KernelLaunch(shader_kernel("gated_delta_rule.metal", name))
       .tensor(0, q).tensor(1, k).tensor(2, v).tensor(3, g).tensor(4, beta).tensor(5, state)
       .tensor(6, *y).value(7, params)

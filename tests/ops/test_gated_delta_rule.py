@@ -1,11 +1,14 @@
 """aoti_torch_mps_gated_delta_rule against a float64 sequential reference on the same inputs:
 the output y and the state left behind (updated in place, float32), for float32 / float16 /
 bfloat16 inputs, grouped key heads, Dk from 32 to 1024 (register and streaming kernels), any
-strides; and metal::gated_delta_rule (the registered torch op) against the same reference.
+strides; a state in the input dtype (float16 / bfloat16, as ExecuTorch keeps it), accumulated
+in float and rounded once at the end; and metal::gated_delta_rule (the registered torch op)
+against the same reference.
 
 Tolerances: the state and y are accumulated in float32 over T steps; relative to the largest
 magnitude: float32 1e-5 (state) / 2e-5 (y), float16 y 2e-3, bfloat16 y 1e-2 (the stored y is
-rounded to the input dtype; the state stays float32 whatever the input dtype, 2e-5)."""
+rounded to the input dtype; a float32 state 2e-5; a 16-bit state is the float64 state rounded
+once to its dtype, within one rounding of it)."""
 
 import pytest
 import torch
@@ -83,6 +86,26 @@ def test_shapes(B, T, Hk, Hv, Dk, Dv):
     assert_close_scaled(state_device.torch(), state_ref, STATE_TOLERANCE)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("Dk", [64, 160])  # both register capacities
+def test_state_in_the_input_dtype(dtype, Dk):
+    tensors, state = inputs(2, 7, 1, 2, Dk, 32, dtype, seed=Dk)
+    state = state.to(dtype)
+    state_device = to_device(state)
+    y = run(tensors, state_device)
+    y_ref, state_ref = reference(*tensors, state)
+    assert y.dtype == dtype
+    assert_close_scaled(y, y_ref, Y_TOLERANCE[dtype])
+    result = state_device.torch()
+    assert result.dtype == dtype
+    # Float accumulation over all 7 steps, one rounding at the end: the result is the nearest
+    # 16-bit value of the exact state up to one unit in the last place (rounding per step
+    # would drift further).
+    eps = torch.finfo(dtype).eps
+    error = (result.double() - state_ref).abs()
+    assert (error <= state_ref.abs() * eps + 1e-6).all(), float(error.max())
+
+
 def test_state_carries_across_calls():
     """Two calls over halves of a sequence equal one call over all of it."""
     tensors, state = inputs(1, 6, 1, 2, 64, 32, torch.float32, seed=4)
@@ -119,13 +142,16 @@ def test_strided_inputs_and_state():
     assert_close_scaled(state_base.torch().transpose(2, 3), state_ref, STATE_TOLERANCE)
 
 
-def test_registered_op_mutates_state():
-    tensors, state = inputs(1, 3, 1, 2, 32, 32, torch.float32, seed=9)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_registered_op_mutates_state(dtype):
+    tensors, state = inputs(1, 3, 1, 2, 32, 32, dtype, seed=9)
+    state = state.to(dtype)
     mutated = state.clone()
     y = torch.ops.metal.gated_delta_rule(*tensors, mutated)
     y_ref, state_ref = reference(*tensors, state)
-    assert_close_scaled(y, y_ref, 1e-5)
-    assert_close_scaled(mutated, state_ref, 1e-5)
+    assert mutated.dtype == dtype
+    assert_close_scaled(y, y_ref, Y_TOLERANCE[dtype])
+    assert_close_scaled(mutated, state_ref, 1e-5 if dtype == torch.float32 else 1e-2)
 
 
 def failure(tensors, state):
@@ -136,7 +162,16 @@ def failure(tensors, state):
 
 def test_argument_errors():
     (q, k, v, g, beta), state = inputs(1, 2, 2, 4, 64, 32, torch.float32)
-    assert "State must be float32, got bfloat16" in failure([q, k, v, g, beta], state.bfloat16())
+    assert "State must be float32 or Q's dtype float32, got bfloat16" in failure(
+        [q, k, v, g, beta], state.bfloat16())
+    half = [t.half() for t in (q, k, v, g, beta)]
+    assert "State must be float32 or Q's dtype float16, got bfloat16" in failure(
+        half, state.bfloat16())
+    wide = [torch.zeros(1, 1, 1, 544).half(), torch.zeros(1, 1, 1, 544).half(),
+            torch.zeros(1, 1, 1, 32).half(), torch.ones(1, 1, 1).half(),
+            torch.ones(1, 1, 1).half()]
+    assert "a float16 State needs Dk <= 512 (got 544); pass a float32 State" in failure(
+        wide, torch.zeros(1, 1, 32, 544).half())
     assert "Dk (Q.size(3)) must be a positive multiple of 32, got 48" in failure(
         [q[..., :48], k[..., :48], v, g, beta], state[..., :48])
     assert "Hk = 2 must divide the value heads Hv = 3" in failure(

@@ -53,8 +53,9 @@ ETMETAL_API AOTITorchError aoti_torch_mps_gather_qmv(AtenTensorHandle X, AtenTen
 
 /* metal::gated_delta_rule(Q, K, V, G, Beta, State): the gated delta rule over T steps, in one
  * dispatch. Q, K [B, T, Hk, Dk]; V [B, T, Hv, Dv]; G, Beta [B, T, Hv] (G already
- * exponentiated); all float32, float16 or bfloat16 of one dtype, any strides. State float32
- * [B, Hv, Dv, Dk], updated in place. Hk divides Hv (value head h reads key head
+ * exponentiated); all float32, float16 or bfloat16 of one dtype, any strides. State
+ * [B, Hv, Dv, Dk] in float32 or Q's dtype (then Dk <= 512), updated in place; the recurrence
+ * accumulates in float and rounds a 16-bit state once, at the end. Hk divides Hv (value head h reads key head
  * h / (Hv / Hk)); Dk and Dv multiples of 32. Per step t:
  *   S = G_t S;  delta = Beta_t (v_t - S k_t);  S = S + delta k_t^T;  y_t = S q_t.
  * retY [B, T, Hv, Dv] in Q's dtype. */
