@@ -211,6 +211,26 @@ def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
     assert len(list(cache.glob("headers-*"))) == 1
 
 
+def compiler_commands(log):
+    return [line for line in log.read_text().splitlines() if "--version" not in line]
+
+
+@pytest.mark.parametrize("isa, native", [(None, False), ("portable", False), ("native", True)])
+def test_target_isa_choice(child_setup, isa, native):
+    """A named (possibly shared) cache gets portable objects unless ETMETAL_CPU_ISA=native;
+    native objects are keyed by the host CPU, so each choice builds its own object."""
+    tmp_path, env, log = child_setup
+    env.pop("ETMETAL_CPU_ISA", None)
+    if isa:
+        env["ETMETAL_CPU_ISA"] = isa
+    finish(start_child(tmp_path, env, 2))
+    (command,) = compiler_commands(log)
+    assert ("-march=native" in command or "-mcpu=native" in command) == native
+    other = dict(env, ETMETAL_CPU_ISA="portable" if native else "native")
+    finish(start_child(tmp_path, other, 2))
+    assert len(compiler_commands(log)) == 2, "objects of both ISA choices shared one cache entry"
+
+
 def test_missing_compiler_is_a_clear_error(child_setup):
     tmp_path, env, _ = child_setup
     env["ETMETAL_CXX"] = str(tmp_path / "no-such-compiler")
