@@ -46,7 +46,8 @@ extern "C" AOTITorchError aoti_torch_mps_create_shader_library(
         Runtime::get().device().new_library(metal_shader_source, &library);
     ETM_REQUIRE(status.ok() && library, "cannot compile the shader library: ", status.message());
     *library_handle = reinterpret_cast<AOTIMetalShaderLibraryHandle>(
-        Runtime::get().libraries.add(std::make_unique<ShaderLibrary>(std::move(library))));
+        Runtime::get().libraries.add(std::make_unique<ShaderLibrary>(
+            std::move(library), ShaderLibrary::source_label(metal_shader_source))));
   });
 }
 

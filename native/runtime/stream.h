@@ -99,6 +99,9 @@ class Stream {
   void count_command();
   void commit_open();
   void wait_committed();
+  // Trace (ETMETAL_TRACE): what each command of the open buffer is, for its completion.
+  void trace_command(std::string category, std::string name, std::string args_json);
+  void trace_completion();
 
   device::Device& device_;
   std::shared_ptr<device::CommandQueue> queue_;
@@ -115,6 +118,16 @@ class Stream {
   std::vector<KernelArgument> arguments_;  // the first argument_count_ are in use
   size_t argument_count_ = 0;
   std::vector<size_t> threadgroup_memory_;
+
+  struct TracedCommand {
+    std::string category;  // "dispatch", "copy" or "fill"
+    std::string name;
+    std::string args_json;
+  };
+  const bool tracing_;
+  uint32_t trace_track_ = 0;  // the row of this stream's command buffers
+  int64_t traced_buffers_ = 0;
+  std::vector<TracedCommand> traced_;  // of the open buffer
 
   struct Shared {
     std::mutex mutex;

@@ -170,6 +170,11 @@ class HostCommandBuffer final : public CommandBuffer,
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));
   }
+  void record_execution_times() override { timed_ = true; }
+  ExecutionTimes execution_times() const override {
+    std::lock_guard lock(mutex_);
+    return times_;
+  }
   void commit() override;
   void wait_until_completed() override {
     std::unique_lock lock(mutex_);
@@ -189,9 +194,21 @@ class HostCommandBuffer final : public CommandBuffer,
   // On the queue thread: run every command, stop at the first failure, then notify.
   void execute() {
     Status status;
+    ExecutionTimes times;
+    if (timed_) {
+      times.commands.reserve(commands_.size());
+      times.buffer.start_us = host_clock_us();
+    }
     for (const Command& command : commands_) {
+      const double start = timed_ ? host_clock_us() : 0;
       status = run_command(command);
+      if (timed_) times.commands.push_back({start, host_clock_us()});
       if (!status.ok()) break;
+    }
+    if (timed_) {
+      times.buffer.end_us = host_clock_us();
+      std::lock_guard lock(mutex_);
+      times_ = std::move(times);
     }
     commands_.clear();
     retained_.clear();
@@ -214,6 +231,8 @@ class HostCommandBuffer final : public CommandBuffer,
   std::condition_variable done_;
   CommandBufferState state_ = CommandBufferState::recording;
   Status error_;
+  bool timed_ = false;
+  ExecutionTimes times_;
 };
 
 // One thread per queue runs committed command buffers in commit order.
