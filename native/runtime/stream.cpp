@@ -46,7 +46,7 @@ device::CommandBuffer& Stream::open_command_buffer() {
 }
 
 void Stream::note_buffer_use(const BufferPtr& buffer) {
-  if (open_buffers_.insert(buffer.get()).second)
+  if (open_buffers_.insert(buffer.get()))
     open_bytes_ += static_cast<int64_t>(buffer->length());
 }
 
@@ -134,7 +134,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
   bool conflict = false;
   for (size_t i = 0; i < argument_count_; ++i) {
     const BufferPtr& buffer = arguments_[i].buffer;
-    if (buffer && since_barrier_.count(buffer.get())) conflict = true;
+    if (buffer && since_barrier_.contains(buffer.get())) conflict = true;
   }
   if (conflict) {
     encoder.memory_barrier();

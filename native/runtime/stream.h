@@ -14,12 +14,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "device/device.h"
 #include "runtime/allocator.h"
 #include "runtime/commit_policy.h"
+#include "runtime/pointer_set.h"
 
 namespace etm {
 
@@ -108,8 +108,8 @@ class Stream {
   const CommitPolicy policy_;
 
   std::shared_ptr<device::CommandBuffer> open_;
-  std::unordered_set<const device::Buffer*> open_buffers_;  // bound in the open buffer
-  std::unordered_set<const device::Buffer*> since_barrier_; // bound since the last barrier
+  PointerSet open_buffers_;   // device buffers bound in the open command buffer
+  PointerSet since_barrier_;  // ... and since the last barrier
   int64_t open_commands_ = 0;
   int64_t open_bytes_ = 0;
   std::shared_ptr<device::CommandBuffer> last_committed_;
