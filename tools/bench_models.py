@@ -274,7 +274,7 @@ def child_main(args) -> int:
         try:
             row = run_case(name, cases[name], args.folder, args.repeat, args.warmup)
         except Exception as exc:  # one broken model must not hide the others' numbers
-            row = {"kind": "model", "name": name, "failed": " ".join(str(exc).split())[:100]}
+            row = {"kind": "model", "name": name, "failed": " ".join(str(exc).split())[:300]}
         print(json.dumps(row), flush=True)
     rows = (run_ops(args.large, args.repeat) if args.ops else []) + \
         (run_kernels(args.repeat) if args.kernels else [])
@@ -353,19 +353,23 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'':<30}" + "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>34}" for w in args.workers)
     print("\n" + head)
     print(f"{'':<30}" + f"{'eager ms':>10}{'etmetal ms':>12}{'ratio':>12}" * len(args.workers))
+    reasons = []
     for name in names:
         line = f"{name:<30}"
         for w in args.workers:
             row = next((r for r in results[w] if r["name"] == name), None)
             if row is None or "failed" in row:
                 failures += 1
-                line += f"{'failed: ' + (row or {}).get('failed', 'no result')[:30]:>34}"
+                line += f"{'failed (below)':>34}"
+                reasons.append(f"{name}, {w} workers: {(row or {}).get('failed', 'no result')}")
             elif row["kind"] == "kernel":
                 line += f"{'':>10}{row['rate'] / 1e6:>10.1f} M{'threads/s':>12}"
             else:
                 line += f"{row['eager'] * 1e3:>10.3f}{row['etmetal'] * 1e3:>12.3f}" \
                         f"{row['etmetal'] / row['eager']:>11.2f}x"
         print(line)
+    for reason in reasons:
+        print(f"failed: {reason}")
     if len(args.workers) > 1:
         base = args.workers[0]
         for w in args.workers[1:]:
