@@ -1,4 +1,4 @@
-"""The `etmetal` command line: compile, export, run, demo, info.
+"""The `etmetal` command line: compile, export, run, demo, info, trace summary.
 
 Errors print one line, `etmetal: error: ...`, and exit with status 1 (2 for bad usage);
 `--traceback` shows the Python traceback instead.
@@ -451,6 +451,28 @@ def command_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- trace --------------------------------------------------------------------------------
+def command_trace_summary(args: argparse.Namespace) -> int:
+    from etmetal_py import trace
+
+    try:
+        events = trace.load(args.trace)
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.trace}: {exc.strerror}") from None
+    print(trace.format_summary(trace.summarize(events), top=args.top))
+    return 0
+
+
+def _add_trace_parser(commands: Any) -> None:
+    trace_parser = commands.add_parser("trace", help="dispatch traces (ETMETAL_TRACE=out.json)")
+    actions = trace_parser.add_subparsers(dest="trace_command", metavar="ACTION",
+                                          parser_class=_Parser, required=True)
+    summary_parser = actions.add_parser("summary", help="top kernels by time and count")
+    summary_parser.add_argument("trace", metavar="out.json")
+    summary_parser.add_argument("--top", type=int, default=15, help="kernels listed (default 15)")
+    summary_parser.set_defaults(handler=command_trace_summary)
+
+
 # -- entry point ---------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit status 2
@@ -513,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     info_parser = commands.add_parser("info", help="library, device and cache information")
     info_parser.set_defaults(handler=command_info)
+    _add_trace_parser(commands)
     return parser
 
 
@@ -527,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
-            raise UsageError("a command is required: compile, export, run, demo or info")
+            raise UsageError("a command is required: compile, export, run, demo, info or trace")
         return args.handler(args)
     except UsageError as exc:
         if show_traceback:

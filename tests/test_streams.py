@@ -59,6 +59,27 @@ def test_sync_types(no_leaks):
     fails(lib.etmetal_synchronize(-1), "unknown sync type")
 
 
+def test_pending_bytes_count_each_buffer_once(no_leaks):
+    """The open buffer's bytes count every distinct device buffer once, however often it is
+    bound (34 buffers: more than the stream's first bookkeeping table holds)."""
+    etmetal_py.synchronize()
+    tensors = [Tensor.from_array(np.full(1024, i, np.float32), copy=True) for i in range(34)]
+    device_copy(tensors[1], tensors[0], 4096)
+    one_pair = stats().pending_bytes
+    assert one_pair >= 2 * 4096 and one_pair % 2 == 0
+    device_copy(tensors[1], tensors[0], 4096)
+    device_copy(tensors[0], tensors[1], 4096)
+    assert stats().pending_bytes == one_pair
+    for i in range(2, 34, 2):
+        device_copy(tensors[i + 1], tensors[i], 4096)
+        device_copy(tensors[i + 1], tensors[0], 4096)
+    assert stats().pending_commands == 3 + 32
+    assert stats().pending_bytes == 17 * one_pair
+    etmetal_py.synchronize()
+    np.testing.assert_array_equal(tensors[33]._view(), np.zeros(1024, np.float32))
+    del tensors
+
+
 def test_empty_commit_is_a_no_op():
     etmetal_py.synchronize()
     before = stats().committed_buffers

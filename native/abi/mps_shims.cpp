@@ -54,7 +54,8 @@ extern "C" AOTITorchError aoti_torch_mps_create_shader_library(
         Runtime::get().device().new_library(metal_shader_source, &library);
     ETM_REQUIRE(status.ok() && library, "cannot compile the shader library: ", status.message());
     *library_handle = reinterpret_cast<AOTIMetalShaderLibraryHandle>(
-        abi::handles().libraries.add(std::make_unique<ShaderLibrary>(std::move(library))));
+        abi::handles().libraries.add(std::make_unique<ShaderLibrary>(
+            std::move(library), ShaderLibrary::source_label(metal_shader_source))));
   });
 }
 

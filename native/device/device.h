@@ -10,6 +10,7 @@
 // Errors: methods that can fail return a Status; none of them throws.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -93,6 +94,26 @@ class ComputeEncoder {
 
 enum class CommandBufferState { recording, committed, completed, failed };
 
+// The host's steady clock in microseconds: the time base of execution times. (On macOS it
+// counts mach_absolute_time, the base of Metal's GPUStartTime / GPUEndTime.)
+inline double host_clock_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// When a command buffer ran, on host_clock_us, for traces. `commands` holds one interval per
+// recorded command (dispatch, copy, fill) in recording order where the device times each;
+// it is empty where only the whole buffer is timed (Metal's GPU timestamps).
+struct ExecutionTimes {
+  struct Interval {
+    double start_us = 0;
+    double end_us = 0;
+  };
+  Interval buffer;
+  std::vector<Interval> commands;
+};
+
 // An ordered batch of work (MTLCommandBuffer). Command buffers of one queue execute in
 // commit order.
 class CommandBuffer {
@@ -108,6 +129,11 @@ class CommandBuffer {
                            uint8_t value) = 0;
   // Runs after execution, on a device thread, with the outcome. Add before commit().
   virtual void add_completed_handler(std::function<void(const Status&)> handler) = 0;
+  // Asks the device to time the execution (call before commit; costs a little per command).
+  virtual void record_execution_times() = 0;
+  // The execution times; complete inside completed handlers and after completion. All zero
+  // when not recorded or when the device could not time the work.
+  virtual ExecutionTimes execution_times() const = 0;
   virtual void commit() = 0;
   virtual void wait_until_completed() = 0;
   virtual CommandBufferState state() const = 0;

@@ -34,7 +34,7 @@ KernelFunction& shader_kernel(const std::string& file, const std::string& name) 
       std::shared_ptr<device::Library> compiled;
       const device::Status status = Runtime::get().device().new_library(shader_source(file), &compiled);
       ETM_REQUIRE(status.ok() && compiled, "cannot compile shaders/", file, ": ", status.message());
-      it = libraries.emplace(file, std::make_unique<ShaderLibrary>(std::move(compiled))).first;
+      it = libraries.emplace(file, std::make_unique<ShaderLibrary>(std::move(compiled), "shaders/" + file)).first;
     }
     library = it->second.get();
   }

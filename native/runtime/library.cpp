@@ -1,5 +1,7 @@
 #include "runtime/library.h"
 
+#include <cstdio>
+
 #include "runtime/error.h"
 
 namespace etm {
@@ -15,6 +17,14 @@ KernelFunction* ShaderLibrary::kernel(const std::string& name) {
   KernelFunction* raw = function.get();
   kernels_.emplace(name, std::move(function));
   return raw;
+}
+
+std::string ShaderLibrary::source_label(const std::string& source) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (const char c : source) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char text[24];
+  std::snprintf(text, sizeof text, "msl %08llx", static_cast<unsigned long long>(hash >> 32));
+  return text;
 }
 
 std::vector<KernelFunction*> ShaderLibrary::kernels() const {

@@ -33,7 +33,12 @@ class KernelFunction {
 
 class ShaderLibrary {
  public:
-  explicit ShaderLibrary(std::shared_ptr<device::Library> library) : library_(std::move(library)) {}
+  // `label` names the library in traces: the shader file, or source_label() of its source.
+  explicit ShaderLibrary(std::shared_ptr<device::Library> library, std::string label = {})
+      : library_(std::move(library)), label_(std::move(label)) {}
+  const std::string& label() const { return label_; }
+  // "msl <8 hex digits of a hash of the source>": tells the libraries of a model apart.
+  static std::string source_label(const std::string& source);
   // The kernel of that name, created on first request; the library keeps it.
   KernelFunction* kernel(const std::string& name);
   // Kernels created so far (to unregister their handles when the library goes).
@@ -41,6 +46,7 @@ class ShaderLibrary {
 
  private:
   std::shared_ptr<device::Library> library_;
+  const std::string label_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<KernelFunction>> kernels_;
 };

@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/library.h"
+#include "runtime/trace.h"
 
 namespace etm {
 
@@ -14,8 +15,13 @@ Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
       policy_(policy),
       write_order_(order),
       progress_(std::make_shared<StreamProgress>()),
+      tracing_(trace::enabled()),
       shared_(std::make_shared<Shared>()) {
   ETM_REQUIRE(queue_, "the device could not create a command queue");
+  if (tracing_) {
+    trace_track_ = trace::new_track(
+        concat(device.kind(), " device: stream of host thread ", trace::thread_track()));
+  }
 }
 
 Stream::~Stream() {
@@ -35,6 +41,10 @@ device::CommandBuffer& Stream::open_command_buffer() {
     open_buffers_.clear();
     open_written_.clear();
     since_barrier_.clear();
+    if (tracing_) {
+      open_->record_execution_times();
+      traced_.clear();
+    }
   }
   return *open_;
 }
@@ -42,8 +52,8 @@ device::CommandBuffer& Stream::open_command_buffer() {
 // Waits for other streams once per buffer and command buffer (and once more on its first
 // write there), so that the shared WriteOrder stays off the per-dispatch path.
 void Stream::note_buffer_use(const BufferPtr& buffer, bool writing) {
-  const bool first_use = open_buffers_.insert(buffer.get()).second;
-  const bool first_write = writing && open_written_.insert(buffer.get()).second;
+  const bool first_use = open_buffers_.insert(buffer.get());
+  const bool first_write = writing && open_written_.insert(buffer.get());
   if (first_use) open_bytes_ += static_cast<int64_t>(buffer->length());
   if (first_use || first_write) write_order_.wait_before_use(buffer.get(), progress_.get(), writing);
 }
@@ -161,7 +171,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
   bool conflict = false;
   for (size_t i = 0; i < argument_count_; ++i) {
     const BufferPtr& buffer = arguments_[i].buffer;
-    if (buffer && since_barrier_.count(buffer.get())) conflict = true;
+    if (buffer && since_barrier_.contains(buffer.get())) conflict = true;
   }
   if (conflict) {
     encoder.memory_barrier();
@@ -186,6 +196,20 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     encoder.dispatch_threadgroups(size, group);
   else
     encoder.dispatch_threads(size, group);
+  if (tracing_) {
+    const device::Size3 grid =
+        whole_groups ? device::Size3{size.x * group.x, size.y * group.y, size.z * group.z} : size;
+    size_t bound = 0;
+    for (size_t i = 0; i < argument_count_; ++i) {
+      const KernelArgument& argument = arguments_[i];
+      if (argument.kind == KernelArgument::Kind::bytes) bound += argument.bytes.size();
+      if (argument.buffer) bound += argument.buffer->length() - argument.offset;
+    }
+    trace_command("dispatch", kernel->name(),
+                  concat("\"grid\": [", grid.x, ", ", grid.y, ", ", grid.z, "], \"threadgroup\": [",
+                         group.x, ", ", group.y, ", ", group.z, "], \"bytes_bound\": ", bound,
+                         ", \"library\": ", trace::json_string(kernel->library()->label())));
+  }
   count_command();
 }
 
@@ -208,6 +232,7 @@ void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr desti
   command_buffer.copy_buffer(std::move(source), source_offset, std::move(destination),
                              destination_offset, length);
   since_barrier_.clear();  // a blit ends the compute encoder; the next one starts fresh
+  if (tracing_) trace_command("copy", "copy", concat("\"bytes\": ", length));
   count_command();
 }
 
@@ -219,15 +244,18 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
   note_buffer_use(destination, true);
   command_buffer.fill_buffer(std::move(destination), offset, length, value);
   since_barrier_.clear();
+  if (tracing_) trace_command("fill", "fill", concat("\"bytes\": ", length));
   count_command();
 }
 
 void Stream::commit_open() {
   if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
-  std::vector<const device::Buffer*> written(open_written_.begin(), open_written_.end());
+  std::vector<const device::Buffer*> written;
   std::vector<const device::Buffer*> read;
-  for (const device::Buffer* buffer : open_buffers_)
-    if (!open_written_.count(buffer)) read.push_back(buffer);
+  open_buffers_.for_each([&](const void* pointer) {
+    const auto* buffer = static_cast<const device::Buffer*>(pointer);
+    (open_written_.contains(pointer) ? written : read).push_back(buffer);
+  });
   write_order_.record(progress_, progress_->next_sequence(), written, read);
   std::weak_ptr<Shared> shared = shared_;
   open_->add_completed_handler([shared, progress = progress_](const device::Status& status) {
@@ -240,6 +268,7 @@ void Stream::commit_open() {
     }
     state->completed.fetch_add(1);
   });
+  if (tracing_) trace_completion();
   open_->commit();
   progress_->committed();
   shared_->committed.fetch_add(1);
@@ -250,9 +279,47 @@ void Stream::commit_open() {
 void Stream::wait_committed() {
   // One queue runs its command buffers in order: the last one finishing means all did.
   if (last_committed_) {
+    const double start = tracing_ ? device::host_clock_us() : 0;
     last_committed_->wait_until_completed();
     last_committed_.reset();
+    if (tracing_) {
+      trace::span(trace::thread_track(), "wait", "wait", start, device::host_clock_us() - start, "");
+    }
   }
+}
+
+void Stream::trace_command(std::string category, std::string name, std::string args_json) {
+  traced_.push_back(TracedCommand{std::move(category), std::move(name), std::move(args_json)});
+}
+
+// Before commit: a commit mark on the encoding thread, and a handler that writes the
+// buffer's commands with the times the device measured. The handler holds the buffer until
+// it has run (handlers are released after they run, which ends the cycle).
+void Stream::trace_completion() {
+  const int64_t number = ++traced_buffers_;
+  trace::instant(trace::thread_track(), "commit", "commit", device::host_clock_us(),
+                 concat("\"command_buffer\": ", number, ", \"commands\": ", open_commands_,
+                        ", \"bytes\": ", open_bytes_));
+  open_->add_completed_handler(
+      [buffer = open_, commands = std::move(traced_), track = trace_track_, number](const device::Status&) {
+        const device::ExecutionTimes times = buffer->execution_times();
+        const double start = times.buffer.start_us;
+        trace::span(track, "command_buffer", concat("command buffer ", number), start,
+                    times.buffer.end_us - start, concat("\"commands\": ", commands.size()));
+        if (times.commands.empty()) {
+          // Only the whole buffer is timed (Metal): its commands are marks at its start.
+          for (const TracedCommand& command : commands)
+            trace::instant(track, command.category, command.name, start, command.args_json);
+          return;
+        }
+        // Commands after a failure did not run and have no times.
+        for (size_t i = 0; i < commands.size() && i < times.commands.size(); ++i) {
+          const device::ExecutionTimes::Interval& ran = times.commands[i];
+          trace::span(track, commands[i].category, commands[i].name, ran.start_us,
+                      ran.end_us - ran.start_us, commands[i].args_json);
+        }
+      });
+  traced_.clear();
 }
 
 void Stream::wait_idle() {

@@ -14,13 +14,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "device/device.h"
 #include "runtime/allocator.h"
 #include "runtime/commit_policy.h"
 #include "runtime/write_order.h"
+#include "runtime/pointer_set.h"
 
 namespace etm {
 
@@ -105,6 +105,9 @@ class Stream {
   void count_command();
   void commit_open();
   void wait_committed();
+  // Trace (ETMETAL_TRACE): what each command of the open buffer is, for its completion.
+  void trace_command(std::string category, std::string name, std::string args_json);
+  void trace_completion();
 
   device::Device& device_;
   std::shared_ptr<device::CommandQueue> queue_;
@@ -113,9 +116,9 @@ class Stream {
   std::shared_ptr<device::CommandBuffer> open_;
   WriteOrder& write_order_;
   std::shared_ptr<StreamProgress> progress_;
-  std::unordered_set<const device::Buffer*> open_buffers_;  // bound in the open buffer
-  std::unordered_set<const device::Buffer*> open_written_;  // written in the open buffer
-  std::unordered_set<const device::Buffer*> since_barrier_; // bound since the last barrier
+  PointerSet open_buffers_;   // device buffers bound in the open command buffer
+  PointerSet open_written_;   // ... and written there
+  PointerSet since_barrier_;  // ... and bound since the last barrier
   int64_t open_commands_ = 0;
   int64_t open_bytes_ = 0;
   std::shared_ptr<device::CommandBuffer> last_committed_;
@@ -124,6 +127,16 @@ class Stream {
   std::vector<KernelArgument> arguments_;  // the first argument_count_ are in use
   size_t argument_count_ = 0;
   std::vector<size_t> threadgroup_memory_;
+
+  struct TracedCommand {
+    std::string category;  // "dispatch", "copy" or "fill"
+    std::string name;
+    std::string args_json;
+  };
+  const bool tracing_;
+  uint32_t trace_track_ = 0;  // the row of this stream's command buffers
+  int64_t traced_buffers_ = 0;
+  std::vector<TracedCommand> traced_;  // of the open buffer
 
   struct Shared {
     std::mutex mutex;

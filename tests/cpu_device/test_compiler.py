@@ -211,6 +211,28 @@ def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
     assert len(list(cache.glob("headers-*"))) == 1
 
 
+def compiler_commands(log):
+    return [line for line in log.read_text().splitlines() if "--version" not in line]
+
+
+def test_target_isa_choice(child_setup):
+    """A named (possibly shared) cache gets portable objects unless ETMETAL_CPU_ISA=native;
+    native objects are keyed apart from portable ones (and by the host CPU)."""
+    tmp_path, env, log = child_setup
+    env.pop("ETMETAL_CPU_ISA", None)
+
+    def is_native(command):
+        return "-march=native" in command or "-mcpu=native" in command
+
+    finish(start_child(tmp_path, env, 2))  # ETMETAL_CACHE_DIR is set: portable
+    finish(start_child(tmp_path, dict(env, ETMETAL_CPU_ISA="native"), 2))
+    first, second = compiler_commands(log)
+    assert not is_native(first) and is_native(second)
+    finish(start_child(tmp_path, dict(env, ETMETAL_CPU_ISA="portable"), 2))
+    finish(start_child(tmp_path, dict(env, ETMETAL_CPU_ISA="native"), 2))
+    assert len(compiler_commands(log)) == 2, "a cached object of either ISA was built again"
+
+
 def test_missing_compiler_is_a_clear_error(child_setup):
     tmp_path, env, _ = child_setup
     env["ETMETAL_CXX"] = str(tmp_path / "no-such-compiler")

@@ -52,16 +52,34 @@ class HostBuffer final : public Buffer {
   size_t length_;
 };
 
+// An argument table slot. set_bytes data lives in the command buffer's byte pool, so that
+// recording a dispatch allocates nothing once the pools have grown.
 struct BoundBuffer {
   std::shared_ptr<Buffer> buffer;
-  size_t offset = 0;
-  std::vector<unsigned char> bytes;  // set_bytes data, when no buffer
+  size_t offset = 0;       // into `buffer`, or into the byte pool for set_bytes data
+  size_t bytes_length = 0; // non-zero: set_bytes data
+};
+
+// What a command buffer records besides its commands: every dispatch's argument table and
+// threadgroup-memory lengths, stored one after another.
+struct RecordedArguments {
+  std::vector<BoundBuffer> bindings;
+  std::vector<unsigned char> bytes;
+  std::vector<size_t> threadgroup_lengths;
+
+  void clear() {
+    bindings.clear();
+    bytes.clear();
+    threadgroup_lengths.clear();
+  }
 };
 
 struct DispatchCommand {
   std::shared_ptr<CpuPipeline> pipeline;
-  std::vector<BoundBuffer> bindings;
-  std::vector<size_t> threadgroup_memory_lengths;
+  uint32_t first_binding;  // in RecordedArguments::bindings
+  uint32_t binding_count;
+  uint32_t first_threadgroup_length;
+  uint32_t threadgroup_length_count;
   Size3 grid;
   Size3 group;
 };
@@ -88,26 +106,44 @@ class HostCommandBuffer;
 // Records dispatches; bindings persist between dispatches like a Metal encoder's.
 class HostComputeEncoder final : public ComputeEncoder {
  public:
-  explicit HostComputeEncoder(std::vector<Command>& commands) : commands_(commands) {}
+  HostComputeEncoder(std::vector<Command>& commands, RecordedArguments& recorded)
+      : commands_(commands), recorded_(recorded) {}
 
   void set_pipeline(std::shared_ptr<Pipeline> pipeline) override {
     pipeline_ = std::static_pointer_cast<CpuPipeline>(std::move(pipeline));
   }
   void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) override {
-    slot(index) = BoundBuffer{std::move(buffer), offset, {}};
+    BoundBuffer& bound = slot(index);
+    bound.buffer = std::move(buffer);
+    bound.offset = offset;
+    bound.bytes_length = 0;
   }
   void set_bytes(const void* data, size_t length, uint32_t index) override {
-    BoundBuffer bound;
+    BoundBuffer& bound = slot(index);
+    bound.buffer.reset();
+    // 16-byte aligned, as any scalar or vector the kernel reads there needs.
+    recorded_.bytes.resize((recorded_.bytes.size() + 15) / 16 * 16);
+    bound.offset = recorded_.bytes.size();
+    bound.bytes_length = length;
     const auto* bytes = static_cast<const unsigned char*>(data);
-    bound.bytes.assign(bytes, bytes + length);
-    slot(index) = std::move(bound);
+    recorded_.bytes.insert(recorded_.bytes.end(), bytes, bytes + length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
     threadgroup_lengths_[index] = length;
   }
   void dispatch_threads(Size3 grid, Size3 group) override {
-    commands_.push_back(DispatchCommand{pipeline_, bindings_, threadgroup_lengths_, grid, group});
+    DispatchCommand command{pipeline_,
+                            static_cast<uint32_t>(recorded_.bindings.size()),
+                            static_cast<uint32_t>(bindings_.size()),
+                            static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
+                            static_cast<uint32_t>(threadgroup_lengths_.size()),
+                            grid,
+                            group};
+    recorded_.bindings.insert(recorded_.bindings.end(), bindings_.begin(), bindings_.end());
+    recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(),
+                                         threadgroup_lengths_.begin(), threadgroup_lengths_.end());
+    commands_.emplace_back(std::move(command));
   }
   void dispatch_threadgroups(Size3 groups, Size3 group) override {
     dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
@@ -122,27 +158,29 @@ class HostComputeEncoder final : public ComputeEncoder {
   }
 
   std::vector<Command>& commands_;
+  RecordedArguments& recorded_;
   std::shared_ptr<CpuPipeline> pipeline_;
   std::vector<BoundBuffer> bindings_;
   std::vector<size_t> threadgroup_lengths_;
 };
 
-Status run_dispatch(const DispatchCommand& command) {
+// `args` is scratch space reused across dispatches (its vectors keep their capacity).
+Status run_dispatch(const DispatchCommand& command, RecordedArguments& recorded, DispatchArgs& args) {
   if (!command.pipeline) return Status::error("dispatch without a pipeline");
-  DispatchArgs args;
-  args.buffers.resize(command.bindings.size(), nullptr);
-  args.buffer_lengths.resize(command.bindings.size(), 0);
-  for (size_t i = 0; i < command.bindings.size(); ++i) {
-    const BoundBuffer& bound = command.bindings[i];
+  args.buffers.assign(command.binding_count, nullptr);
+  args.buffer_lengths.assign(command.binding_count, 0);
+  for (uint32_t i = 0; i < command.binding_count; ++i) {
+    const BoundBuffer& bound = recorded.bindings[command.first_binding + i];
     if (bound.buffer) {
       args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       args.buffer_lengths[i] = bound.buffer->length() - bound.offset;
-    } else if (!bound.bytes.empty()) {
-      args.buffers[i] = const_cast<unsigned char*>(bound.bytes.data());
-      args.buffer_lengths[i] = bound.bytes.size();
+    } else if (bound.bytes_length) {
+      args.buffers[i] = recorded.bytes.data() + bound.offset;
+      args.buffer_lengths[i] = bound.bytes_length;
     }
   }
-  args.threadgroup_memory_lengths = command.threadgroup_memory_lengths;
+  const auto lengths = recorded.threadgroup_lengths.begin() + command.first_threadgroup_length;
+  args.threadgroup_memory_lengths.assign(lengths, lengths + command.threadgroup_length_count);
   args.threads_per_group = command.group;
   args.grid = command.grid;
   Status status = command.pipeline->execute(args);
@@ -151,8 +189,9 @@ Status run_dispatch(const DispatchCommand& command) {
   return status;
 }
 
-Status run_command(const Command& command) {
-  if (const auto* dispatch = std::get_if<DispatchCommand>(&command)) return run_dispatch(*dispatch);
+Status run_command(const Command& command, RecordedArguments& recorded, DispatchArgs& args) {
+  if (const auto* dispatch = std::get_if<DispatchCommand>(&command))
+    return run_dispatch(*dispatch, recorded, args);
   if (const auto* copy = std::get_if<CopyCommand>(&command)) {
     std::memmove(static_cast<unsigned char*>(copy->destination->contents()) + copy->destination_offset,
                  static_cast<unsigned char*>(copy->source->contents()) + copy->source_offset,
@@ -171,7 +210,7 @@ class HostCommandBuffer final : public CommandBuffer,
                                 public std::enable_shared_from_this<HostCommandBuffer> {
  public:
   explicit HostCommandBuffer(std::weak_ptr<HostCommandQueue> queue)
-      : queue_(std::move(queue)), encoder_(commands_) {}
+      : queue_(std::move(queue)), encoder_(commands_, recorded_) {}
 
   ComputeEncoder& compute_encoder() override { return encoder_; }
   void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
@@ -186,6 +225,11 @@ class HostCommandBuffer final : public CommandBuffer,
   }
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));
+  }
+  void record_execution_times() override { timed_ = true; }
+  ExecutionTimes execution_times() const override {
+    std::lock_guard lock(mutex_);
+    return times_;
   }
   void commit() override;
   void wait_until_completed() override {
@@ -206,11 +250,25 @@ class HostCommandBuffer final : public CommandBuffer,
   // On the queue thread: run every command, stop at the first failure, then notify.
   void execute() {
     Status status;
+    ExecutionTimes times;
+    if (timed_) {
+      times.commands.reserve(commands_.size());
+      times.buffer.start_us = host_clock_us();
+    }
+    DispatchArgs args;
     for (const Command& command : commands_) {
-      status = run_command(command);
+      const double start = timed_ ? host_clock_us() : 0;
+      status = run_command(command, recorded_, args);
+      if (timed_) times.commands.push_back({start, host_clock_us()});
       if (!status.ok()) break;
     }
+    if (timed_) {
+      times.buffer.end_us = host_clock_us();
+      std::lock_guard lock(mutex_);
+      times_ = std::move(times);
+    }
     commands_.clear();
+    recorded_.clear();
     for (auto& handler : handlers_) handler(status);
     handlers_.clear();
     std::lock_guard lock(mutex_);
@@ -223,12 +281,15 @@ class HostCommandBuffer final : public CommandBuffer,
   // Weak: the queue thread must never hold the last reference to its own queue.
   std::weak_ptr<HostCommandQueue> queue_;
   std::vector<Command> commands_;
+  RecordedArguments recorded_;
   HostComputeEncoder encoder_;
   std::vector<std::function<void(const Status&)>> handlers_;
   mutable std::mutex mutex_;
   std::condition_variable done_;
   CommandBufferState state_ = CommandBufferState::recording;
   Status error_;
+  bool timed_ = false;
+  ExecutionTimes times_;
 };
 
 // One thread per queue runs committed command buffers in commit order.

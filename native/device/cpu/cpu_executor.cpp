@@ -352,11 +352,12 @@ class WorkerPool {
 
   // Runs the job on every worker and the calling thread, or on the calling thread alone.
   void run(Job* job, bool parallel) {
-    std::lock_guard<std::mutex> one_dispatch_at_a_time(dispatch_mutex_);
     if (!parallel || workers_.empty()) {
+      // Only the calling thread's state is used: dispatches of other queues may run beside it.
       run_job(job);
       return;
     }
+    std::lock_guard<std::mutex> one_parallel_dispatch_at_a_time(dispatch_mutex_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = job;

@@ -146,6 +146,47 @@ std::string default_cache_directory() {
   return "/tmp/etmetal-cache-" + std::to_string(::getuid());
 }
 
+// ------------------------------------------------------------------------ target ISA
+
+// The instruction-set features of this machine's CPU as the kernel reads them (Linux:
+// /proc/cpuinfo's model and feature lines); empty when they cannot be read.
+std::string host_cpu_features() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string identity;
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "flags" || key == "Features" || key == "model name" || key == "CPU part") {
+      identity += line + '\n';
+    }
+    if (line.empty() && !identity.empty()) break;  // the first processor describes all
+  }
+  return identity;
+}
+
+// Kernels are compiled for the host's vector ISA (-march=native) when the cache belongs to
+// this machine: the default cache, or ETMETAL_CPU_ISA=native. A cache named by
+// ETMETAL_CACHE_DIR may be shared between machines, so its objects use the compiler's
+// portable baseline unless ETMETAL_CPU_ISA=native says otherwise. Returns the flags and,
+// in `identity`, what must be part of every cache key (the host's CPU features).
+std::vector<std::string> target_isa_flags(std::string* identity) {
+  identity->clear();
+  const std::string requested = environment("ETMETAL_CPU_ISA");
+  const bool native = requested.empty() ? environment("ETMETAL_CACHE_DIR").empty() : requested == "native";
+  if (!native) return {};
+  *identity = host_cpu_features();
+  if (identity->empty()) return {};  // cannot key the cache by the CPU: stay portable
+#if defined(__aarch64__)
+  return {"-mcpu=native"};
+#else
+  // The baseline x86-64 ISA has no FMA: without contraction, results stay bit-identical to
+  // the portable build's (and to the tests' references).
+  return {"-march=native", "-ffp-contract=off"};
+#endif
+}
+
 // ------------------------------------------------------------------- compiler identity
 
 struct CompilerProbe {
@@ -358,7 +399,7 @@ Status KernelCompiler::initialize() {
   // (clang accepts the flag on x86-64 only from version 19).
   if (!is_clang_) flags_.push_back("-mtls-dialect=gnu2");
 #endif
-  // Extra flags (e.g. -march=native when the cache is not shared between machines).
+  for (std::string& flag : target_isa_flags(&isa_identity_)) flags_.push_back(std::move(flag));
   std::istringstream extra(environment("ETMETAL_CXXFLAGS"));
   for (std::string flag; extra >> flag;) flags_.push_back(flag);
   if (is_clang_) {
@@ -404,7 +445,7 @@ Status KernelCompiler::write_headers() {
 
 std::string KernelCompiler::key_for(const std::string& source_hash, const std::string& selection) const {
   std::string material = std::string(kMslTranslatorVersion) + '\0' + description_ + '\0' + compiler_path_ +
-                         '\0' + headers_hash_ + '\0' + selection + '\0';
+                         '\0' + headers_hash_ + '\0' + isa_identity_ + '\0' + selection + '\0';
   for (const std::string& flag : flags_) material += flag + '\0';
   return content_hash(material + source_hash);
 }

@@ -2,10 +2,12 @@
 // an on-disk cache shared by processes.
 //
 // Compiler: $ETMETAL_CXX, else the first of g++ (>= 12) and clang++ (>= 15) on PATH;
-// $ETMETAL_CXXFLAGS adds flags.
+// $ETMETAL_CXXFLAGS adds flags. Kernels target the host's vector ISA (-march=native) unless the
+// cache may be shared (ETMETAL_CACHE_DIR set) or ETMETAL_CPU_ISA=portable.
 // Cache: $ETMETAL_CACHE_DIR, else $XDG_CACHE_HOME/etmetal, else ~/.cache/etmetal. Objects
 // are keyed by a hash of the translated source, the kernel selection, the compiler's
-// identity, the flags, the translator version and the embedded headers; they are written
+// identity, the flags, the host CPU's features (when compiling for them), the translator
+// version and the embedded headers; they are written
 // under a temporary name and renamed into place, so concurrent builders never see a
 // partial file.
 #pragma once
@@ -59,6 +61,7 @@ class KernelCompiler {
   std::string header_directory_;
   std::string headers_hash_;
   std::vector<std::string> flags_;
+  std::string isa_identity_;  // the host CPU's features when compiling for them, else empty
 };
 
 // A 128-bit content hash as 32 hex digits (for cache keys).

@@ -147,24 +147,26 @@ class CpuKernelPipeline : public CpuPipeline {
 
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
-    std::vector<uint32_t> dynamic_offsets;
+    uint32_t dynamic_offsets[kMaxArgumentIndex + 1] = {};
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
-      const std::string label = "kernel '" + name + "' argument '" + a.name + "'";
       if (a.kind == KernelArgumentKind::buffer) {
         if (a.index >= args.buffers.size() || !args.buffers[a.index]) {
-          return Status::error(label + " (buffer " + std::to_string(a.index) + ") is not bound");
+          return Status::error(argument_label(a) + " (buffer " + std::to_string(a.index) + ") is not bound");
         }
         const uint64_t needed = object_->argument_sizes()[k];
         if (needed && a.index < args.buffer_lengths.size() && args.buffer_lengths[a.index] < needed) {
-          return Status::error(label + " (buffer " + std::to_string(a.index) + ") reads " +
+          return Status::error(argument_label(a) + " (buffer " + std::to_string(a.index) + ") reads " +
                                std::to_string(needed) + " bytes, but only " +
                                std::to_string(args.buffer_lengths[a.index]) + " are bound");
         }
       } else if (a.kind == KernelArgumentKind::threadgroup_memory) {
+        if (a.index > kMaxArgumentIndex) {
+          return Status::error(argument_label(a) + ": threadgroup memory index " +
+                               std::to_string(a.index) + " is out of range");
+        }
         const uint64_t length =
             a.index < args.threadgroup_memory_lengths.size() ? args.threadgroup_memory_lengths[a.index] : 0;
-        if (dynamic_offsets.size() <= a.index) dynamic_offsets.resize(a.index + 1, 0);
         dynamic_offsets[a.index] = static_cast<uint32_t>(std::min<uint64_t>(threadgroup_bytes, kThreadgroupMemoryLimit));
         threadgroup_bytes += align16(length);
       }
@@ -176,7 +178,7 @@ class CpuKernelPipeline : public CpuPipeline {
                            std::to_string(kThreadgroupMemoryLimit));
     }
     launch.buffers = args.buffers.data();
-    launch.dynamic_threadgroup_offsets = dynamic_offsets.data();
+    launch.dynamic_threadgroup_offsets = dynamic_offsets;
 
     KernelDispatch dispatch;
     dispatch.kernel_name = &kernel_.name;
@@ -189,6 +191,13 @@ class CpuKernelPipeline : public CpuPipeline {
   }
 
  private:
+  // Metal's argument tables have 31 entries.
+  static constexpr uint32_t kMaxArgumentIndex = 30;
+
+  std::string argument_label(const KernelArgument& a) const {
+    return "kernel '" + kernel_.name + "' argument '" + a.name + "'";
+  }
+
   TranslatedKernel kernel_;
   std::shared_ptr<KernelObject> object_;
 };

@@ -449,6 +449,17 @@ class Completion {
     handlers_.push_back(std::move(handler));
   }
 
+  // The GPU's start and end of the buffer; set before finish() so handlers see it.
+  void set_times(const ExecutionTimes& times) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    times_ = times;
+  }
+
+  ExecutionTimes times() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return times_;
+  }
+
   // Records the outcome, runs the handlers, then releases what the GPU no longer uses and
   // wakes waiters, so that a returning wait_until_completed() has seen every handler run.
   void finish(const Status& outcome) {
@@ -500,6 +511,7 @@ class Completion {
   std::condition_variable finished_;
   CommandBufferState state_ = CommandBufferState::recording;
   Status error_;
+  ExecutionTimes times_;
   bool done_ = false;
   std::vector<std::function<void(const Status&)>> handlers_;
   std::vector<std::shared_ptr<void>> retained_;
@@ -589,6 +601,9 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
     if (handler) completion_->add_handler(std::move(handler));
   }
 
+  void record_execution_times() override { timed_ = true; }
+  ExecutionTimes execution_times() const override { return completion_->times(); }
+
   void commit() override {
     if (committed_) return;
     committed_ = true;
@@ -604,7 +619,15 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
       return;
     }
     const std::string recording_error = recording_error_;
+    const bool timed = timed_;
     [command_buffer_ addCompletedHandler:^(id<MTLCommandBuffer> finished) {
+      if (timed) {
+        // GPU timestamps are seconds of the host's mach_absolute_time (host_clock_us).
+        ExecutionTimes times;
+        times.buffer.start_us = finished.GPUStartTime * 1e6;
+        times.buffer.end_us = finished.GPUEndTime * 1e6;
+        completion->set_times(times);
+      }
       Status outcome;
       if (finished.status == MTLCommandBufferStatusError) {
         outcome = describe_failure(finished);
@@ -877,6 +900,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   std::vector<std::shared_ptr<void>> retained_;
   std::string recording_error_;
   bool committed_ = false;
+  bool timed_ = false;
 };
 
 class ETM_NEEDS_MACOS_14 MetalCommandQueue final : public CommandQueue {

@@ -24,6 +24,8 @@ typedef signed char BOOL;
 // docs: objectivec/nsuinteger, objectivec/nsinteger (LP64)
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
+// CoreFoundation/CFDate.h (imported by Foundation): docs: corefoundation/cftimeinterval
+typedef double CFTimeInterval;
 
 // As in the SDK for C++: an NS_ENUM is a typed enum, an NS_OPTIONS a plain integer type
 // so that options combine with |.

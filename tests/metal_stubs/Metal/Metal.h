@@ -250,6 +250,10 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 @property(readonly) MTLCommandBufferStatus status;
 // docs: metal/mtlcommandbuffer/error
 @property(nullable, readonly) NSError* error;
+// docs: metal/mtlcommandbuffer/gpustarttime
+@property(readonly) CFTimeInterval GPUStartTime API_AVAILABLE(macos(10.15), ios(10.3));
+// docs: metal/mtlcommandbuffer/gpuendtime
+@property(readonly) CFTimeInterval GPUEndTime API_AVAILABLE(macos(10.15), ios(10.3));
 // docs: metal/mtlcommandbuffer/makeblitcommandencoder()
 - (nullable id<MTLBlitCommandEncoder>)blitCommandEncoder;
 // docs: metal/mtlcommandbuffer/makecomputecommandencoder(dispatchtype:)

@@ -695,6 +695,10 @@ struct FakeCommandBufferState {
 - (void)submit:(FakeCommandBuffer*)commandBuffer;
 @end
 
+static CFTimeInterval steadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 @implementation FakeCommandBuffer {
   FakeCommandQueue* strongQueue_;  // until committed: a queue outlives its work
   std::shared_ptr<FakeCommandBufferState> state_;
@@ -702,6 +706,8 @@ struct FakeCommandBufferState {
   FakeBlitEncoder* __weak blit_;
   MTLCommandBufferStatus status_;
   NSError* error_;
+  CFTimeInterval gpuStart_;  // the host's steady clock in seconds, as Metal's mach time
+  CFTimeInterval gpuEnd_;
 }
 - (instancetype)initWithQueue:(FakeCommandQueue*)queue {
   strongQueue_ = queue;
@@ -744,10 +750,12 @@ struct FakeCommandBufferState {
 }
 - (void)execute {
   std::string failure;
+  gpuStart_ = steadySeconds();
   for (auto& command : state_->commands) {
     command(&failure);
     if (!failure.empty()) break;
   }
+  gpuEnd_ = steadySeconds();
   if (failure.empty()) {
     status_ = MTLCommandBufferStatusCompleted;
   } else {
@@ -772,6 +780,12 @@ struct FakeCommandBufferState {
 }
 - (NSError*)error {
   return error_;
+}
+- (CFTimeInterval)GPUStartTime {
+  return gpuStart_;
+}
+- (CFTimeInterval)GPUEndTime {
+  return gpuEnd_;
 }
 @end
 

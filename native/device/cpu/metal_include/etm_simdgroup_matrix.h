@@ -3,8 +3,8 @@
 // Each lane holds two elements, the documented thread_elements() fragment: lane l holds row
 // (q & 4) + (l / 2) % 4, columns c and c + 1 with c = (q & 2) * 2 + (l % 2) * 2, q = l / 4.
 // Loads and stores touch only the caller's two elements; a multiply exchanges the operand
-// fragments through the simd exchange, so every lane sees both whole matrices and computes its
-// own two results.
+// fragments through the simd exchange, and every lane reads the row of a and the columns of b
+// that its own two results need.
 #pragma once
 
 #include "etm_simd.h"
@@ -19,6 +19,24 @@ constexpr fragment_position fragment_of_lane(uint32_t lane) {
   const uint32_t quad = lane / 4;
   return {(quad & 4u) + (lane / 2) % 4, (quad & 2u) * 2 + (lane % 2) * 2};
 }
+
+// The inverse: which lane holds element (row, column), and as which of its two elements.
+struct fragment_slots {
+  uint8_t lane[8][8];
+  uint8_t element[8][8];
+};
+constexpr fragment_slots make_fragment_slots() {
+  fragment_slots slots{};
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    const fragment_position at = fragment_of_lane(lane);
+    for (uint32_t k = 0; k < 2; ++k) {
+      slots.lane[at.row][at.column + k] = uint8_t(lane);
+      slots.element[at.row][at.column + k] = uint8_t(k);
+    }
+  }
+  return slots;
+}
+inline constexpr fragment_slots kFragmentSlots = make_fragment_slots();
 
 }  // namespace etm_msl
 
@@ -68,19 +86,23 @@ inline void multiply_accumulate(const call_site& site, metal::simdgroup_matrix<T
   };
   const operands mine{{float(a.elements.x), float(a.elements.y)}, {float(b.elements.x), float(b.elements.y)}};
   const etm_cpu_simd_view view = publish(site, mine);
-  float full_a[8][8] = {}, full_b[8][8] = {};
-  for (uint32_t lane = 0; lane < 32 && lane < view.width; ++lane) {
-    const operands theirs = lane_value<operands>(view, lane);
-    const fragment_position at = fragment_of_lane(lane);
-    for (uint32_t k = 0; k < 2; ++k) {
-      full_a[at.row][at.column + k] = theirs.a[k];
-      full_b[at.row][at.column + k] = theirs.b[k];
-    }
-  }
+  // Each lane reads the sixteen operand elements its two results need straight from the
+  // exchanged fragments (elements of lanes outside the view read as zero).
+  const auto element_at = [&](size_t operand_offset, uint32_t row, uint32_t column) {
+    const uint32_t lane = kFragmentSlots.lane[row][column];
+    if (lane >= view.width) return 0.0f;
+    float value;
+    __builtin_memcpy(&value, view.values + size_t(lane) * sizeof(operands) + operand_offset +
+                                 kFragmentSlots.element[row][column] * sizeof(float),
+                     sizeof value);
+    return value;
+  };
+  const auto a_at = [&](uint32_t row, uint32_t column) { return element_at(offsetof(operands, a), row, column); };
+  const auto b_at = [&](uint32_t row, uint32_t column) { return element_at(offsetof(operands, b), row, column); };
   const fragment_position at = fragment_of_lane(view.lane);
   for (uint32_t k = 0; k < 2; ++k) {
     float sum = float(addend[int(k)]);
-    for (uint32_t i = 0; i < 8; ++i) sum += full_a[at.row][i] * full_b[i][at.column + k];
+    for (uint32_t i = 0; i < 8; ++i) sum += a_at(at.row, i) * b_at(i, at.column + k);
     d.elements[int(k)] = TD(sum);
   }
 }
