@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "device/cpu/cpu_pipeline.h"
+#include "device/cpu/dispatch_counters.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -114,11 +115,13 @@ Status run_dispatch(const DispatchCommand& command) {
   DispatchArgs args;
   args.buffers.resize(command.bindings.size(), nullptr);
   args.buffer_lengths.resize(command.bindings.size(), 0);
+  args.device_memory.resize(command.bindings.size(), 0);
   for (size_t i = 0; i < command.bindings.size(); ++i) {
     const BoundBuffer& bound = command.bindings[i];
     if (bound.buffer) {
       args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       args.buffer_lengths[i] = bound.buffer->length() - bound.offset;
+      args.device_memory[i] = 1;
     } else if (!bound.bytes.empty()) {
       args.buffers[i] = const_cast<unsigned char*>(bound.bytes.data());
       args.buffer_lengths[i] = bound.bytes.size();
@@ -324,6 +327,8 @@ class HostDevice final : public Device {
   std::shared_ptr<CommandQueue> new_command_queue() override {
     return std::make_shared<HostCommandQueue>();
   }
+  Status begin_counters() override { return begin_counting(); }
+  Status end_counters(std::vector<DispatchCounters>* out) override { return end_counting(out); }
 
  private:
   std::string name_;
