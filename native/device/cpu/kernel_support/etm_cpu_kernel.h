@@ -36,14 +36,20 @@ inline thread_local unsigned char* group_arena = nullptr;
 inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 #endif
 
-inline void enter_group(const etm_cpu_launch* launch, const etm_cpu_group* group) {
-  group_arena = group->arena;
+// Called first by every kernel entry: the group's arena (and the dispatch's counters) for
+// the calling OS thread. With counters it is not instrumented (its own loads must not be
+// counted) and opaque to the optimiser (noipa): otherwise its loads of launch->counters
+// move into the instrumented caller, where they are checked against the previous
+// dispatch's table before this one's is installed.
 #if ETM_CPU_COUNTERS
+__attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cpu_launch* launch,
+                                                                    const etm_cpu_group* group) {
+  group_arena = group->arena;
   dispatch_counters = launch->counters;
-#else
-  (void)launch;
-#endif
 }
+#else
+inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { group_arena = group->arena; }
+#endif
 
 // Static threadgroup variables get fixed offsets when the object is loaded: each
 // instantiated (type, declaration site) pair reserves its bytes once.
