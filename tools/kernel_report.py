@@ -129,6 +129,45 @@ def linear_4bit_case(m, k, n, group_size, dtype):
     return run, minimum
 
 
+def cumsum_case(rows, width, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = 2 * nbytes(x)
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def topk_case(rows, width, k, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * k * (x.element_size() + 8)  # values and int64 indices
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_topk(dx.handle, k, 1, 1, 1, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def sort_case(rows, width, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * width * (x.element_size() + 8)
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_sort(dx.handle, 1, 0, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
 F32, F16 = torch.float32, torch.float16
 CASES = [  # (op, shape label, factory, arguments)
     ("sdpa", "decode B1 H32/8 S1024 D128 f32", sdpa_case, (1, 32, 8, 1, 1024, 128, F32, False)),
@@ -142,6 +181,10 @@ CASES = [  # (op, shape label, factory, arguments)
     ("rms_norm", "1 x 4096 f32", rms_norm_case, (1, 4096, F32)),
     ("rms_norm", "8 x 4096 f16", rms_norm_case, (8, 4096, F16)),
     ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
+    ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
+    ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
+    ("topk", "k=50 of 1 x 32000 f32 (sampling)", topk_case, (1, 32000, 50, F32)),
+    ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
