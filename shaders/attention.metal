@@ -2,10 +2,11 @@
 //   out = softmax(scale * q k^T + mask) v,   weights = softmax(scale * q k^T + mask)
 // in two dispatches, shaped so that every element of q, k and v is loaded from device memory
 // once per threadgroup that needs it:
-//   sdpa_block   one threadgroup per (key split, block of query rows, key/value head): up to
-//                kMaxSlots query rows of the heads that share the key/value head. Per block of
-//                kBlockKeys keys, each thread loads one key row and scores it against every
-//                slot (queries staged in threadgroup memory); an online softmax per slot
+//   sdpa_block   one simdgroup-sized threadgroup per (key split, block of query rows,
+//                key/value head): up to kMaxSlots query rows of the heads that share the
+//                key/value head. Per block of kBlockKeys keys, each key row is loaded by one
+//                thread and scored against every slot (queries staged in threadgroup
+//                memory); an online softmax per slot
 //                rescales the running sums; each thread then owns value columns and loads each
 //                value element once. Writes each raw score (float32) once, and per (row,
 //                split) the running max, sum of exponentials and unnormalised output row.
@@ -22,8 +23,8 @@ using namespace metal;
 
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
-constant constexpr uint kBlockThreads = 128;  // threads of an sdpa_block group
-constant constexpr uint kBlockKeys = 128;     // keys per step: one per thread when scoring
+constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
+constant constexpr uint kBlockKeys = 128;     // keys per step, split over the threads when scoring
 constant constexpr uint kMaxSlots = 16;       // (query row, head) pairs of an sdpa_block group
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
 constant constexpr uint kMaxSplits = 64;
@@ -155,17 +156,18 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
   uint end = min(begin + p.split_length, p.keys);
   if (p.causal) end = min(end, min(row_block * p.block_rows + p.block_rows, p.rows));
 
-  // Value columns this thread accumulates: t and t + kBlockThreads.
-  float accumulator[2][kMaxSlots];
-  for (uint c = 0; c < 2; ++c)
+  // Value columns this thread accumulates: a run of kColumns from t * kColumns.
+  constexpr uint kColumns = MAX_DIM / kBlockThreads;
+  float accumulator[kColumns][kMaxSlots];
+  for (uint c = 0; c < kColumns; ++c)
     for (uint s = 0; s < kMaxSlots; ++s) accumulator[c][s] = 0.0f;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   for (uint block = begin; block < end; block += kBlockKeys) {
     const uint count = min(kBlockKeys, end - block);
-    // Scores: this thread's key against every slot; the key row is loaded once.
-    if (t < count) {
-      const uint key = block + t;
+    // Scores: this thread's keys against every slot; each key row is loaded once.
+    for (uint j = t; j < count; j += kBlockThreads) {
+      const uint key = block + j;
       float dot[kMaxSlots];
       for (uint s = 0; s < slots; ++s) dot[s] = 0.0f;
       device const T* key_row = k + kv.k + long(key) * p.k.row;
@@ -180,7 +182,7 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
             sdpa_key_visible<M, MASK>(mask, slot_mask[s], p.mask.column, key)) {
           score = dot[s] + sdpa_mask_bias<M, MASK>(mask, slot_mask[s], p.mask.column, key);
         }
-        tile[s * kBlockKeys + t] = score;
+        tile[s * kBlockKeys + j] = score;
         if (row < p.rows && !(p.causal && key > row)) scores[slot_index[s] * p.keys + key] = score;
       }
     }
@@ -194,10 +196,10 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
       slot_max[t] = new_max;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (t < count) {
+    for (uint j = t; j < count; j += kBlockThreads) {
       for (uint s = 0; s < slots; ++s) {
-        const float score = tile[s * kBlockKeys + t];
-        tile[s * kBlockKeys + t] = score == -INFINITY ? 0.0f : exp(score - slot_max[s]);
+        const float score = tile[s * kBlockKeys + j];
+        tile[s * kBlockKeys + j] = score == -INFINITY ? 0.0f : exp(score - slot_max[s]);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -207,13 +209,13 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
       slot_sum[t] = slot_sum[t] * slot_rescale[t] + block_sum;
     }
     // Values: each thread owns its columns, so each value element is loaded once.
-    for (uint c = 0; c < 2; ++c) {
-      const uint column = t + c * kBlockThreads;
-      if (column >= p.value_dim) break;
+    const uint columns = min(kColumns, p.value_dim - min(p.value_dim, t * kColumns));
+    for (uint c = 0; c < columns; ++c)
       for (uint s = 0; s < slots; ++s) accumulator[c][s] *= slot_rescale[s];
-      device const T* value_column = v + kv.v + long(block) * p.v.row + long(column) * p.v.column;
-      for (uint j = 0; j < count; ++j) {
-        const float element = float(value_column[long(j) * p.v.row]);
+    device const T* value_run = v + kv.v + long(block) * p.v.row + long(t * kColumns) * p.v.column;
+    for (uint j = 0; j < count; ++j) {
+      for (uint c = 0; c < columns; ++c) {
+        const float element = float(value_run[long(j) * p.v.row + long(c) * p.v.column]);
         for (uint s = 0; s < slots; ++s) accumulator[c][s] += tile[s * kBlockKeys + j] * element;
       }
     }
@@ -229,8 +231,8 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
       record[0] = slot_max[s];
       record[1] = slot_sum[s];
     }
-    for (uint c = 0; c < 2; ++c) {
-      const uint column = t + c * kBlockThreads;
+    for (uint c = 0; c < kColumns; ++c) {
+      const uint column = t * kColumns + c;
       if (column < p.value_dim) record[2 + column] = accumulator[c][s];
     }
   }

@@ -3,7 +3,8 @@
 kernels read and write (exact, from the CPU device's traffic counters, ETMETAL_COUNTERS=1)
 against the op's minimum (every input read once, every output written once), and the threads
 and threadgroups it launches. With --time, the median wall time of each op on the CPU device
-instead (an uninstrumented process: counting slows kernels down).
+instead, with the process's CPU seconds per run (user + system: steadier than wall time on a
+shared machine), in an uninstrumented process (counting slows kernels down).
 
 usage: python3 tools/kernel_report.py [--only SUBSTRING] [--time] [--repeats N]
 """
@@ -213,17 +214,20 @@ def main():
     cases = [c for c in CASES if args.only in c[0] or args.only in c[1]]
     print(f"device: {etmetal_py.device_name()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if args.time:
-        print(f"{'op':12} {'shape':40} {'median ms':>10}")
+        print(f"{'op':12} {'shape':40} {'wall ms':>10} {'cpu ms':>10}")
         for op, label, factory, arguments in cases:
             run, _ = factory(*arguments)
             run()
-            times = []
+            etmetal_py.synchronize()
+            walls, cpus = [], []
             for _ in range(args.repeats):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 run()
                 etmetal_py.synchronize()
-                times.append(time.perf_counter() - start)
-            print(f"{op:12} {label:40} {statistics.median(times) * 1e3:10.2f}", flush=True)
+                walls.append(time.perf_counter() - start)
+                cpus.append(time.process_time() - start_cpu)
+            print(f"{op:12} {label:40} {statistics.median(walls) * 1e3:10.2f} "
+                  f"{statistics.median(cpus) * 1e3:10.2f}", flush=True)
         return
     print("bytes = device-memory bytes read + written by all the op's dispatches; minimum = inputs read")
     print("once + outputs written once; threads / groups = largest dispatch of the op")

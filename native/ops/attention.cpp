@@ -19,9 +19,10 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr const char* kShaderFile = "attention.metal";
 constexpr int kBatchDims = 4;
 constexpr int64_t kMaxDim = 256;
-// Must match the constants of shaders/attention.metal.
-constexpr uint32_t kBlockThreads = 128;
-constexpr int64_t kBlockKeys = 128;
+// Must match the constants of shaders/attention.metal (its kBlockKeys only matters there).
+constexpr uint32_t kBlockThreads = 32;
+// A split shorter than this spends more on its partial record than on its keys.
+constexpr int64_t kMinSplitKeys = 64;
 constexpr int64_t kMaxSlots = 16;
 constexpr uint32_t kFinishThreads = 64;
 constexpr int64_t kMaxSplits = 64;
@@ -181,9 +182,9 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const int64_t member_blocks = (kv_group + block_heads - 1) / block_heads;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   const int64_t groups_per_split = row_blocks * batch * kv_heads * member_blocks;
-  // Split the keys when that is too few threads, keeping at least one key block per split.
+  // Split the keys when that is too few threads.
   int64_t splits = std::clamp<int64_t>((kTargetThreads / kBlockThreads + groups_per_split - 1) / groups_per_split,
-                                       1, std::min(kMaxSplits, std::max<int64_t>(1, (keys + kBlockKeys - 1) / kBlockKeys)));
+                                       1, std::min(kMaxSplits, std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys)));
   const int64_t split_length = keys == 0 ? 0 : (keys + splits - 1) / splits;
   if (keys > 0) splits = (keys + split_length - 1) / split_length;
   p.splits = static_cast<uint32_t>(splits);
