@@ -22,7 +22,7 @@ constexpr int64_t kMaxDim = 256;
 // Must match the constants of shaders/attention.metal (its kBlockKeys only matters there).
 constexpr uint32_t kBlockThreads = 32;
 // A split shorter than this spends more on its partial record than on its keys.
-constexpr int64_t kMinSplitKeys = 64;
+constexpr int64_t kMinSplitKeys = 128;
 constexpr int64_t kMaxSlots = 16;
 constexpr uint32_t kFinishThreads = 64;
 constexpr int64_t kMaxSplits = 64;
@@ -182,8 +182,9 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const int64_t member_blocks = (kv_group + block_heads - 1) / block_heads;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   const int64_t groups_per_split = row_blocks * batch * kv_heads * member_blocks;
-  // Split the keys when that is too few threads.
-  int64_t splits = std::clamp<int64_t>((kTargetThreads / kBlockThreads + groups_per_split - 1) / groups_per_split,
+  // Split the keys when that is too few threads, for decode-like problems (one block of rows):
+  // for prefill the extra query loads and partial records cost more than the threads gain.
+  int64_t splits = row_blocks > 1 ? 1 : std::clamp<int64_t>((kTargetThreads / kBlockThreads + groups_per_split - 1) / groups_per_split,
                                        1, std::min(kMaxSplits, std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys)));
   const int64_t split_length = keys == 0 ? 0 : (keys + splits - 1) / splits;
   if (keys > 0) splits = (keys + split_length - 1) / split_length;
