@@ -7,6 +7,7 @@ run models (imported on first use, since they need torch).
 """
 
 from ._ffi import EtmetalError, check, ffi, last_error, lib, library_path
+from .counters import counters
 from .tensors import CPU, MPS, Tensor, synchronize
 
 __version__ = ffi.string(lib.etmetal_version()).decode()
@@ -31,6 +32,6 @@ def device_kind() -> str:
 
 
 __all__ = [
-    "CPU", "MPS", "EtmetalError", "Tensor", "check", "device_kind", "device_name", "ffi",
+    "CPU", "MPS", "EtmetalError", "Tensor", "check", "counters", "device_kind", "device_name", "ffi",
     "last_error", "lib", "library_path", "synchronize", *_AOTI_NAMES,
 ]

@@ -1,14 +1,18 @@
 // Scaled dot-product attention (ATen's _scaled_dot_product_attention_math_for_mps):
 //   out = softmax(scale * q k^T + mask) v,   weights = softmax(scale * q k^T + mask)
-// in three dispatches that need no threadgroup cooperation:
-//   sdpa_partial  one thread per (query head of a key/value group, key split, query row of a
-//                 key/value head), so the heads that share keys read them together; a numerically stable
-//                 online softmax over its split of the keys, in float32; writes the split's
-//                 running max, sum of exponentials and unnormalised output row.
-//   sdpa_combine  one thread per (output column, query row, batch*head): merges the splits
-//                 of its row, writes the output and the row's log-sum-exp.
-//   sdpa_weights  one thread per (block of keys, query row, batch*head): exp(score - lse).
-// Splitting the keys gives decode (one query row, thousands of keys) as many threads as
+// in two dispatches, shaped so that every element of q, k and v is loaded from device memory
+// once per threadgroup that needs it:
+//   sdpa_block   one simdgroup-sized threadgroup per (key split, block of query rows,
+//                key/value head): up to kMaxSlots query rows of the heads that share the
+//                key/value head. Per block of kBlockKeys keys, each key row is loaded by one
+//                thread and scored against every slot (queries staged in threadgroup
+//                memory); an online softmax per slot
+//                rescales the running sums; each thread then owns value columns and loads each
+//                value element once. Writes each raw score (float32) once, and per (row,
+//                split) the running max, sum of exponentials and unnormalised output row.
+//   sdpa_finish  one threadgroup per query row: merges the splits into the output and writes
+//                the weights exp(score - log_sum_exp) from the stored scores.
+// Splitting the keys gives decode (one query row, thousands of keys) as many threadgroups as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
 //
 // Tensors may have any strides. Up to four leading batch dimensions are decomposed here;
@@ -18,6 +22,12 @@
 using namespace metal;
 
 constant constexpr uint kBatchDims = 4;
+// Must match the constants of native/ops/attention.cpp.
+constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
+constant constexpr uint kBlockKeys = 128;     // keys per step, split over the threads when scoring
+constant constexpr uint kMaxSlots = 16;       // (query row, head) pairs of an sdpa_block group
+constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
+constant constexpr uint kMaxSplits = 64;
 
 // Strides in elements of one tensor: four batch dimensions, then head, row (sequence) and
 // column (head dimension, or key for the mask).
@@ -44,7 +54,8 @@ struct SdpaParams {
   uint splits;         // key splits per row
   uint split_length;   // keys per split
   uint causal;         // key j is visible from row i iff j <= i
-  uint weight_keys;    // keys per sdpa_weights thread
+  uint block_heads;    // query heads of one key/value head per sdpa_block group
+  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= kMaxSlots)
   float scale;
 };
 
@@ -78,47 +89,7 @@ inline SdpaPosition sdpa_position(constant SdpaParams& p, uint batch_head, uint 
   return at;
 }
 
-// Dot product of a float row with `count` elements of `row` (stride 1 when `stride` is 1).
-// Four partial sums break the dependency chain of one running sum.
-template <typename T>
-inline float sdpa_dot(thread const float* left, device const T* row, long stride, uint count) {
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-  uint d = 0;
-  if (stride == 1) {
-    for (; d + 4 <= count; d += 4) {
-      s0 += left[d] * float(row[d]);
-      s1 += left[d + 1] * float(row[d + 1]);
-      s2 += left[d + 2] * float(row[d + 2]);
-      s3 += left[d + 3] * float(row[d + 3]);
-    }
-    for (; d < count; ++d) s0 += left[d] * float(row[d]);
-  } else {
-    for (; d < count; ++d) s0 += left[d] * float(row[long(d) * stride]);
-  }
-  return (s0 + s1) + (s2 + s3);
-}
-
-// accumulator += weight * row, over `count` elements of `row` (stride 1 when `stride` is 1).
-template <typename T>
-inline void sdpa_accumulate(thread float* accumulator, float weight, device const T* row, long stride,
-                            uint count) {
-  uint d = 0;
-  if (stride == 1) {
-    // Four independent lanes per step: compilers turn them into one vector operation.
-    for (; d + 4 <= count; d += 4) {
-      accumulator[d] += weight * float(row[d]);
-      accumulator[d + 1] += weight * float(row[d + 1]);
-      accumulator[d + 2] += weight * float(row[d + 2]);
-      accumulator[d + 3] += weight * float(row[d + 3]);
-    }
-    for (; d < count; ++d) accumulator[d] += weight * float(row[d]);
-  } else {
-    for (; d < count; ++d) accumulator[d] += weight * float(row[long(d) * stride]);
-  }
-}
-
-// Whether a boolean mask lets the row see `key` (always, for other masks). Masked keys are
-// skipped before any arithmetic, so they need no infinities.
+// Whether a boolean mask lets the row see `key` (always, for other masks).
 template <typename M, int MASK>
 inline bool sdpa_key_visible(device const M* mask, long mask_at, long key_stride, uint key) {
   return MASK != kBoolMask || bool(mask[mask_at + long(key) * key_stride]);
@@ -131,134 +102,193 @@ inline float sdpa_mask_bias(device const M* mask, long mask_at, long key_stride,
 }
 
 template <typename T, typename M, int MASK, uint MAX_DIM>
-kernel void sdpa_partial(device const T* q [[buffer(0)]],
-                         device const T* k [[buffer(1)]],
-                         device const T* v [[buffer(2)]],
-                         device const M* mask [[buffer(3)]],
-                         device float* partial [[buffer(4)]],
-                         constant SdpaParams& p [[buffer(5)]],
-                         uint3 position [[thread_position_in_grid]]) {
-  // x: query head within its key/value group, y: key split, z: query row of one key/value
-  // head. Neighbouring threads read the same keys and values, once from memory.
-  const uint member = position.x, split = position.y;
-  if (member >= p.kv_group || split >= p.splits) return;
-  const uint row = position.z % p.rows;
-  const uint kv_index = position.z / p.rows;  // batch * kv_heads + kv_head
+kernel void sdpa_block(device const T* q [[buffer(0)]],
+                       device const T* k [[buffer(1)]],
+                       device const T* v [[buffer(2)]],
+                       device const M* mask [[buffer(3)]],
+                       device float* scores [[buffer(4)]],
+                       device float* partial [[buffer(5)]],
+                       constant SdpaParams& p [[buffer(6)]],
+                       uint3 group_id [[threadgroup_position_in_grid]],
+                       uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float query[kMaxSlots * MAX_DIM];  // scaled query rows of the slots
+  threadgroup float tile[kMaxSlots * kBlockKeys];   // scores, then probabilities, of a key block
+  threadgroup float slot_max[kMaxSlots];
+  threadgroup float slot_sum[kMaxSlots];
+  threadgroup float slot_rescale[kMaxSlots];
+  threadgroup long slot_query[kMaxSlots];  // element offset of the slot's query row
+  threadgroup long slot_mask[kMaxSlots];   // element offset of the slot's mask row
+  threadgroup uint slot_row[kMaxSlots];    // query row, or p.rows for an empty slot
+  threadgroup ulong slot_index[kMaxSlots]; // batch_head * rows + row
+
+  const uint split = group_id.x, row_block = group_id.y;
+  const uint member_blocks = (p.kv_group + p.block_heads - 1) / p.block_heads;
+  const uint member_block = group_id.z % member_blocks;
+  const uint kv_index = group_id.z / member_blocks;  // batch * kv_heads + kv_head
   const uint kv_heads = p.heads / p.kv_group;
-  const uint batch_head = (kv_index / kv_heads) * p.heads + (kv_index % kv_heads) * p.kv_group + member;
-  const SdpaPosition at = sdpa_position(p, batch_head, row);
+  const uint slots = p.block_heads * p.block_rows;
 
-  float query[MAX_DIM];
-  for (uint d = 0; d < p.head_dim; ++d) query[d] = float(q[at.q + long(d) * p.q.column]) * p.scale;
-  float accumulator[MAX_DIM];
-  for (uint d = 0; d < p.value_dim; ++d) accumulator[d] = 0.0f;
+  if (t < slots) {
+    const uint member = member_block * p.block_heads + t % p.block_heads;
+    const uint row = row_block * p.block_rows + t / p.block_heads;
+    const bool used = member < p.kv_group && row < p.rows;
+    const uint batch_head = (kv_index / kv_heads) * p.heads + (kv_index % kv_heads) * p.kv_group + member;
+    const SdpaPosition at = sdpa_position(p, used ? batch_head : 0, used ? row : 0);
+    slot_query[t] = at.q;
+    slot_mask[t] = at.mask;
+    slot_row[t] = used ? row : p.rows;
+    slot_index[t] = ulong(batch_head) * p.rows + row;
+    slot_max[t] = -INFINITY;
+    slot_sum[t] = 0.0f;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = t; i < slots * p.head_dim; i += kBlockThreads) {
+    const uint slot = i / p.head_dim, d = i % p.head_dim;
+    query[slot * MAX_DIM + d] =
+        slot_row[slot] < p.rows ? float(q[slot_query[slot] + long(d) * p.q.column]) * p.scale : 0.0f;
+  }
+  // Key and value rows of this group's key/value head (the first slot's head shares them).
+  const uint first_head = (kv_index / kv_heads) * p.heads + (kv_index % kv_heads) * p.kv_group;
+  const SdpaPosition kv = sdpa_position(p, first_head, 0);
 
+  // This split's keys; with a causal mask none past the group's last row.
   const uint begin = split * p.split_length;
   uint end = min(begin + p.split_length, p.keys);
-  if (p.causal) end = min(end, row + 1);
+  if (p.causal) end = min(end, min(row_block * p.block_rows + p.block_rows, p.rows));
 
-  float running_max = -INFINITY;
-  float running_sum = 0.0f;
-  for (uint key = begin; key < end; ++key) {
-    if (!sdpa_key_visible<M, MASK>(mask, at.mask, p.mask.column, key)) continue;
-    const float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim) +
-                        sdpa_mask_bias<M, MASK>(mask, at.mask, p.mask.column, key);
-    if (score == -INFINITY) continue;
-    if (score > running_max) {
-      // Rescale what was summed against the old maximum (exp(-inf) = 0 on the first key).
-      const float correction = exp(running_max - score);
-      running_sum *= correction;
-      for (uint d = 0; d < p.value_dim; ++d) accumulator[d] *= correction;
-      running_max = score;
+  // Value columns this thread accumulates: a run of kColumns from t * kColumns.
+  constexpr uint kColumns = MAX_DIM / kBlockThreads;
+  float accumulator[kColumns][kMaxSlots];
+  for (uint c = 0; c < kColumns; ++c)
+    for (uint s = 0; s < kMaxSlots; ++s) accumulator[c][s] = 0.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  for (uint block = begin; block < end; block += kBlockKeys) {
+    const uint count = min(kBlockKeys, end - block);
+    // Scores: this thread's keys against every slot; each key row is loaded once.
+    for (uint j = t; j < count; j += kBlockThreads) {
+      const uint key = block + j;
+      float dot[kMaxSlots];
+      for (uint s = 0; s < slots; ++s) dot[s] = 0.0f;
+      device const T* key_row = k + kv.k + long(key) * p.k.row;
+      for (uint d = 0; d < p.head_dim; ++d) {
+        const float element = float(key_row[long(d) * p.k.column]);
+        for (uint s = 0; s < slots; ++s) dot[s] += query[s * MAX_DIM + d] * element;
+      }
+      for (uint s = 0; s < slots; ++s) {
+        const uint row = slot_row[s];
+        float score = -INFINITY;
+        if (row < p.rows && !(p.causal && key > row) &&
+            sdpa_key_visible<M, MASK>(mask, slot_mask[s], p.mask.column, key)) {
+          score = dot[s] + sdpa_mask_bias<M, MASK>(mask, slot_mask[s], p.mask.column, key);
+        }
+        tile[s * kBlockKeys + j] = score;
+        if (row < p.rows && !(p.causal && key > row)) scores[slot_index[s] * p.keys + key] = score;
+      }
     }
-    const float weight = exp(score - running_max);
-    running_sum += weight;
-    sdpa_accumulate(accumulator, weight, v + at.v + long(key) * p.v.row, p.v.column, p.value_dim);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < slots) {
+      float block_max = -INFINITY;
+      for (uint j = 0; j < count; ++j) block_max = max(block_max, tile[t * kBlockKeys + j]);
+      const float new_max = max(slot_max[t], block_max);
+      // exp(-inf) = 0 rescales nothing-yet; a slot with no visible key so far stays at 1.
+      slot_rescale[t] = new_max == -INFINITY ? 1.0f : exp(slot_max[t] - new_max);
+      slot_max[t] = new_max;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint j = t; j < count; j += kBlockThreads) {
+      for (uint s = 0; s < slots; ++s) {
+        const float score = tile[s * kBlockKeys + j];
+        tile[s * kBlockKeys + j] = score == -INFINITY ? 0.0f : exp(score - slot_max[s]);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < slots) {
+      float block_sum = 0.0f;
+      for (uint j = 0; j < count; ++j) block_sum += tile[t * kBlockKeys + j];
+      slot_sum[t] = slot_sum[t] * slot_rescale[t] + block_sum;
+    }
+    // Values: each thread owns its columns, so each value element is loaded once.
+    const uint columns = min(kColumns, p.value_dim - min(p.value_dim, t * kColumns));
+    for (uint c = 0; c < columns; ++c)
+      for (uint s = 0; s < slots; ++s) accumulator[c][s] *= slot_rescale[s];
+    device const T* value_run = v + kv.v + long(block) * p.v.row + long(t * kColumns) * p.v.column;
+    for (uint j = 0; j < count; ++j) {
+      for (uint c = 0; c < columns; ++c) {
+        const float element = float(value_run[long(j) * p.v.row + long(c) * p.v.column]);
+        for (uint s = 0; s < slots; ++s) accumulator[c][s] += tile[s * kBlockKeys + j] * element;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
-  // Record layout: [max, sum, accumulator[value_dim]].
-  device float* record =
-      partial + ((ulong(batch_head) * p.rows + row) * p.splits + split) * (p.value_dim + 2);
-  record[0] = running_max;
-  record[1] = running_sum;
-  for (uint d = 0; d < p.value_dim; ++d) record[2 + d] = accumulator[d];
+  // Record of (row, split): [max, sum, accumulator[value_dim]].
+  const uint record_length = p.value_dim + 2;
+  for (uint s = 0; s < slots; ++s) {
+    if (slot_row[s] >= p.rows) continue;
+    device float* record = partial + (slot_index[s] * p.splits + split) * record_length;
+    if (t == 0) {
+      record[0] = slot_max[s];
+      record[1] = slot_sum[s];
+    }
+    for (uint c = 0; c < kColumns; ++c) {
+      const uint column = t * kColumns + c;
+      if (column < p.value_dim) record[2 + column] = accumulator[c][s];
+    }
+  }
 }
 
 template <typename T>
-kernel void sdpa_combine(device const float* partial [[buffer(0)]],
-                         device T* out [[buffer(1)]],
-                         device float* log_sum_exp [[buffer(2)]],
-                         constant SdpaParams& p [[buffer(3)]],
-                         uint3 position [[thread_position_in_grid]],
-                         uint3 grid [[threads_per_grid]]) {
-  const uint column = position.x, row = position.y, batch_head = position.z;
-  if (column >= p.value_dim || row >= p.rows || batch_head >= grid.z) return;
-  const ulong row_index = ulong(batch_head) * p.rows + row;
+kernel void sdpa_finish(device const float* partial [[buffer(0)]],
+                        device const float* scores [[buffer(1)]],
+                        device T* out [[buffer(2)]],
+                        device T* weights [[buffer(3)]],
+                        constant SdpaParams& p [[buffer(4)]],
+                        uint3 group_id [[threadgroup_position_in_grid]],
+                        uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float split_factor[kMaxSplits];  // exp(max_s - row max) / total, per split
+  threadgroup float row_log_sum_exp;
+  const uint row = group_id.x;
+  const ulong row_index = ulong(group_id.y) * p.rows + row;
   const uint record_length = p.value_dim + 2;
   device const float* records = partial + row_index * p.splits * record_length;
-
-  float row_max = -INFINITY;
-  for (uint s = 0; s < p.splits; ++s) row_max = max(row_max, records[s * record_length]);
-  float total = 0.0f;
-  float value = 0.0f;
-  if (row_max != -INFINITY) {
+  if (t == 0) {
+    float row_max = -INFINITY;
+    for (uint s = 0; s < p.splits; ++s) row_max = max(row_max, records[s * record_length]);
+    float total = 0.0f;
     for (uint s = 0; s < p.splits; ++s) {
-      device const float* record = records + s * record_length;
-      if (record[0] == -INFINITY) continue;  // a split whose keys were all masked
-      const float factor = exp(record[0] - row_max);
-      total += record[1] * factor;
-      value += record[2 + column] * factor;
+      const float split_max = records[s * record_length];
+      split_factor[s] = split_max == -INFINITY ? 0.0f : exp(split_max - row_max);
+      if (split_max != -INFINITY) total += records[s * record_length + 1] * split_factor[s];
     }
+    for (uint s = 0; s < p.splits; ++s) split_factor[s] = total > 0.0f ? split_factor[s] / total : 0.0f;
+    row_log_sum_exp = total > 0.0f ? row_max + log(total) : -INFINITY;
   }
-  out[row_index * p.value_dim + column] = T(total > 0.0f ? value / total : 0.0f);
-  if (column == 0) log_sum_exp[row_index] = total > 0.0f ? row_max + log(total) : -INFINITY;
-}
-
-template <typename T, typename M, int MASK, uint MAX_DIM>
-kernel void sdpa_weights(device const T* q [[buffer(0)]],
-                         device const T* k [[buffer(1)]],
-                         device const M* mask [[buffer(2)]],
-                         device const float* log_sum_exp [[buffer(3)]],
-                         device T* weights [[buffer(4)]],
-                         constant SdpaParams& p [[buffer(5)]],
-                         uint3 position [[thread_position_in_grid]],
-                         uint3 grid [[threads_per_grid]]) {
-  const uint block = position.x, row = position.y, batch_head = position.z;
-  const uint begin = block * p.weight_keys;
-  if (begin >= p.keys || row >= p.rows || batch_head >= grid.z) return;
-  const ulong row_index = ulong(batch_head) * p.rows + row;
-  device T* row_weights = weights + row_index * p.keys;
-  const uint end = min(begin + p.weight_keys, p.keys);
-  const float row_lse = log_sum_exp[row_index];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint column = t; column < p.value_dim; column += kFinishThreads) {
+    float value = 0.0f;
+    for (uint s = 0; s < p.splits; ++s) {
+      if (split_factor[s] != 0.0f) value += records[s * record_length + 2 + column] * split_factor[s];
+    }
+    out[row_index * p.value_dim + column] = T(value);
+  }
   // Keys past the causal limit, and every key of a fully masked row, get weight 0.
-  const uint visible_end = row_lse == -INFINITY ? begin : (p.causal ? clamp(row + 1, begin, end) : end);
-  if (visible_end > begin) {
-    const SdpaPosition at = sdpa_position(p, batch_head, row);
-    float query[MAX_DIM];
-    for (uint d = 0; d < p.head_dim; ++d) query[d] = float(q[at.q + long(d) * p.q.column]) * p.scale;
-    for (uint key = begin; key < visible_end; ++key) {
-      float weight = 0.0f;
-      if (sdpa_key_visible<M, MASK>(mask, at.mask, p.mask.column, key)) {
-        const float score = sdpa_dot(query, k + at.k + long(key) * p.k.row, p.k.column, p.head_dim) +
-                            sdpa_mask_bias<M, MASK>(mask, at.mask, p.mask.column, key);
-        weight = exp(score - row_lse);  // exp(-inf) = 0 for keys an additive mask excludes
-      }
-      row_weights[key] = T(weight);
-    }
+  const float lse = row_log_sum_exp;
+  const uint visible = lse == -INFINITY ? 0 : (p.causal ? min(row + 1, p.keys) : p.keys);
+  for (uint key = t; key < p.keys; key += kFinishThreads) {
+    weights[row_index * p.keys + key] =
+        T(key < visible ? exp(scores[row_index * p.keys + key] - lse) : 0.0f);
   }
-  for (uint key = visible_end; key < end; ++key) row_weights[key] = T(0.0f);
 }
 
-#define SDPA_PARTIAL(T, TN, M, MN, MASK, DIM)                                       \
-  template [[host_name("sdpa_partial_" #TN "_" #MN "_" #DIM)]] [[kernel]]            \
-  decltype(sdpa_partial<T, M, MASK, DIM>) sdpa_partial<T, M, MASK, DIM>;            \
-  template [[host_name("sdpa_weights_" #TN "_" #MN "_" #DIM)]] [[kernel]]            \
-  decltype(sdpa_weights<T, M, MASK, DIM>) sdpa_weights<T, M, MASK, DIM>;
+#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM)                                         \
+  template [[host_name("sdpa_block_" #TN "_" #MN "_" #DIM)]] [[kernel]]              \
+  decltype(sdpa_block<T, M, MASK, DIM>) sdpa_block<T, M, MASK, DIM>;
 
 #define SDPA_MASKED(T, TN, M, MN, MASK)                                              \
-  SDPA_PARTIAL(T, TN, M, MN, MASK, 64)                                               \
-  SDPA_PARTIAL(T, TN, M, MN, MASK, 128)                                              \
-  SDPA_PARTIAL(T, TN, M, MN, MASK, 256)
+  SDPA_BLOCK(T, TN, M, MN, MASK, 64)                                                 \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 128)                                                \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 256)
 
 // Per query dtype: no mask, a boolean mask, an additive mask of the query's dtype, and
 // (for half and bfloat queries) an additive float32 mask.
@@ -266,8 +296,8 @@ kernel void sdpa_weights(device const T* q [[buffer(0)]],
   SDPA_MASKED(T, TN, bool, none, kNoMask)                                            \
   SDPA_MASKED(T, TN, bool, bool, kBoolMask)                                          \
   SDPA_MASKED(T, TN, T, TN, kAdditiveMask)                                           \
-  template [[host_name("sdpa_combine_" #TN)]] [[kernel]]                             \
-  decltype(sdpa_combine<T>) sdpa_combine<T>;
+  template [[host_name("sdpa_finish_" #TN)]] [[kernel]]                              \
+  decltype(sdpa_finish<T>) sdpa_finish<T>;
 
 SDPA_DTYPE(float, float)
 SDPA_DTYPE(half, half)

@@ -10,11 +10,8 @@ only the output, and aten._scaled_dot_product_attention_math, which also returns
 weights as the etmetal op does), and the ratio etmetal / torch; then the median ratios. Each
 etmetal run allocates and frees its outputs, as a model run does. Runs are timed alternately
 so that both sides see the same machine load; the CPU seconds of the process are shown too.
-
-Then, per problem and kernel, the device-memory traffic counted from the kernel's access
-pattern (every load and store a thread issues to device memory, before any cache; the CPU
-device has no memory counters) against the op's minimum (query, key, value read once, output
-and weights written once).
+Device-memory traffic per kernel is measured exactly by tools/kernel_report.py (the CPU
+device's traffic counters).
 
 usage: python3 tools/bench_ops_attention.py [--repeats R] [--quick]
 """
@@ -30,48 +27,6 @@ import torch.nn.functional as F
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-
-# Split and block heuristics of native/ops/attention.cpp (kept in step with it).
-TARGET_THREADS = 16384
-MIN_SPLIT_KEYS = 8
-MAX_WEIGHT_KEYS = 32
-
-
-def splits_of(row_count, keys):
-    splits = min(max(-(-TARGET_THREADS // row_count), 1), max(1, -(-keys // MIN_SPLIT_KEYS)))
-    split_length = -(-keys // splits)
-    return -(-keys // split_length), split_length
-
-
-def weight_keys_of(row_count, keys):
-    return min(max(row_count * keys // TARGET_THREADS, 1), min(keys, MAX_WEIGHT_KEYS))
-
-
-def visible_keys(rows, keys, causal):
-    """Sum over query rows of the keys each row attends to."""
-    if not causal:
-        return rows * keys
-    return sum(min(i + 1, keys) for i in range(rows))
-
-
-def kernel_traffic(batch, heads, rows, keys, head_dim, value_dim, causal, itemsize):
-    """[(kernel, bytes)] of the three dispatches, and the op's minimum bytes."""
-    row_count = batch * heads * rows
-    splits, split_length = splits_of(row_count, keys)
-    visible = batch * heads * visible_keys(rows, keys, causal)
-    record = value_dim + 2
-    partial = (row_count * splits * head_dim * itemsize            # each split thread loads its query row
-               + visible * (head_dim + value_dim) * itemsize       # keys and values of its visible keys
-               + row_count * splits * record * 4)                  # writes its partial record
-    combine = (row_count * value_dim * splits * 4 * 4              # max pass + (max, sum, value) pass
-               + row_count * value_dim * itemsize + row_count * 4)  # output and log-sum-exp
-    weight_keys = weight_keys_of(row_count, keys)
-    blocks = -(-keys // weight_keys)
-    weights = (row_count * blocks * (head_dim * itemsize + 4)      # query row and lse per thread
-               + visible * head_dim * itemsize                      # visible keys
-               + row_count * keys * itemsize)                       # weights written
-    return [("sdpa_partial", partial), ("sdpa_combine", combine), ("sdpa_weights", weights)], splits, weight_keys
-
 
 def cpu_seconds():
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -124,16 +79,11 @@ def bench(kind, batch, heads, kv_heads, rows, keys, dim, dtype, causal, repeats)
     expected = torch.ops.aten._scaled_dot_product_attention_math(
         q.double(), k_full.double(), v_full.double(), None, 0.0, causal)[0]
     error = (results[0].torch().double() - expected).abs().max().item()
-    itemsize = q.element_size()
-    traffic, splits, weight_keys = kernel_traffic(batch, heads, rows, keys, dim, dim, causal, itemsize)
-    minimum = (q.numel() + k.numel() + v.numel() + batch * heads * rows * dim
-               + batch * heads * rows * keys) * itemsize
     tokens = batch * rows
     return dict(kind=kind, problem=f"B{batch} H{heads}/{kv_heads} L{rows} S{keys} D{dim}{' causal' if causal else ''}",
                 dtype=str(dtype).replace("torch.", ""), ms=etm_s * 1e3, cpu_ms=etm_cpu * 1e3,
                 torch_ms=torch_s * 1e3, torch_cpu_ms=torch_cpu * 1e3, math_ms=math_s * 1e3,
-                etmetal=tokens / etm_s, torch=tokens / torch_s, math=tokens / math_s, error=error,
-                traffic=traffic, minimum=minimum, splits=splits, weight_keys=weight_keys)
+                etmetal=tokens / etm_s, torch=tokens / torch_s, math=tokens / math_s, error=error)
 
 
 PROBLEMS = [  # (kind, batch, heads, kv_heads, rows, keys, head_dim, dtype, causal)
@@ -175,18 +125,6 @@ def main():
             print(f"median ratio {kind}: {statistics.median(r['etmetal'] / r['torch'] for r in picked):.3f} vs F.sdpa, "
                   f"{statistics.median(r['etmetal'] / r['math'] for r in picked):.3f} vs the math op "
                   f"over {len(picked)} problems")
-
-    print("\ndevice-memory traffic per kernel (counted from the access pattern) vs the op's minimum")
-    print(f"{'problem':32} {'dtype':9} {'kernel':13} {'MB':>9} {'minimum MB':>11} {'ratio':>7}  geometry")
-    for r in rows:
-        for name, nbytes in r["traffic"]:
-            geometry = (f"{r['splits']} key splits" if name == "sdpa_partial"
-                        else f"{r['weight_keys']} keys/thread" if name == "sdpa_weights" else "")
-            print(f"{r['problem']:32} {r['dtype']:9} {name:13} {nbytes / 1e6:9.3f} {r['minimum'] / 1e6:11.3f} "
-                  f"{nbytes / r['minimum']:7.2f}  {geometry}")
-        total = sum(n for _, n in r["traffic"])
-        print(f"{r['problem']:32} {r['dtype']:9} {'all three':13} {total / 1e6:9.3f} {r['minimum'] / 1e6:11.3f} "
-              f"{total / r['minimum']:7.2f}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
 // etmetal_* functions (etmetal/etmetal.h).
+#include <mutex>
+#include <vector>
+
 #include "abi/guard.h"
 #include "device/settings.h"
 #include "etmetal/etmetal.h"
@@ -68,5 +71,65 @@ extern "C" AOTITorchError etmetal_stream_stats(etmetal_stream_stats_t* stats) {
     stats->completed_buffers = current.completed_buffers;
     stats->max_ops_per_buffer = stream.policy().max_ops_per_buffer;
     stats->max_mb_per_buffer = stream.policy().max_mb_per_buffer;
+  });
+}
+
+namespace {
+
+// The records of the last closed counting window.
+struct CounterRecords {
+  std::mutex mutex;
+  std::vector<device::DispatchCounters> records;
+};
+
+CounterRecords& counter_records() {
+  static CounterRecords* records = new CounterRecords();  // outlives static destructors
+  return *records;
+}
+
+}  // namespace
+
+extern "C" AOTITorchError etmetal_counters_begin(void) {
+  return guarded(__func__, [&] {
+    const device::Status status = Runtime::get().device().begin_counters();
+    ETM_REQUIRE(status.ok(), status.message());
+  });
+}
+
+extern "C" AOTITorchError etmetal_counters_end(int64_t* count) {
+  return guarded(__func__, [&] {
+    require_out(count, "count");
+    Runtime& runtime = Runtime::get();
+    std::vector<device::DispatchCounters> records;
+    // The window closes even when the stream's work failed; the failure is reported after.
+    std::string failure;
+    try {
+      runtime.current_stream().synchronize(SyncType::commit_and_wait);
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    const device::Status status = runtime.device().end_counters(&records);
+    ETM_REQUIRE(status.ok(), status.message());
+    ETM_REQUIRE(failure.empty(), failure);
+    CounterRecords& stored = counter_records();
+    std::lock_guard<std::mutex> lock(stored.mutex);
+    stored.records = std::move(records);
+    *count = static_cast<int64_t>(stored.records.size());
+  });
+}
+
+extern "C" AOTITorchError etmetal_counters_read(int64_t index, etmetal_dispatch_counters_t* record) {
+  return guarded(__func__, [&] {
+    require_out(record, "record");
+    CounterRecords& stored = counter_records();
+    std::lock_guard<std::mutex> lock(stored.mutex);
+    ETM_REQUIRE(index >= 0 && index < static_cast<int64_t>(stored.records.size()), "counter record ", index,
+                " is out of range (", stored.records.size(), " records)");
+    const device::DispatchCounters& r = stored.records[static_cast<size_t>(index)];
+    record->kernel = r.kernel.c_str();
+    record->threads = static_cast<int64_t>(r.threads);
+    record->threadgroups = static_cast<int64_t>(r.threadgroups);
+    record->bytes_read = static_cast<int64_t>(r.bytes_read);
+    record->bytes_written = static_cast<int64_t>(r.bytes_written);
   });
 }

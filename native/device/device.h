@@ -147,6 +147,17 @@ class CommandQueue {
   virtual std::shared_ptr<CommandBuffer> new_command_buffer() = 0;
 };
 
+// What one dispatch did, measured by devices that can count (the CPU device with
+// ETMETAL_COUNTERS=1): bytes loaded from and stored to buffers bound with set_buffer
+// (set_bytes data and threadgroup memory are not device memory), threads and threadgroups.
+struct DispatchCounters {
+  std::string kernel;
+  uint64_t threads = 0;
+  uint64_t threadgroups = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -165,6 +176,15 @@ class Device {
   // Compiles MSL source. The error names the failing source lines.
   virtual Status new_library(const std::string& source, std::shared_ptr<Library>* out) = 0;
   virtual std::shared_ptr<CommandQueue> new_command_queue() = 0;
+
+  // Traffic counters: between begin_counters and end_counters, every dispatch this device
+  // executes (from any queue) is recorded, in execution order; end_counters returns them.
+  // Devices that cannot count fail with a message saying why.
+  virtual Status begin_counters() { return Status::error("the " + std::string(kind()) + " device has no traffic counters"); }
+  virtual Status end_counters(std::vector<DispatchCounters>* out) {
+    out->clear();
+    return Status::error("the " + std::string(kind()) + " device has no traffic counters");
+  }
 };
 
 // The device kinds this build has, in preference order.

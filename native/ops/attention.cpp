@@ -19,12 +19,15 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr const char* kShaderFile = "attention.metal";
 constexpr int kBatchDims = 4;
 constexpr int64_t kMaxDim = 256;
-// Enough threads to fill the device: below this the keys are split across more threads.
+// Must match the constants of shaders/attention.metal (its kBlockKeys only matters there).
+constexpr uint32_t kBlockThreads = 32;
+// A split shorter than this spends more on its partial record than on its keys.
+constexpr int64_t kMinSplitKeys = 128;
+constexpr int64_t kMaxSlots = 16;
+constexpr uint32_t kFinishThreads = 64;
+constexpr int64_t kMaxSplits = 64;
+// Enough threads to fill the device: below this the keys are split across more threadgroups.
 constexpr int64_t kTargetThreads = 16384;
-// A split shorter than this spends more on writing its partial row than on its keys.
-constexpr int64_t kMinSplitKeys = 8;
-// Keys per thread of the weights kernel: enough to amortize loading the query row.
-constexpr int64_t kMaxWeightKeys = 32;
 
 // Must match SdpaStrides / SdpaParams in shaders/attention.metal.
 struct SdpaStrides {
@@ -46,7 +49,8 @@ struct SdpaParams {
   uint32_t splits;
   uint32_t split_length;
   uint32_t causal;
-  uint32_t weight_keys;
+  uint32_t block_heads;
+  uint32_t block_rows;
   float scale;
 };
 static_assert(sizeof(SdpaParams) == 288, "SdpaParams must match the MSL layout");
@@ -170,12 +174,25 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   checked_u32(kOp, rows * batch * kv_heads, "query rows * batch * key/value heads");
 
   const int64_t row_count = batch_heads * rows;
-  int64_t splits = std::clamp<int64_t>((kTargetThreads + row_count - 1) / row_count, 1,
-                                       std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys));
+  // A group holds up to kMaxSlots (query row, head) pairs of one key/value head: the heads
+  // that share it first (they read the same keys), then consecutive rows.
+  const int64_t kv_group = heads / kv_heads;
+  const int64_t block_heads = std::min(kv_group, kMaxSlots);
+  const int64_t block_rows = std::min(rows, kMaxSlots / block_heads);
+  const int64_t member_blocks = (kv_group + block_heads - 1) / block_heads;
+  const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
+  const int64_t groups_per_split = row_blocks * batch * kv_heads * member_blocks;
+  // Split the keys when that is too few threads, for decode-like problems (one block of rows):
+  // for prefill the extra query loads and partial records cost more than the threads gain.
+  int64_t splits = row_blocks > 1 ? 1 : std::clamp<int64_t>((kTargetThreads / kBlockThreads + groups_per_split - 1) / groups_per_split,
+                                       1, std::min(kMaxSplits, std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys)));
   const int64_t split_length = keys == 0 ? 0 : (keys + splits - 1) / splits;
   if (keys > 0) splits = (keys + split_length - 1) / split_length;
   p.splits = static_cast<uint32_t>(splits);
   p.split_length = static_cast<uint32_t>(split_length);
+  p.block_heads = static_cast<uint32_t>(block_heads);
+  p.block_rows = static_cast<uint32_t>(block_rows);
+  checked_u32(kOp, groups_per_split, "attention threadgroups");
 
   const int64_t dim_class = std::max(head_dim, value_dim) <= 64 ? 64 : std::max(head_dim, value_dim) <= 128 ? 128 : 256;
   const std::string suffix = std::string(type_name) + "_" + mask_name;
@@ -184,35 +201,28 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const Tensor& v_bound = keys > 0 ? value : query;
   const Tensor& mask_bound = mask ? *mask : query;
 
-  std::vector<int64_t> partial_sizes = {row_count * splits * (value_dim + 2)};
-  auto partial = runtime.empty_tensor(partial_sizes, {1}, static_cast<int32_t>(DType::float32));
-  auto log_sum_exp = runtime.empty_tensor({row_count}, {1}, static_cast<int32_t>(DType::float32));
+  auto partial = runtime.empty_tensor({row_count * splits * (value_dim + 2)}, {1}, static_cast<int32_t>(DType::float32));
+  // Raw scores (float32), read back when the weights are normalised: float32 weights hold
+  // them in place; other dtypes get a float32 scratch tensor.
+  std::unique_ptr<Tensor> score_scratch;
+  if (keys > 0 && dtype != static_cast<int32_t>(DType::float32)) {
+    score_scratch = runtime.empty_tensor({row_count * keys}, {1}, static_cast<int32_t>(DType::float32));
+  }
+  const Tensor& scores = keys == 0 ? *partial : score_scratch ? *score_scratch : *result.weights;
+  const Tensor& weights_bound = keys == 0 ? *result.output : *result.weights;
 
   {
-    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_partial_" + suffix + "_" + std::to_string(dim_class)));
-    const device::Size3 grid{static_cast<uint64_t>(p.kv_group), static_cast<uint64_t>(splits),
-                             static_cast<uint64_t>(rows) * static_cast<uint64_t>(batch * kv_heads)};
+    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_block_" + suffix + "_" + std::to_string(dim_class)));
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
-        .tensor(4, *partial).value(5, p)
-        .threads(grid, default_group(grid, launch));
+        .tensor(4, scores).tensor(5, *partial).value(6, p)
+        .threadgroups({static_cast<uint64_t>(splits), static_cast<uint64_t>(row_blocks),
+                       static_cast<uint64_t>(batch * kv_heads * member_blocks)},
+                      {kBlockThreads, 1, 1});
   }
   {
-    KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_combine_") + type_name));
-    const device::Size3 grid{static_cast<uint64_t>(value_dim), static_cast<uint64_t>(rows),
-                             static_cast<uint64_t>(batch_heads)};
-    launch.tensor(0, *partial).tensor(1, *result.output).tensor(2, *log_sum_exp).value(3, p)
-        .threads(grid, default_group(grid, launch));
-  }
-  if (keys > 0) {
-    const int64_t weight_keys =
-        std::clamp<int64_t>(row_count * keys / kTargetThreads, 1, std::min(keys, kMaxWeightKeys));
-    p.weight_keys = static_cast<uint32_t>(weight_keys);
-    KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_weights_" + suffix + "_" + std::to_string(dim_class)));
-    const device::Size3 grid{static_cast<uint64_t>((keys + weight_keys - 1) / weight_keys),
-                             static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads)};
-    launch.tensor(0, query).tensor(1, key).tensor(2, mask_bound).tensor(3, *log_sum_exp)
-        .tensor(4, *result.weights).value(5, p)
-        .threads(grid, default_group(grid, launch));
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_finish_") + type_name));
+    launch.tensor(0, *partial).tensor(1, scores).tensor(2, *result.output).tensor(3, weights_bound).value(4, p)
+        .threadgroups({static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads), 1}, {kFinishThreads, 1, 1});
   }
   return result;
 }

@@ -17,6 +17,15 @@ namespace {
 constexpr const char* kOp = "_fused_rms_norm";
 constexpr const char* kShaderFile = "normalization.metal";
 constexpr int kMaxDims = 8;
+// Must match the constants of shaders/normalization.metal.
+constexpr int64_t kPerThread = 16;
+constexpr int64_t kRun = 4;
+constexpr int64_t kMaxGroupThreads = 1024;
+// Rows below this get kRun elements per thread (the most threads a row can use); more rows
+// fill the device with threadgroups, and a thread keeps up to kPerThread elements.
+constexpr int64_t kFewRows = 16;
+// Threadgroups wanted when there are many rows: each loads the weight once for its rows.
+constexpr int64_t kTargetGroups = 64;
 
 // Must match RmsNormParams in shaders/normalization.metal.
 struct RmsNormParams {
@@ -30,9 +39,10 @@ struct RmsNormParams {
   uint32_t rows;
   uint32_t columns;
   uint32_t has_weight;
+  uint32_t rows_per_group;
   float eps;
 };
-static_assert(sizeof(RmsNormParams) == 280, "RmsNormParams must match the MSL layout");
+static_assert(sizeof(RmsNormParams) == 288, "RmsNormParams must match the MSL layout");
 
 }  // namespace
 
@@ -112,10 +122,16 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
   const Tensor& weight_bound = weight && columns > 0 ? *weight : input_bound;
   {
     KernelLaunch launch(shader_kernel(kShaderFile, std::string("rms_norm_") + type_name));
-    const uint64_t group = std::min<uint64_t>({static_cast<uint64_t>(rows), 256, launch.max_threads_per_group()});
+    const int64_t per_thread = rows < kFewRows ? kRun : kPerThread;
+    const int64_t wanted = (std::max<int64_t>(columns, 1) + per_thread - 1) / per_thread;
+    const int64_t limit = std::min<int64_t>(kMaxGroupThreads, launch.max_threads_per_group()) / 32 * 32;
+    const int64_t threads = std::clamp<int64_t>((wanted + 31) / 32 * 32, 32, limit);
+    const int64_t rows_per_group = std::max<int64_t>(1, rows / kTargetGroups);
+    p.rows_per_group = static_cast<uint32_t>(rows_per_group);
     launch.tensor(0, input_bound).tensor(1, weight_bound).tensor(2, output_bound)
         .tensor(3, *result.rstd).value(4, p)
-        .threads({static_cast<uint64_t>(rows), 1, 1}, {group, 1, 1});
+        .threadgroups({static_cast<uint64_t>((rows + rows_per_group - 1) / rows_per_group), 1, 1},
+                      {static_cast<uint64_t>(threads), 1, 1});
   }
   return result;
 }

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "native" / "device" / "cpu"
 SOURCES = ["msl_library.cpp", "msl_translator.cpp", "kernel_compiler.cpp", "cpu_executor.cpp",
-           "fiber_context.cpp"]
+           "dispatch_counters.cpp", "fiber_context.cpp"]
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,8 @@ def check(q, k, v, mask=None, causal=False, scale=None, v2=None, tolerance=None)
 
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# float32 by default; the half types with -m slow (the kernels are the same templates).
+DTYPES_SLOW_HALVES = [torch.float32] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES[1:]]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -127,6 +129,53 @@ def test_grouped_query_heads(dtype, heads, kv_heads):
     q = random(2, heads, 3, 64, dtype=dtype)
     k, v = random(2, kv_heads, 50, 64, dtype=dtype), random(2, kv_heads, 50, 64, dtype=dtype)
     check(q, k, v, causal=True, v2=True)
+    check(q, k, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES_SLOW_HALVES)
+@pytest.mark.parametrize("heads,kv_heads,mask_kind", [
+    (32, 8, None),      # decode with GQA: the key range splits over many threadgroups
+    (32, 1, "bool"),    # 32 query heads per key/value head: two head blocks of one group
+    (20, 1, "additive"),  # a partial second head block
+    (4, 4, "causal"),
+])
+def test_decode_splits_the_keys(dtype, heads, kv_heads, mask_kind):
+    """One query row over a long KV cache: many key splits (and key blocks within a split,
+    with a ragged last one) merged by the finishing pass."""
+    torch.manual_seed(heads * 3 + kv_heads)
+    keys, dim = 700, 32
+    q = random(1, heads, 1, dim, dtype=dtype)
+    k, v = random(1, kv_heads, keys, dim, dtype=dtype), random(1, kv_heads, keys, dim, dtype=dtype)
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(1, heads, 1, keys) > 0.5
+        mask[..., :260] = False  # whole splits without a visible key
+        mask[..., -1] = True
+    elif mask_kind == "additive":
+        mask = (torch.randn(1, 1, 1, keys) * 3).to(dtype)
+        mask[..., 140:400] = float("-inf")
+    check(q, k, v, mask=mask, causal=mask_kind == "causal")
+
+
+@pytest.mark.parametrize("dtype", DTYPES_SLOW_HALVES)
+@pytest.mark.parametrize("heads,kv_heads,rows", [(4, 4, 40), (8, 2, 37), (3, 1, 21)])
+def test_prefill_row_blocks(dtype, heads, kv_heads, rows):
+    """Several query rows per threadgroup (blocks of rows x heads), with partial blocks, over
+    more than one key block; causal and not."""
+    torch.manual_seed(rows)
+    q = random(2, heads, rows, 32, dtype=dtype)
+    k, v = random(2, kv_heads, 150, 32, dtype=dtype), random(2, kv_heads, 150, 32, dtype=dtype)
+    check(q, k, v, causal=True)
+    check(q, k, v)
+
+
+def test_decode_key_value_views_with_strides():
+    """A KV cache read through a non-contiguous view (time-major storage, a slice of it)."""
+    torch.manual_seed(5)
+    cache_k = torch.randn(1, 700, 4, 48)  # [batch, time, kv_heads, dim]
+    cache_v = torch.randn(1, 700, 4, 48)
+    k, v = cache_k[:, 13:613].transpose(1, 2), cache_v[:, 13:613].transpose(1, 2)
+    q = torch.randn(1, 16, 2, 48)[:, :, 1:]  # a row view with an offset
     check(q, k, v)
 
 

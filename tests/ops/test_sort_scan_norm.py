@@ -309,6 +309,21 @@ def test_rms_norm_views():
     assert rstd.shape == (4, 1, 1)
 
 
+@pytest.mark.parametrize("shape", [
+    (2, 20_000),   # longer than a group's registers hold: the row is streamed twice
+    (301, 40),     # several rows per threadgroup, a partial last block of rows
+    (17, 4099),    # many-row element count per thread, ragged runs at the row's end
+])
+def test_rms_norm_long_rows_and_row_blocks(shape):
+    torch.manual_seed(shape[0])
+    x = torch.randn(shape)
+    weight = torch.randn(shape[-1])
+    out, rstd = results(*call_rms_norm(x, shape[-1:], weight, 1e-6))
+    ref_out, ref_rstd = rms_reference(x, shape[-1:], weight, 1e-6)
+    torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-5, atol=0)
+    torch.testing.assert_close(out.double(), ref_out, rtol=1e-5, atol=1e-5)
+
+
 def test_rms_norm_empty_rows_give_nan_rstd():
     out, rstd = results(*call_rms_norm(torch.empty(3, 0), (0,)))
     assert out.shape == (3, 0) and rstd.shape == (3, 1) and rstd.isnan().all()

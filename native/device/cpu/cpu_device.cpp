@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "device/cpu/cpu_pipeline.h"
+#include "device/cpu/dispatch_counters.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -169,11 +170,13 @@ Status run_dispatch(const DispatchCommand& command, RecordedArguments& recorded,
   if (!command.pipeline) return Status::error("dispatch without a pipeline");
   args.buffers.assign(command.binding_count, nullptr);
   args.buffer_lengths.assign(command.binding_count, 0);
+  args.device_memory.assign(command.binding_count, 0);
   for (uint32_t i = 0; i < command.binding_count; ++i) {
     const BoundBuffer& bound = recorded.bindings[command.first_binding + i];
     if (bound.buffer) {
       args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       args.buffer_lengths[i] = bound.buffer->length() - bound.offset;
+      args.device_memory[i] = 1;
     } else if (bound.bytes_length) {
       args.buffers[i] = recorded.bytes.data() + bound.offset;
       args.buffer_lengths[i] = bound.bytes_length;
@@ -401,6 +404,8 @@ class HostDevice final : public Device {
   std::shared_ptr<CommandQueue> new_command_queue() override {
     return std::make_shared<HostCommandQueue>();
   }
+  Status begin_counters() override { return begin_counting(); }
+  Status end_counters(std::vector<DispatchCounters>* out) override { return end_counting(out); }
 
  private:
   std::string name_;

@@ -16,6 +16,8 @@ struct DispatchArgs {
   std::vector<void*> buffers;
   // Bytes from the address to the end of what was bound there, per index.
   std::vector<size_t> buffer_lengths;
+  // 1 where a buffer is bound (device memory), 0 for set_bytes data and empty slots.
+  std::vector<uint8_t> device_memory;
   // [[threadgroup(i)]] dynamic memory lengths set with set_threadgroup_memory_length.
   std::vector<size_t> threadgroup_memory_lengths;
   Size3 threads_per_group;

@@ -1,5 +1,7 @@
 #include "device/cpu/kernel_compiler.h"
 
+#include "device/cpu/dispatch_counters.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -409,6 +411,9 @@ Status KernelCompiler::initialize() {
     flags_.push_back("-fno-gnu-unique");
     flags_.push_back("-fsingle-precision-constant");
     flags_.push_back("-fmax-errors=10");
+  }
+  if (counters_enabled()) {
+    for (const std::string& flag : counter_compiler_flags(is_clang_)) flags_.push_back(flag);
   }
   return Status();
 }

@@ -13,6 +13,7 @@
 
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
+#include "device/cpu/dispatch_counters.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/msl_translator.h"
 #include "device/settings.h"
@@ -179,6 +180,11 @@ class CpuKernelPipeline : public CpuPipeline {
     }
     launch.buffers = args.buffers.data();
     launch.dynamic_threadgroup_offsets = dynamic_offsets;
+    std::unique_ptr<DispatchCountingTable> counting;
+    if (counters_enabled()) {
+      counting = std::make_unique<DispatchCountingTable>(args);
+      launch.counters = counting->counters();
+    }
 
     KernelDispatch dispatch;
     dispatch.kernel_name = &kernel_.name;
@@ -187,7 +193,11 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.use_fibers = object_->use_fibers();
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
-    return execute_dispatch(dispatch);
+    Status status = execute_dispatch(dispatch);
+    if (status.ok() && counting) {
+      counting->record(kernel_.name, grid.volume(), groups[0] * groups[1] * groups[2]);
+    }
+    return status;
   }
 
  private:

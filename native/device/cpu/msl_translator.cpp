@@ -1342,7 +1342,7 @@ class Translator {
     code << "#line " << line << "\n"
          << template_header << "struct " << wrapper_name << " { "
          << "static inline void etm__loop(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-         << "etm_cpu_kernel::enter_group(etm__group); " << bindings
+         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
          << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1], etm__sz = etm__group->size[2]; "
          << "for (uint32_t etm__z = 0; etm__z < etm__sz; ++etm__z) "
          << "for (uint32_t etm__y = 0; etm__y < etm__sy; ++etm__y) { "
@@ -1350,7 +1350,7 @@ class Translator {
          << "_Pragma(\"GCC ivdep\") for (uint32_t etm__x = 0; etm__x < etm__sx; ++etm__x) { "
          << "const uint32_t etm__index = etm__row + etm__x; (void)etm__index; " << call << " } } } "
          << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
-         << "etm_cpu_kernel::enter_group(etm__group); " << bindings
+         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
          << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
          << "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; "
          << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "

@@ -73,6 +73,32 @@ typedef struct etmetal_stream_stats_t {
 /* Counters of the calling thread's stream. */
 ETMETAL_API AOTITorchError etmetal_stream_stats(etmetal_stream_stats_t* stats);
 
+/* Device-memory traffic of kernel dispatches (the CPU device, when ETMETAL_COUNTERS=1 is in
+ * the environment before the process starts: kernels are then compiled with exact, per-access
+ * counting, and run slower). Bytes count loads and stores of buffers bound with set_buffer
+ * (setBytes data and threadgroup memory are not device memory); an atomic read-modify-write
+ * counts its size once read and once written.
+ *
+ * etmetal_counters_begin opens a counting window: every dispatch executed from then on, by any
+ * stream, is recorded in execution order. Only one window is open at a time. */
+ETMETAL_API AOTITorchError etmetal_counters_begin(void);
+
+/* Submits and waits for the calling thread's stream (so all it encoded is counted), closes
+ * the window and stores its records, replacing those of the previous window; *count receives
+ * how many there are. Fails when no window is open or the device cannot count. */
+ETMETAL_API AOTITorchError etmetal_counters_end(int64_t* count);
+
+typedef struct etmetal_dispatch_counters_t {
+  const char* kernel;    /* kernel name; valid until the next etmetal_counters_end */
+  int64_t threads;       /* threads launched (the dispatch's grid) */
+  int64_t threadgroups;  /* threadgroups launched, edge groups included */
+  int64_t bytes_read;    /* device-memory bytes loaded */
+  int64_t bytes_written; /* device-memory bytes stored */
+} etmetal_dispatch_counters_t;
+
+/* Copies record `index` (0 <= index < the count etmetal_counters_end gave). */
+ETMETAL_API AOTITorchError etmetal_counters_read(int64_t index, etmetal_dispatch_counters_t* record);
+
 ETMETAL_END_DECLS
 
 #endif

@@ -20,6 +20,10 @@
 #define ETM_CPU_KERNEL_INDEX (-1)
 #endif
 #define ETM_CPU_KERNEL_SELECTED(index) (ETM_CPU_ALL_KERNELS || ETM_CPU_KERNEL_INDEX == (index))
+// Set (to 1) for objects built with device-memory traffic counters.
+#ifndef ETM_CPU_COUNTERS
+#define ETM_CPU_COUNTERS 0
+#endif
 
 namespace etm_cpu_kernel {
 
@@ -27,7 +31,25 @@ namespace etm_cpu_kernel {
 // their OS thread, and a worker finishes a group before it starts the next.
 inline thread_local unsigned char* group_arena = nullptr;
 
-inline void enter_group(const etm_cpu_group* group) { group_arena = group->arena; }
+#if ETM_CPU_COUNTERS
+// The traffic counters of the dispatch the calling OS thread runs now (etm_cpu_counters.h).
+inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
+#endif
+
+// Called first by every kernel entry: the group's arena (and the dispatch's counters) for
+// the calling OS thread. With counters it is not instrumented (its own loads must not be
+// counted) and opaque to the optimiser (noipa): otherwise its loads of launch->counters
+// move into the instrumented caller, where they are checked against the previous
+// dispatch's table before this one's is installed.
+#if ETM_CPU_COUNTERS
+__attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cpu_launch* launch,
+                                                                    const etm_cpu_group* group) {
+  group_arena = group->arena;
+  dispatch_counters = launch->counters;
+}
+#else
+inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { group_arena = group->arena; }
+#endif
 
 // Static threadgroup variables get fixed offsets when the object is loaded: each
 // instantiated (type, declaration site) pair reserves its bytes once.
@@ -73,6 +95,10 @@ constexpr uint64_t referenced_size() {
 }
 
 }  // namespace etm_cpu_kernel
+
+#if ETM_CPU_COUNTERS
+#include "etm_cpu_counters.h"
+#endif
 
 // Not inline: the entry point must be emitted even when nothing in the TU calls it.
 extern "C" ETM_CPU_KERNEL_EXPORT uint64_t etm_kernel_static_threadgroup_bytes(void) {

@@ -9,6 +9,22 @@
 extern "C" {
 #endif
 
+// Device-memory traffic of one dispatch, counted per binding (ETMETAL_COUNTERS=1; see
+// etm_cpu_counters.h). A binding is the byte range [begin, begin + length) of a buffer bound
+// with set_buffer; the kernel adds the bytes it loads from and stores to it.
+typedef struct etm_cpu_binding {
+  uintptr_t begin;
+  uint64_t length;
+  uint32_t index;  // [[buffer(index)]]
+  uint64_t bytes_read;
+  uint64_t bytes_written;
+} etm_cpu_binding;
+
+typedef struct etm_cpu_counters {
+  etm_cpu_binding* bindings;
+  uint32_t binding_count;
+} etm_cpu_counters;
+
 // One dispatch, shared by all threadgroups.
 typedef struct etm_cpu_launch {
   // Argument table: [[buffer(i)]] -> buffers[i].
@@ -18,6 +34,7 @@ typedef struct etm_cpu_launch {
   uint32_t threads_per_group[3];  // dispatch_threads_per_threadgroup
   uint32_t grid[3];               // threads_per_grid
   uint32_t groups[3];             // threadgroups_per_grid
+  etm_cpu_counters* counters;     // null unless the kernel was built with counters
 } etm_cpu_launch;
 
 // One threadgroup. Edge groups of dispatch_threads grids are smaller than requested.

@@ -64,8 +64,24 @@ template <class T> inline T* storage(volatile metal::atomic<T>* object) {
   return const_cast<T*>(&object->value);
 }
 
-// Read-modify-write through compare-and-swap, for operations the hardware lacks.
-template <class T, class Update> inline T update_atomically(volatile metal::atomic<T>* object, Update update) {
+// With traffic counters (etm_cpu_counters.h) a read-modify-write counts one read and one
+// write of its value. The instrumentation sees a builtin read-modify-write as a store only,
+// so the read is added here.
+template <class T> inline T* storage_read_and_written(volatile metal::atomic<T>* object) {
+#if ETM_CPU_COUNTERS
+  etm_cpu_kernel::count_load(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
+#endif
+  return storage(object);
+}
+
+// Read-modify-write through compare-and-swap, for operations the hardware lacks. Not
+// instrumented: its traffic (one read and one write, however often it retries) is counted here.
+template <class T, class Update>
+__attribute__((no_sanitize_address)) inline T update_atomically(volatile metal::atomic<T>* object, Update update) {
+#if ETM_CPU_COUNTERS
+  etm_cpu_kernel::count_load(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
+  etm_cpu_kernel::count_store(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
+#endif
   T* target = storage(object);
   T expected;
   __atomic_load(target, &expected, __ATOMIC_RELAXED);
@@ -97,7 +113,7 @@ inline T atomic_load_explicit(volatile atomic<T>* object, memory_order) {
 template <class T>
 inline T atomic_exchange_explicit(volatile atomic<T>* object, etm_msl::non_deduced_t<T> desired, memory_order) {
   T previous;
-  __atomic_exchange(etm_msl::storage(object), &desired, &previous, __ATOMIC_SEQ_CST);
+  __atomic_exchange(etm_msl::storage_read_and_written(object), &desired, &previous, __ATOMIC_SEQ_CST);
   return previous;
 }
 
@@ -105,13 +121,13 @@ inline T atomic_exchange_explicit(volatile atomic<T>* object, etm_msl::non_deduc
 template <class T>
 inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* object, T* expected,
                                                   etm_msl::non_deduced_t<T> desired, memory_order, memory_order) {
-  return __atomic_compare_exchange(etm_msl::storage(object), expected, &desired, false, __ATOMIC_SEQ_CST,
+  return __atomic_compare_exchange(etm_msl::storage_read_and_written(object), expected, &desired, false, __ATOMIC_SEQ_CST,
                                    __ATOMIC_SEQ_CST);
 }
 template <class T>
 inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T>* object, T* expected,
                                                     etm_msl::non_deduced_t<T> desired, memory_order, memory_order) {
-  return __atomic_compare_exchange(etm_msl::storage(object), expected, &desired, false, __ATOMIC_SEQ_CST,
+  return __atomic_compare_exchange(etm_msl::storage_read_and_written(object), expected, &desired, false, __ATOMIC_SEQ_CST,
                                    __ATOMIC_SEQ_CST);
 }
 
@@ -120,7 +136,7 @@ inline T atomic_fetch_add_explicit(volatile atomic<T>* object, etm_msl::non_dedu
   if constexpr (std::is_floating_point<T>::value) {
     return etm_msl::update_atomically(object, [operand](T current) { return T(current + operand); });
   } else {
-    return __atomic_fetch_add(etm_msl::storage(object), operand, __ATOMIC_SEQ_CST);
+    return __atomic_fetch_add(etm_msl::storage_read_and_written(object), operand, __ATOMIC_SEQ_CST);
   }
 }
 template <class T, std::enable_if_t<!std::is_same<T, bool>::value, int> = 0>
@@ -128,7 +144,7 @@ inline T atomic_fetch_sub_explicit(volatile atomic<T>* object, etm_msl::non_dedu
   if constexpr (std::is_floating_point<T>::value) {
     return etm_msl::update_atomically(object, [operand](T current) { return T(current - operand); });
   } else {
-    return __atomic_fetch_sub(etm_msl::storage(object), operand, __ATOMIC_SEQ_CST);
+    return __atomic_fetch_sub(etm_msl::storage_read_and_written(object), operand, __ATOMIC_SEQ_CST);
   }
 }
 template <class T, std::enable_if_t<!std::is_same<T, bool>::value, int> = 0>
@@ -141,15 +157,15 @@ inline T atomic_fetch_max_explicit(volatile atomic<T>* object, etm_msl::non_dedu
 }
 template <class T, std::enable_if_t<etm_msl::is_atomic_integer_v<T>, int> = 0>
 inline T atomic_fetch_and_explicit(volatile atomic<T>* object, etm_msl::non_deduced_t<T> operand, memory_order) {
-  return __atomic_fetch_and(etm_msl::storage(object), operand, __ATOMIC_SEQ_CST);
+  return __atomic_fetch_and(etm_msl::storage_read_and_written(object), operand, __ATOMIC_SEQ_CST);
 }
 template <class T, std::enable_if_t<etm_msl::is_atomic_integer_v<T>, int> = 0>
 inline T atomic_fetch_or_explicit(volatile atomic<T>* object, etm_msl::non_deduced_t<T> operand, memory_order) {
-  return __atomic_fetch_or(etm_msl::storage(object), operand, __ATOMIC_SEQ_CST);
+  return __atomic_fetch_or(etm_msl::storage_read_and_written(object), operand, __ATOMIC_SEQ_CST);
 }
 template <class T, std::enable_if_t<etm_msl::is_atomic_integer_v<T>, int> = 0>
 inline T atomic_fetch_xor_explicit(volatile atomic<T>* object, etm_msl::non_deduced_t<T> operand, memory_order) {
-  return __atomic_fetch_xor(etm_msl::storage(object), operand, __ATOMIC_SEQ_CST);
+  return __atomic_fetch_xor(etm_msl::storage_read_and_written(object), operand, __ATOMIC_SEQ_CST);
 }
 
 }  // namespace metal

@@ -1,0 +1,138 @@
+"""Traffic-counter cases; run by test_counters.py in a process with ETMETAL_COUNTERS=1 (the
+flag selects how kernels are compiled, so it must be set before the library loads)."""
+
+import numpy as np
+import pytest
+
+import etmetal_py
+from etmetal_py.kernels import compile_library
+
+SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void add(device const float* a, device const float* b, device float* y,
+                uint i [[thread_position_in_grid]]) {
+  y[i] = a[i] + b[i];
+}
+
+// A float4 load through a cast pointer, handed to a helper with pointer arithmetic.
+static float row_sum(device const float4* row, uint count) {
+  float4 total = 0.0f;
+  for (uint k = 0; k < count; ++k) total += row[k];
+  return total.x + total.y + total.z + total.w;
+}
+
+kernel void sum_rows16(device const float* x, device float* out, uint i [[thread_position_in_grid]]) {
+  device const float* row = x + 16 * i;
+  out[i] = row_sum(reinterpret_cast<device const float4*>(row), 4);
+}
+
+// Staged through threadgroup memory and read many times there: only the first load and
+// the store touch device memory.
+kernel void stage_and_reverse(device const float* x, device float* out,
+                              uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                              uint n [[threads_per_threadgroup]]) {
+  threadgroup float staged[64];
+  staged[t] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float value = 0.0f;
+  for (uint k = 0; k < n; ++k) value += staged[(t + k) % n] * 0.0f;
+  out[i] = staged[n - 1 - t] + value;
+}
+
+kernel void count_into(device atomic_int* counter, device atomic_float* total,
+                       uint i [[thread_position_in_grid]]) {
+  atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(total, 0.5f, memory_order_relaxed);
+}
+
+kernel void scale_half(device const half* x, device half* y, constant int& factor,
+                       uint i [[thread_position_in_grid]]) {
+  y[i] = x[i] * half(factor);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library():
+    if etmetal_py.device_kind() != "cpu":
+        pytest.skip("traffic counters exist on the CPU device")
+    with compile_library(SOURCE) as compiled:
+        yield compiled
+
+
+def only_dispatch(counted):
+    assert len(counted.dispatches) == 1
+    return counted.dispatches[0]
+
+
+def test_elementwise_add_is_exact(library):
+    a = np.arange(10_000, dtype=np.float32)
+    b = np.ones(10_000, np.float32)
+    y = np.zeros(10_000, np.float32)
+    with etmetal_py.counters() as counted:
+        library.function("add")(a, b, y, threads=10_000, group=256)
+    np.testing.assert_array_equal(y, a + 1)
+    d = only_dispatch(counted)
+    assert (d.kernel, d.bytes_read, d.bytes_written) == ("add", 80_000, 40_000)
+    assert (d.threads, d.threadgroups) == (10_000, 40)  # 39 full groups and one edge group
+
+
+def test_vector_loads_casts_helpers_and_pointer_arithmetic(library):
+    x = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+    out = np.zeros(300, np.float32)
+    with etmetal_py.counters() as counted:
+        library.function("sum_rows16")(x, out, threads=300)
+    np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    d = only_dispatch(counted)
+    assert (d.bytes_read, d.bytes_written) == (x.nbytes, out.nbytes)
+
+
+def test_threadgroup_memory_is_not_device_memory(library):
+    x = np.arange(256, dtype=np.float32)
+    out = np.zeros(256, np.float32)
+    with etmetal_py.counters() as counted:
+        library.function("stage_and_reverse")(x, out, threadgroups=4, group=64)
+    np.testing.assert_array_equal(out, x.reshape(4, 64)[:, ::-1].reshape(-1))
+    d = only_dispatch(counted)
+    assert (d.bytes_read, d.bytes_written, d.threads, d.threadgroups) == (1024, 1024, 256, 4)
+
+
+def test_atomics_count_one_read_and_one_write(library):
+    counter = np.zeros(1, np.int32)
+    total = np.zeros(1, np.float32)
+    with etmetal_py.counters() as counted:
+        library.function("count_into")(counter, total, threads=1000)
+    assert counter[0] == 1000 and total[0] == 500.0
+    d = only_dispatch(counted)
+    assert (d.bytes_read, d.bytes_written) == (8000, 8000)
+
+
+def test_half_and_set_bytes_scalars(library):
+    x = np.arange(1000).astype(np.float16)
+    y = np.zeros(1000, np.float16)
+    with etmetal_py.counters() as counted:
+        library.function("scale_half")(x, y, 3, threads=1000)  # the int travels by set_bytes
+    np.testing.assert_array_equal(y, x * np.float16(3))
+    d = only_dispatch(counted)
+    assert (d.bytes_read, d.bytes_written) == (2000, 2000)
+
+
+def test_several_dispatches_in_order_and_window_errors(library):
+    a = np.ones(100, np.float32)
+    y = np.zeros(100, np.float32)
+    with etmetal_py.counters() as counted:
+        library.function("add")(a, a, y, threads=100)
+        library.function("add")(y, a, y, threads=50)
+    assert [(d.threads, d.bytes_read, d.bytes_written) for d in counted.dispatches] == [
+        (100, 800, 400), (50, 400, 200)]
+    # One window at a time; ending without a window is an error, not a crash.
+    with etmetal_py.counters():
+        with pytest.raises(etmetal_py.EtmetalError, match="already open"):
+            etmetal_py.check(etmetal_py.lib.etmetal_counters_begin())
+    count = etmetal_py.ffi.new("int64_t*")
+    assert etmetal_py.lib.etmetal_counters_end(count) != 0
+    assert "no counting window" in etmetal_py.last_error()
+    record = etmetal_py.ffi.new("etmetal_dispatch_counters_t*")
+    assert etmetal_py.lib.etmetal_counters_read(5, record) != 0

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Kernel shape report: for each op at representative shapes, the device-memory bytes its
+kernels read and write (exact, from the CPU device's traffic counters, ETMETAL_COUNTERS=1)
+against the op's minimum (every input read once, every output written once), and the threads
+and threadgroups it launches. With --time, the median wall time of each op on the CPU device
+instead, with the process's CPU seconds per run (user + system: steadier than wall time on a
+shared machine), in an uninstrumented process (counting slows kernels down).
+
+usage: python3 tools/kernel_report.py [--only SUBSTRING] [--time] [--repeats N]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+TIMING = "--time" in sys.argv
+if not TIMING:
+    os.environ["ETMETAL_COUNTERS"] = "1"  # before the library loads: it selects how kernels compile
+elif os.environ.get("ETMETAL_COUNTERS") == "1":
+    sys.exit("--time measures uninstrumented kernels: unset ETMETAL_COUNTERS")
+os.environ.setdefault("ETMETAL_DEVICE", "cpu")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+import etmetal_py  # noqa: E402
+from etmetal_py import Tensor, ffi, lib  # noqa: E402
+from etmetal_py.ops import quantize  # noqa: E402
+
+
+def device(x):
+    return Tensor.from_array(x.contiguous())
+
+
+def nbytes(*tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def returned(count):
+    return [ffi.new("AtenTensorHandle*") for _ in range(count)]
+
+
+def sdpa_case(batch, heads, kv_heads, rows, keys, dim, dtype, causal):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(batch, heads, rows, dim, generator=g).to(dtype)
+    k = torch.randn(batch, kv_heads, keys, dim, generator=g).to(dtype)
+    v = torch.randn(batch, kv_heads, keys, dim, generator=g).to(dtype)
+    dq, dk, dv = device(q), device(k), device(v)
+    itemsize = q.element_size()
+    minimum = nbytes(q, k, v) + batch * heads * rows * (dim + keys) * itemsize  # + output + weights
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps__scaled_dot_product_attention_math_for_mps_v2(
+            dq.handle, dk.handle, dv.handle, ffi.NULL, 0.0, int(causal), ffi.NULL, ffi.NULL, 1, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def rms_norm_case(rows, width, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    w = torch.randn(width).to(dtype)
+    dx, dw = device(x), device(w)
+    minimum = nbytes(x, w) + nbytes(x) + rows * 4  # input, weight; output, float32 rstd
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps__fused_rms_norm(
+            dx.handle, ffi.new("int64_t[]", [width]), 1, ffi.new("AtenTensorHandle*", dw.handle),
+            ffi.new("double*", 1e-6), r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def mm_case(m, k, n, dtype):
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    da, db = device(a), device(b)
+    out = device(torch.empty(m, n, dtype=dtype))
+    minimum = nbytes(a, b) + m * n * a.element_size()
+
+    def run():
+        etmetal_py.check(lib.aoti_torch_mps_mm_out(out.handle, da.handle, db.handle))
+        return []
+
+    return run, minimum
+
+
+def conv_case(batch, cin, cout, size, kernel, stride, groups, dtype):
+    x = torch.randn(batch, cin, size, size).to(dtype)
+    w = torch.randn(cout, cin // groups, kernel, kernel).to(dtype)
+    dx, dw = device(x), device(w)
+    pad = kernel // 2
+    out_size = (size + 2 * pad - kernel) // stride + 1
+    minimum = nbytes(x, w) + batch * cout * out_size * out_size * x.element_size()
+
+    def ints(values):
+        return ffi.new("int64_t[]", values), len(values)
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_convolution(
+            dx.handle, dw.handle, ffi.NULL, *ints([stride, stride]), *ints([pad, pad]), *ints([1, 1]), 0,
+            *ints([0, 0]), groups, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def linear_4bit_case(m, k, n, group_size, dtype):
+    g = torch.Generator().manual_seed(0)
+    groups = k // group_size
+    a = torch.randn(m, k, generator=g).to(dtype)
+    q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    packed = quantize.pack_lowbit(q, 4)
+    s = (torch.rand(n, groups, generator=g) + 0.01).to(dtype)
+    z = torch.zeros(n, groups).to(dtype)
+    da, db, ds, dz = device(a), device(packed), device(s), device(z)
+    minimum = nbytes(a, packed, s, z) + m * n * a.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__linear_fp_act_4bit_weight(
+            da.handle, db.handle, group_size, ds.handle, dz.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def cumsum_case(rows, width, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = 2 * nbytes(x)
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def topk_case(rows, width, k, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * k * (x.element_size() + 8)  # values and int64 indices
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_topk(dx.handle, k, 1, 1, 1, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def sort_case(rows, width, dtype):
+    x = torch.randn(rows, width).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * width * (x.element_size() + 8)
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_sort(dx.handle, 1, 0, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+F32, F16 = torch.float32, torch.float16
+CASES = [  # (op, shape label, factory, arguments)
+    ("sdpa", "decode B1 H32/8 S1024 D128 f32", sdpa_case, (1, 32, 8, 1, 1024, 128, F32, False)),
+    ("sdpa", "decode B1 H32/32 S4096 D128 f32", sdpa_case, (1, 32, 32, 1, 4096, 128, F32, False)),
+    ("sdpa", "decode B1 H32/8 S4096 D128 f16", sdpa_case, (1, 32, 8, 1, 4096, 128, F16, False)),
+    ("sdpa", "decode B4 H16/16 S1024 D64 f32", sdpa_case, (4, 16, 16, 1, 1024, 64, F32, False)),
+    ("sdpa", "decode B8 H32/8 S512 D128 f16", sdpa_case, (8, 32, 8, 1, 512, 128, F16, False)),
+    ("sdpa", "prefill B1 H8/8 L256 D64 f32 causal", sdpa_case, (1, 8, 8, 256, 256, 64, F32, True)),
+    ("sdpa", "prefill B1 H8/2 L256 D128 f16 causal", sdpa_case, (1, 8, 2, 256, 256, 128, F16, True)),
+    ("sdpa", "prefill B2 H4/4 L128 D64 f32", sdpa_case, (2, 4, 4, 128, 128, 64, F32, False)),
+    ("rms_norm", "1 x 4096 f32", rms_norm_case, (1, 4096, F32)),
+    ("rms_norm", "8 x 4096 f16", rms_norm_case, (8, 4096, F16)),
+    ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
+    ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
+    ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
+    ("topk", "k=50 of 1 x 32000 f32 (sampling)", topk_case, (1, 32000, 50, F32)),
+    ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
+    ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
+    ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
+    ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
+    ("linear_4bit", "batch 8x4096 -> 1024 g64 f16", linear_4bit_case, (8, 4096, 1024, 64, F16)),
+    ("conv2d", "stem 3->16 3x3/2 224x224 f32", conv_case, (1, 3, 16, 224, 3, 2, 1, F32)),
+    ("conv2d", "16->32 3x3 56x56 f32", conv_case, (1, 16, 32, 56, 3, 1, 1, F32)),
+    ("conv2d", "depthwise 32 3x3 112x112 f32", conv_case, (1, 32, 32, 112, 3, 1, 32, F32)),
+    ("conv2d", "pointwise 32->64 1x1 56x56 f32", conv_case, (1, 32, 64, 56, 1, 1, 1, F32)),
+]
+
+
+def count(run, minimum):
+    run()  # compile outside the window
+    etmetal_py.synchronize()
+    with etmetal_py.counters() as counted:
+        run()
+    return counted.dispatches
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="cases whose op or shape contains this text")
+    parser.add_argument("--time", action="store_true", help="median wall ms per op instead of traffic")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per op with --time (default 5)")
+    args = parser.parse_args()
+    cases = [c for c in CASES if args.only in c[0] or args.only in c[1]]
+    print(f"device: {etmetal_py.device_name()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if args.time:
+        print(f"{'op':12} {'shape':40} {'wall ms':>10} {'cpu ms':>10}")
+        for op, label, factory, arguments in cases:
+            run, _ = factory(*arguments)
+            run()
+            etmetal_py.synchronize()
+            walls, cpus = [], []
+            for _ in range(args.repeats):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                run()
+                etmetal_py.synchronize()
+                walls.append(time.perf_counter() - start)
+                cpus.append(time.process_time() - start_cpu)
+            print(f"{op:12} {label:40} {statistics.median(walls) * 1e3:10.2f} "
+                  f"{statistics.median(cpus) * 1e3:10.2f}", flush=True)
+        return
+    print("bytes = device-memory bytes read + written by all the op's dispatches; minimum = inputs read")
+    print("once + outputs written once; threads / groups = largest dispatch of the op")
+    print(f"{'op':12} {'shape':40} {'MB':>9} {'min MB':>9} {'ratio':>7} {'threads':>9} {'groups':>7}  kernels")
+    for op, label, factory, arguments in cases:
+        run, minimum = factory(*arguments)
+        dispatches = count(run, minimum)
+        total = sum(d.bytes_read + d.bytes_written for d in dispatches)
+        widest = max(dispatches, key=lambda d: d.threads)
+        kernels = ", ".join(f"{d.kernel}[{d.threads}t/{(d.bytes_read + d.bytes_written) / 1e6:.2f}MB]"
+                            for d in dispatches)
+        print(f"{op:12} {label:40} {total / 1e6:9.3f} {minimum / 1e6:9.3f} {total / minimum:7.2f} "
+              f"{widest.threads:9d} {widest.threadgroups:7d}  {kernels}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
