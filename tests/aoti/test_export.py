@@ -143,7 +143,7 @@ def test_ops_without_a_c_shim_are_refused_by_name(tmp_path):
             return torch.ops.etmetal_test_export.twice(x) + 1
 
     package = tmp_path / "custom.pt2"
-    with pytest.raises(CompileError, match=r"etmetal_test_export\.twice has no C shim"):
+    with pytest.raises(CompileError, match=r"op etmetal_test_export::twice has no C shim"):
         aoti_compile_and_package(export(UsesCustomOp(), (torch.randn(3),)),
                                  package_path=str(package))
     assert not package.exists()

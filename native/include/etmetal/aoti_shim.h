@@ -176,6 +176,7 @@ ETMETAL_API AOTITorchError aoti_torch_zero_(AtenTensorHandle self);
 
 /* Always fails (and poisons the calling thread's stream): etmetal has no proxy executor for
  * ops without a C shim. The message names the extern node index the op has in the package. */
+struct AOTIProxyExecutorOpaque;
 ETMETAL_API AOTITorchError aoti_torch_proxy_executor_call_function(
     struct AOTIProxyExecutorOpaque* proxy_executor, int extern_node_index, int num_ints,
     int64_t* flatten_int_args, int num_tensors, AtenTensorHandle* flatten_tensor_args);
