@@ -126,9 +126,14 @@ def test_commit_policy_from_environment():
     assert lines[4] == "1 1"
 
 
-def test_commit_policy_defaults_and_bad_values():
-    out = run_python(POLICY_PROBE, ETMETAL_MAX_OPS_PER_BUFFER="lots", ETMETAL_MAX_MB_PER_BUFFER="0")
-    assert out.split("\n")[0] == "40 40"
+def test_commit_policy_bad_values_are_errors():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETMETAL_MAX_")}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(POLICY_PROBE)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**env, "ETMETAL_MAX_OPS_PER_BUFFER": "lots"})
+    assert result.returncode != 0
+    assert "ETMETAL_MAX_OPS_PER_BUFFER must be an integer from 1 to" in result.stderr
+    assert "not 'lots'" in result.stderr
 
 
 def test_sticky_error_reported_once_by_the_next_wait():

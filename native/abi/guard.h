@@ -1,8 +1,9 @@
 // Every extern "C" entry point runs its body through one of these guards: exceptions become
 // return code 1 plus the thread's last-error message, and are logged. Nothing escapes.
 // The error policy: the message is "<C function>: <what went wrong>", the function named once,
-// here; code below the ABI never names C functions. A success clears the thread's last error,
-// as etmetal.h documents.
+// here; code below the ABI never names C functions. A success leaves the thread's last error
+// alone, as etmetal.h documents (callers read it after a failing call, while destructors such
+// as Python's may make successful calls in between).
 #pragma once
 
 #include <exception>
@@ -34,7 +35,6 @@ template <typename Body>
 AOTITorchError guarded_call(const char* function, bool poison, Body&& body) noexcept {
   try {
     body();
-    clear_last_error();
     return 0;
   } catch (const AttributedError& error) {
     return report_failure(nullptr, error.what(), poison);

@@ -42,7 +42,6 @@ void log(LogLevel level, const std::string& message) {
 }
 
 void set_last_error(const std::string& message) { thread_last_error = message; }
-void clear_last_error() { thread_last_error.clear(); }
 const char* last_error() { return thread_last_error.c_str(); }
 
 }  // namespace etm

@@ -45,7 +45,6 @@ void log(LogLevel level, const std::string& message);
 bool log_enabled(LogLevel level);
 
 void set_last_error(const std::string& message);
-void clear_last_error();
 const char* last_error();
 
 }  // namespace etm

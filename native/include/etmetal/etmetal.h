@@ -39,11 +39,11 @@ ETMETAL_API AOTITorchError etmetal_synchronize(int32_t sync_type);
  * errors for etmetal_synchronize. Call it before freeing memory a tensor wraps in place. */
 ETMETAL_API AOTITorchError etmetal_tensor_wait(AtenTensorHandle tensor);
 
-/* Why the calling thread's most recent call failed: "<function>: <reason>"; "" when that
- * call succeeded. Every function that reports failure (a return code, a null or false result)
- * sets or clears it; functions that cannot fail leave it alone. A failure that an earlier
- * encoding call recorded and etmetal_synchronize reports keeps that call's name. Valid until
- * the thread's next call. */
+/* Why the calling thread's most recent failed call failed: "<function>: <reason>"; "" while
+ * none has. Successful calls leave it alone (a caller reads it after the failing call even when
+ * destructors made successful calls in between). A failure that an earlier encoding call
+ * recorded and etmetal_synchronize reports keeps that call's name. Valid until the thread's
+ * next failure. */
 ETMETAL_API const char* etmetal_last_error(void);
 /* Human-readable name of the device, e.g. "Apple M2 Pro" or "CPU (x86_64, 2 threads)". */
 ETMETAL_API const char* etmetal_device_name(void);
