@@ -56,14 +56,16 @@ def register_backend() -> str:
         if _registered is not None:
             return _registered
         require_executorch()
-        from .. import _ffi  # noqa: F401  (libetmetal, RTLD_GLOBAL: model libraries need it)
+        from .. import _ffi  # noqa: F401  (libetmetal first: the backend links it)
 
         path = str(backend_library_path())
         if METAL_BACKEND_ID in registered_backend_names():
             raise BackendRegistrationError(
                 f"another library already registered {METAL_BACKEND_ID!r} in this process")
         try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            # RTLD_LOCAL: libetmetal, its dependency, stays out of the global scope, where
+            # it would interpose on libtorch's aoti_torch_* for stock torch packages.
+            ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
             raise BackendRegistrationError(f"cannot load {path}: {exc}") from None
         if METAL_BACKEND_ID not in registered_backend_names():

@@ -19,8 +19,10 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import torch
 
-from ..aoti._compat import (_AttributePatcher, _patch_lock, check_torch_version, mps_available,
-                            mps_compile_patches, resolve_gpu_cores)
+from .. import _ffi
+from ..aoti._compat import (_AttributePatcher, _patch_lock, check_torch_version,
+                            model_links_library, mps_available, mps_compile_patches,
+                            resolve_gpu_cores)
 from ..aoti.export import (ExportError, _check_model_on_cpu, _cpu_inputs, copy_program,
                            move_program_to_mps, real_constants_of)
 
@@ -65,7 +67,13 @@ def _metal_preprocess_on_this_host(gpu_cores: int) -> Iterator[None]:
 
     def get_extra_aoti_compile_context_manager(cls: type, compile_specs: Any = None) -> Any:
         # preprocess moves a partition, then compiles it: the newest move is the one compiled.
-        return mps_compile_patches(moved_constants[-1] if moved_constants else {}, gpu_cores)
+        # The model .so links libetmetal, so it binds to it without libetmetal in the global
+        # scope (where it would interpose on libtorch).
+        stack = contextlib.ExitStack()
+        stack.enter_context(model_links_library(str(_ffi.library_path())))
+        stack.enter_context(mps_compile_patches(moved_constants[-1] if moved_constants else {},
+                                                gpu_cores))
+        return stack
 
     with _patch_lock:
         patcher = _AttributePatcher()

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <etmetal/aoti_shim.h>
+#include <etmetal/etmetal.h>
 
 namespace etmetal_executorch {
 
