@@ -36,6 +36,9 @@ class ShaderLibrary {
   explicit ShaderLibrary(std::shared_ptr<device::Library> library) : library_(std::move(library)) {}
   // The kernel of that name, created on first request; the library keeps it.
   KernelFunction* kernel(const std::string& name);
+  // The kernel specialised with function constant values; each distinct set of values is
+  // its own pipeline, created on first request.
+  KernelFunction* kernel(const std::string& name, const std::vector<device::FunctionConstantValue>& constants);
   // Kernels created so far (to unregister their handles when the library goes).
   std::vector<KernelFunction*> kernels() const;
 

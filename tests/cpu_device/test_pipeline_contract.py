@@ -12,17 +12,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "native" / "device" / "cpu"
-SOURCES = ["msl_library.cpp", "msl_translator.cpp", "kernel_compiler.cpp", "cpu_executor.cpp",
-           "fiber_context.cpp"]
+SOURCES = ["msl_function_constants.cpp", "msl_lexer.cpp", "msl_preprocessor.cpp", "msl_library.cpp",
+           "msl_translator.cpp", "kernel_compiler.cpp", "cpu_executor.cpp", "fiber_context.cpp"]
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     compiler = shutil.which("g++") or shutil.which("clang++")
-    embedded = ROOT / "build" / "native" / "device" / "cpu" / "cpu_embedded_headers.cpp"
-    if compiler is None or not embedded.exists():
-        pytest.skip("needs a C++ compiler and the meson build in build/ (its embedded headers)")
-    inputs = [CPU / name for name in SOURCES] + [embedded, Path(__file__).with_name("pipeline_driver.cpp")]
+    generated = ROOT / "build" / "native" / "device" / "cpu"
+    embedded = [generated / "cpu_embedded_headers.cpp", generated / "cpu_translator_sources.cpp"]
+    if compiler is None or not all(path.exists() for path in embedded):
+        pytest.skip("needs a C++ compiler and the meson build in build/ (its embedded files)")
+    inputs = [CPU / name for name in SOURCES] + embedded + [Path(__file__).with_name("pipeline_driver.cpp")]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()[:16]
     binary = tmp_path_factory.getbasetemp() / f"pipeline_driver-{digest}"
     if not binary.exists():
