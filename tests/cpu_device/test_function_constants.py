@@ -109,8 +109,6 @@ def test_python_keys_and_values_are_checked(library):
      4, "'off' is not a function constant"),
     ("constant float3 v [[function_constant(0)]];\n", 3, "supports bool, integer, float, half and bfloat"),
     ("constant int n [[function_constant(N)]];\n", 3, "needs an integer literal index"),
-    ("kernel void k(device float* out [[buffer(0), function_constant(flag)]]) { out[0] = 1; }\n",
-     3, "on a kernel parameter is not supported"),
 ])
 def test_unsupported_declarations_are_errors_at_their_line(source, line, words):
     require_cpu_device()
@@ -118,3 +116,24 @@ def test_unsupported_declarations_are_errors_at_their_line(source, line, words):
         compile_library("#include <metal_stdlib>\nusing namespace metal;\n" + source)
     clear_sticky_error()
     assert f"library.metal:{line}:" in str(error.value) and words in str(error.value)
+
+
+def test_argument_that_exists_only_when_a_constant_is_true():
+    # MLX's attention kernels: `[[buffer(n), function_constant(has_mask)]]` parameters.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        constant bool has_bias [[function_constant(0)]];
+        kernel void twice(device float* out [[buffer(0)]], device const float* x [[buffer(1)]],
+                          device const float* bias [[buffer(2), function_constant(has_bias)]],
+                          uint i [[thread_position_in_grid]]) {
+          out[i] = 2.0f * x[i] + (has_bias ? bias[i] : 0.0f);
+        }
+        """)
+    bias = np.linspace(-1, 1, len(X), dtype=np.float32)
+    with compile_library(source) as library:
+        assert np.array_equal(run(library.function("twice", constants={"has_bias": False}), X), 2 * X)
+        with_bias = np.full_like(X, np.nan)
+        library.function("twice", constants={0: True})(with_bias, X, bias, threads=len(X))
+        assert np.array_equal(with_bias, 2 * X + bias)

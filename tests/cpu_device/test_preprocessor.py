@@ -194,9 +194,11 @@ def test_line_numbers_survive_removed_branches():
     assert "library.metal:9:" in message and "missing_name" in message
 
 
-def test_conditions_the_host_compiler_decides_stay_for_it():
-    source = HEADER + textwrap.dedent("""\
-        #if __has_include(<metal_stdlib>)
+@pytest.mark.parametrize("condition", ["__has_include(<metal_stdlib>)", "defined(__cpp_variable_templates)",
+                                       "__cplusplus >= 201402L"])
+def test_conditions_the_host_compiler_decides_stay_for_it(condition):
+    source = HEADER + textwrap.dedent(f"""\
+        #if {condition}
         #define VALUE 7.0f
         #else
         #define VALUE 8.0f

@@ -15,6 +15,7 @@
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/kernel_compiler.h"
+#include "device/cpu/kernel_faults.h"
 #include "device/cpu/msl_translator.h"
 
 namespace etm::device::cpu {
@@ -45,6 +46,7 @@ class KernelObject {
       const char* why = ::dlerror();
       return Status::error("cannot load the compiled kernel '" + kernel.name + "': " + (why ? why : path));
     }
+    register_kernel_code(object->handle_);  // integer division faults return values, as on a GPU
     const std::string n = std::to_string(kernel.entry_index);
     object->loop_ = reinterpret_cast<etm_cpu_loop_entry>(::dlsym(object->handle_, ("etm_kernel_loop_" + n).c_str()));
     object->thread_ =
@@ -137,11 +139,17 @@ class CpuKernelPipeline : public CpuPipeline {
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
     std::vector<uint32_t> dynamic_offsets;
+    size_t padded_size = 0;
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
       const std::string label = "kernel '" + name + "' argument '" + a.name + "'";
       if (a.kind == KernelArgumentKind::buffer) {
         if (a.index >= args.buffers.size() || !args.buffers[a.index]) {
+          // A function-constant-conditional argument may be absent: the kernel gets null.
+          if (a.optional) {
+            if (a.index >= args.buffers.size()) padded_size = std::max<size_t>(padded_size, a.index + 1);
+            continue;
+          }
           return Status::error(label + " (buffer " + std::to_string(a.index) + ") is not bound");
         }
         const uint64_t needed = object_->argument_sizes()[k];
@@ -164,7 +172,12 @@ class CpuKernelPipeline : public CpuPipeline {
                            std::to_string(object_->static_threadgroup_bytes()) + " + dynamic); the limit is " +
                            std::to_string(kThreadgroupMemoryLimit));
     }
-    launch.buffers = args.buffers.data();
+    std::vector<void*> padded;  // the argument table, extended to unbound optional arguments
+    if (padded_size > args.buffers.size()) {
+      padded = args.buffers;
+      padded.resize(padded_size, nullptr);
+    }
+    launch.buffers = padded.empty() ? args.buffers.data() : padded.data();
     launch.dynamic_threadgroup_offsets = dynamic_offsets.data();
 
     KernelDispatch dispatch;
@@ -228,7 +241,7 @@ std::string serialize(const LibraryDescription& d) {
         << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << "\n";
     for (const KernelArgument& a : k.arguments) {
       out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
-          << a.by_reference << " " << a.attribute.size() << ":" << a.attribute << "\n";
+          << a.by_reference << " " << a.optional << " " << a.attribute.size() << ":" << a.attribute << "\n";
     }
   }
   out << d.function_constants.size() << "\n";
@@ -263,7 +276,7 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
     k.arguments.resize(argument_count);
     for (KernelArgument& a : k.arguments) {
       int kind = 0;
-      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference) ||
+      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference >> a.optional) ||
           !read_counted(in, &a.attribute) || kind < 0 || kind > 2) {
         return false;
       }

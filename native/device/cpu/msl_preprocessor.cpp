@@ -716,7 +716,14 @@ class Preprocessor {
 
   Decision defined(const std::string& name) const {
     if (macros_.count(name) || library_macro_names().count(name)) return Decision::yes;
-    return foreign_include_ ? Decision::undecided : Decision::no;
+    return foreign_include_ || compiler_reserved(name) ? Decision::undecided : Decision::no;
+  }
+
+  // A reserved name Apple's compiler may predefine that is not Metal's own (__cplusplus,
+  // __cpp_variable_templates ...): the host compiler decides it. Metal's own (__METAL*,
+  // __HAVE_*) are decided here, from predefined_metal_macros.
+  static bool compiler_reserved(const std::string& name) {
+    return name.rfind("__", 0) == 0 && name.rfind("__METAL", 0) != 0 && name.rfind("__HAVE_", 0) != 0;
   }
 
   Decision condition(size_t i) {
@@ -745,7 +752,8 @@ class Preprocessor {
       static const std::set<std::string> kCompilerQueries = {
           "__has_include", "__has_include_next", "__has_feature", "__has_extension",
           "__has_attribute", "__has_cpp_attribute", "__has_builtin", "__is_identifier"};
-      if (kCompilerQueries.count(t.text) || library_macro_names().count(t.text) || foreign_include_) {
+      if (kCompilerQueries.count(t.text) || library_macro_names().count(t.text) || foreign_include_ ||
+          compiler_reserved(t.text)) {
         undecided = true;
       }
       t = {t.text == "true" ? "1" : "0", false};

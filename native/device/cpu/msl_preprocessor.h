@@ -5,9 +5,9 @@
 // invocations of the source's macros that produce kernel syntax (ATen's and MLX's
 // instantiation macros) are expanded in place. Line numbers never move.
 //
-// A condition that depends on what only the host compiler knows (__has_include, a macro
-// from a header other than <metal_*>) stays in the output for the compiler, and every
-// branch of it stays visible to the translator.
+// A condition that depends on what only the host compiler knows (__has_include, a reserved
+// name such as __cpp_variable_templates, a macro from a header other than <metal_*>) stays
+// in the output for the compiler, and every branch of it stays visible to the translator.
 #pragma once
 
 #include <string>

@@ -246,11 +246,6 @@ class Translator {
         std::vector<AttributeItem> items;
         const size_t close = parse_attribute(i, &items);
         if (close == i) continue;
-        for (const AttributeItem& item : items) {
-          if (item.name == "function_constant") {
-            fail(tokens_[i].line, "[[function_constant]] on a kernel parameter is not supported by the CPU device");
-          }
-        }
         std::string first = items.empty() ? "" : items[0].name;
         first = first.substr(0, first.find("::"));
         if (!is_standard_attribute(first)) erase(i, close);
@@ -697,7 +692,7 @@ class Translator {
         if (a.name == "buffer" || a.name == "threadgroup" || find_thread_attribute(a.name)) {
           binding = &a;
         } else if (a.name == "texture" || a.name == "sampler" || a.name == "stage_in" ||
-                   a.name == "function_constant" || a.name == "visible_function_table" ||
+                   a.name == "visible_function_table" ||
                    a.name == "intersection_function_table" || a.name == "instance_acceleration_structure" ||
                    a.name == "primitive_acceleration_structure" || a.name == "grid_origin" ||
                    a.name == "grid_size") {
@@ -733,6 +728,9 @@ class Translator {
         return false;
       }
       argument.by_reference = argument.kind == KernelArgumentKind::buffer && p.is_reference && !p.is_pointer;
+      for (const AttributeItem& a : p.attributes) {
+        if (a.name == "function_constant") argument.optional = argument.kind == KernelArgumentKind::buffer;
+      }
       k->arguments.push_back(argument);
     }
     return true;

@@ -32,6 +32,7 @@ struct KernelArgument {
   KernelArgumentKind kind = KernelArgumentKind::buffer;
   uint32_t index = 0;         // buffer or threadgroup index
   bool by_reference = false;  // `constant T& x`: reads sizeof(T) bytes at the bound address
+  bool optional = false;      // [[function_constant(c)]]: exists only when c is true; may stay unbound
   std::string attribute;      // for thread_attribute
 };
 
