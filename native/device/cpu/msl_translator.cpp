@@ -331,6 +331,14 @@ class Translator {
     bool saw_parameters = false, saw_assignment = false;
     for (size_t j = i; j < end; ++j) {
       if (is_directive(j)) continue;
+      // A template header's default arguments (`int N = 4`) are no initializer.
+      if (is(j, "template") && is(j + 1, "<")) {
+        const size_t close = match_angle(j + 1, end);
+        if (close != SIZE_MAX) {
+          j = close;
+          continue;
+        }
+      }
       if (is(j, "(") || is(j, "[")) {
         if (partner(j) == SIZE_MAX) return end;
         if (is(j, "(")) saw_parameters = true;
