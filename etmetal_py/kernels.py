@@ -28,9 +28,34 @@ class Library:
               "compiling the shader library")
         self.handle = handle[0]
 
-    def function(self, name: str) -> "Function":
+    def function(self, name: str, constants: dict | None = None) -> "Function":
+        """The kernel `name`; `constants` gives function constant values ([[function_constant(n)]])
+        by index or by name: {0: 3, "use_bias": True}. bool, int and float values convert to the
+        constant's declared type (a bool constant takes only a bool)."""
         out = ffi.new("AOTIMetalKernelFunctionHandle*")
-        check(lib.aoti_torch_mps_get_kernel_function(self.handle, name.encode(), out), name)
+        if not constants:
+            check(lib.aoti_torch_mps_get_kernel_function(self.handle, name.encode(), out), name)
+            return Function(self, name, out[0])
+        entries = ffi.new("etmetal_function_constant_t[]", len(constants))
+        keep = []  # the name strings must outlive the call
+        for entry, (key, value) in zip(entries, constants.items()):
+            if isinstance(key, str):
+                keep.append(ffi.new("char[]", key.encode()))
+                entry.name = keep[-1]
+            elif isinstance(key, (int, np.integer)) and not isinstance(key, bool) and key >= 0:
+                entry.index = int(key)
+            else:
+                raise TypeError(f"function constant key {key!r}: use an index (int >= 0) or a name")
+            if isinstance(value, (bool, np.bool_)):
+                entry.kind, entry.int_value = lib.ETMETAL_CONSTANT_BOOL, int(bool(value))
+            elif isinstance(value, (int, np.integer)):
+                entry.kind, entry.int_value = lib.ETMETAL_CONSTANT_INT, int(value)
+            elif isinstance(value, (float, np.floating)):
+                entry.kind, entry.float_value = lib.ETMETAL_CONSTANT_FLOAT, float(value)
+            else:
+                raise TypeError(f"function constant {key!r}: {type(value).__name__} is not bool, int or float")
+        check(lib.etmetal_get_kernel_function_with_constants(
+            self.handle, name.encode(), entries, len(constants), out), name)
         return Function(self, name, out[0])
 
     def close(self) -> None:

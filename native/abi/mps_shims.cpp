@@ -1,9 +1,11 @@
 // aoti_torch_mps_* functions (etmetal/aoti_shim_mps.h).
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "abi/guard.h"
 #include "etmetal/aoti_shim_mps.h"
+#include "etmetal/etmetal.h"
 #include "runtime/dtype.h"
 
 using namespace etm;
@@ -76,6 +78,39 @@ extern "C" AOTITorchError aoti_torch_mps_get_kernel_function(
     ETM_REQUIRE(kernel_name, "kernel_name is null");
     abi::Handles& handles = abi::handles();
     KernelFunction* kernel = handles.libraries.get(library_handle)->kernel(kernel_name);
+    *function_handle =
+        reinterpret_cast<AOTIMetalKernelFunctionHandle>(handles.kernels.handle_for(kernel));
+  });
+}
+
+extern "C" AOTITorchError etmetal_get_kernel_function_with_constants(
+    AOTIMetalShaderLibraryHandle library_handle, const char* kernel_name,
+    const etmetal_function_constant_t* constants, size_t count,
+    AOTIMetalKernelFunctionHandle* function_handle) {
+  return guarded_encoding(__func__, [&] {
+    require_out(function_handle, "function_handle");
+    ETM_REQUIRE(kernel_name, "kernel_name is null");
+    ETM_REQUIRE(constants || count == 0, "constants is null");
+    std::vector<device::FunctionConstantValue> values(count);
+    for (size_t i = 0; i < count; ++i) {
+      const etmetal_function_constant_t& c = constants[i];
+      device::FunctionConstantValue& v = values[i];
+      v.name = c.name ? c.name : "";
+      v.index = c.index;
+      switch (c.kind) {
+        case ETMETAL_CONSTANT_BOOL:
+          ETM_REQUIRE(c.int_value == 0 || c.int_value == 1, "constant ", i, ": a boolean is 0 or 1");
+          v.kind = device::FunctionConstantValue::Kind::boolean;
+          break;
+        case ETMETAL_CONSTANT_INT: v.kind = device::FunctionConstantValue::Kind::integer; break;
+        case ETMETAL_CONSTANT_FLOAT: v.kind = device::FunctionConstantValue::Kind::floating; break;
+        default: ETM_REQUIRE(false, "constant ", i, ": unknown kind ", c.kind);
+      }
+      v.integer = c.int_value;
+      v.floating = c.float_value;
+    }
+    abi::Handles& handles = abi::handles();
+    KernelFunction* kernel = handles.libraries.get(library_handle)->kernel(kernel_name, values);
     *function_handle =
         reinterpret_cast<AOTIMetalKernelFunctionHandle>(handles.kernels.handle_for(kernel));
   });

@@ -64,6 +64,19 @@ class Pipeline {
   }
 };
 
+// A value for a function constant (`[[function_constant(n)]]`, MTLFunctionConstantValues):
+// by name when `name` is not empty, else by index. The device converts it to the constant's
+// declared type: bool takes `boolean`; integer types take `integer` in their range; float,
+// half and bfloat take `integer` or `floating`.
+struct FunctionConstantValue {
+  enum class Kind { boolean, integer, floating };
+  std::string name;
+  uint32_t index = 0;
+  Kind kind = Kind::integer;
+  int64_t integer = 0;  // boolean (0 or 1) and integer
+  double floating = 0;
+};
+
 // Compiled Metal Shading Language source (MTLLibrary).
 class Library {
  public:
@@ -71,6 +84,12 @@ class Library {
   // Fails when the library has no kernel of that name.
   virtual Status new_pipeline(const std::string& kernel_name,
                               std::shared_ptr<Pipeline>* out) = 0;
+  // The kernel specialised with function constant values (newFunctionWithName:
+  // constantValues:); constants without a value are undefined. Fails on a constant the
+  // library does not declare or a value its type cannot hold.
+  virtual Status new_specialized_pipeline(const std::string& kernel_name,
+                                          const std::vector<FunctionConstantValue>& constants,
+                                          std::shared_ptr<Pipeline>* out) = 0;
 };
 
 // Records compute work into its command buffer (MTLComputeCommandEncoder). Dispatches in

@@ -139,25 +139,49 @@ std::string model_error_text(const MetalDelegate& delegate) {
   return model.empty() ? runtime : model + "; " + runtime;
 }
 
-// An ABI tensor over an ExecuTorch tensor's memory (no copy where the device can use it).
-Error wrap_tensor(const Tensor& tensor, OwnedTensor* wrapped) {
+// A device tensor with an ExecuTorch tensor's sizes, strides and dtype. The device allocates
+// it: libetmetal does not bind caller memory in place on every device (the CPU device copies
+// nothing it does not own), so data moves with host copies of the dense bytes.
+Error new_device_tensor(const Tensor& tensor, OwnedTensor* device_tensor) {
   std::vector<int64_t> sizes(tensor.sizes().begin(), tensor.sizes().end());
   std::vector<int64_t> strides(tensor.strides().begin(), tensor.strides().end());
   // ExecuTorch's ScalarType codes are c10's, which are the ABI's dtype codes.
   int32_t dtype = static_cast<int32_t>(tensor.scalar_type());
-  if (aoti_torch_create_tensor_from_blob_v2(
-          tensor.mutable_data_ptr(), static_cast<int64_t>(sizes.size()), sizes.data(),
-          strides.data(), 0, dtype, aoti_torch_device_type_mps(), 0, wrapped->out(),
-          aoti_torch_layout_strided(), nullptr, 0) != 0) {
-    ET_LOG(Error, "etmetal MetalBackend: cannot wrap a tensor: %s",
+  if (aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(),
+                               dtype, aoti_torch_device_type_mps(), 0,
+                               device_tensor->out()) != 0) {
+    ET_LOG(Error, "etmetal MetalBackend: cannot allocate a device tensor: %s",
            runtime_error_text().c_str());
-    return Error::InvalidArgument;
+    return Error::MemoryAllocationFailed;
   }
   return Error::Ok;
 }
 
-// Resizes `destination` to the model output's sizes and copies the output into it.
-Error read_output(AtenTensorHandle output, Tensor& destination, size_t index) {
+// The host address of a device tensor's first byte (waits for work that writes it).
+Error device_bytes(AtenTensorHandle tensor, void** data) {
+  if (aoti_torch_get_data_ptr(tensor, data) != 0 || *data == nullptr) {
+    ET_LOG(Error, "etmetal MetalBackend: a device tensor has no host address: %s",
+           runtime_error_text().c_str());
+    return Error::Internal;
+  }
+  return Error::Ok;
+}
+
+// An input: a device tensor holding a copy of the ExecuTorch tensor's (dense) bytes.
+Error copy_input(const Tensor& tensor, OwnedTensor* device_tensor) {
+  Error error = new_device_tensor(tensor, device_tensor);
+  if (error != Error::Ok || tensor.nbytes() == 0) return error;
+  void* data = nullptr;
+  error = device_bytes(device_tensor->get(), &data);
+  if (error == Error::Ok) std::memcpy(data, tensor.const_data_ptr(), tensor.nbytes());
+  return error;
+}
+
+// Resizes `destination` to the model output's sizes and encodes a copy of the output into
+// `staging`, a device tensor laid out as `destination` (dtype and strides converted on the
+// stream); its bytes are read once the stream has run.
+Error stage_output(AtenTensorHandle output, Tensor& destination, size_t index,
+                   OwnedTensor* staging) {
   int64_t dim = 0;
   int64_t* sizes = nullptr;
   int32_t dtype = 0;
@@ -182,10 +206,9 @@ Error read_output(AtenTensorHandle output, Tensor& destination, size_t index) {
     return resized;
   }
   if (destination.numel() == 0) return Error::Ok;
-  OwnedTensor host;
-  Error wrapped = wrap_tensor(destination, &host);
-  if (wrapped != Error::Ok) return wrapped;
-  if (aoti_torch_copy_(host.get(), output, 0) != 0) {
+  Error error = new_device_tensor(destination, staging);
+  if (error != Error::Ok) return error;
+  if (aoti_torch_copy_(staging->get(), output, 0) != 0) {
     ET_LOG(Error, "etmetal MetalBackend: copying output %zu failed: %s", index,
            runtime_error_text().c_str());
     return Error::Internal;
@@ -263,7 +286,7 @@ class EtmetalMetalBackend final : public BackendInterface {
     std::vector<AtenTensorHandle> inputs(delegate->num_inputs, nullptr);
     for (size_t i = 0; i < delegate->num_inputs; ++i) {
       OwnedTensor wrapped;
-      Error error = wrap_tensor(args[i]->toTensor(), &wrapped);
+      Error error = copy_input(args[i]->toTensor(), &wrapped);
       if (error != Error::Ok) {
         for (size_t j = 0; j < i; ++j) aoti_torch_delete_tensor_object(inputs[j]);
         return error;
@@ -285,19 +308,28 @@ class EtmetalMetalBackend final : public BackendInterface {
       return Error::Internal;
     }
     Error result = Error::Ok;
+    std::vector<OwnedTensor> staged(outputs.size());
     for (size_t i = 0; i < outputs.size() && result == Error::Ok; ++i) {
       if (outputs[i].get() == nullptr) {
         ET_LOG(Error, "etmetal MetalBackend: the model returned no output %zu", i);
         result = Error::Internal;
         break;
       }
-      result = read_output(outputs[i].get(), args[delegate->num_inputs + i]->toTensor(), i);
+      result = stage_output(outputs[i].get(), args[delegate->num_inputs + i]->toTensor(), i,
+                            &staged[i]);
     }
     // One wait for the run and the output copies; it also reports errors of encoded work.
     if (etmetal_synchronize(ETMETAL_SYNC_COMMIT_AND_WAIT) != 0 && result == Error::Ok) {
       ET_LOG(Error, "etmetal MetalBackend: running %s failed: %s", delegate->label.c_str(),
              runtime_error_text().c_str());
       result = Error::Internal;
+    }
+    for (size_t i = 0; i < staged.size() && result == Error::Ok; ++i) {
+      if (staged[i].get() == nullptr) continue;  // an empty output
+      Tensor& destination = args[delegate->num_inputs + i]->toTensor();
+      void* data = nullptr;
+      result = device_bytes(staged[i].get(), &data);
+      if (result == Error::Ok) std::memcpy(destination.mutable_data_ptr(), data, destination.nbytes());
     }
     return result;
   }

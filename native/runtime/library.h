@@ -41,6 +41,9 @@ class ShaderLibrary {
   static std::string source_label(const std::string& source);
   // The kernel of that name, created on first request; the library keeps it.
   KernelFunction* kernel(const std::string& name);
+  // The kernel specialised with function constant values; each distinct set of values is
+  // its own pipeline, created on first request.
+  KernelFunction* kernel(const std::string& name, const std::vector<device::FunctionConstantValue>& constants);
   // Kernels created so far (to unregister their handles when the library goes).
   std::vector<KernelFunction*> kernels() const;
 

@@ -73,17 +73,6 @@ def test_unsupported_kernel_parameter_is_a_translation_error():
     assert "library.metal:3:" in message and "[[texture]]" in message
 
 
-def test_function_constants_are_refused_clearly():
-    message = compile_error(textwrap.dedent("""\
-        #include <metal_stdlib>
-        constant bool use_bias [[function_constant(0)]];
-        kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
-          out[i] = use_bias ? 1.0f : 0.0f;
-        }
-        """))
-    assert "library.metal:2:" in message and "function_constant" in message
-
-
 def test_static_threadgroup_memory_over_32_kib_is_refused():
     message = compile_error(textwrap.dedent("""\
         #include <metal_stdlib>

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "native" / "device" / "cpu"
-SOURCES = ["msl_library.cpp", "msl_translator.cpp", "kernel_compiler.cpp", "cpu_executor.cpp",
+SOURCES = ["msl_function_constants.cpp", "msl_lexer.cpp", "msl_preprocessor.cpp", "msl_library.cpp",
+           "msl_translator.cpp", "kernel_compiler.cpp", "kernel_faults.cpp", "cpu_executor.cpp",
            "dispatch_counters.cpp", "fiber_context.cpp"]
 
 
@@ -22,11 +23,12 @@ def driver(tmp_path_factory):
 
     compiler = shutil.which("g++") or shutil.which("clang++")
     assert compiler, "the CPU device needs a C++ compiler"
-    # The embedded headers are generated beside the library under test, whatever its build folder.
-    embedded = Path(etmetal_py.library_path()).parent / "device" / "cpu" / "cpu_embedded_headers.cpp"
-    if not embedded.exists():
-        pytest.skip(f"{embedded} not found: the library under test is not a meson build")
-    inputs = [CPU / name for name in SOURCES] + [ROOT / "native" / "device" / "settings.cpp", embedded,
+    # The embedded files are generated beside the library under test, whatever its build folder.
+    generated = Path(etmetal_py.library_path()).parent / "device" / "cpu"
+    embedded = [generated / "cpu_embedded_headers.cpp", generated / "cpu_translator_sources.cpp"]
+    if not all(path.exists() for path in embedded):
+        pytest.skip(f"{generated} lacks the embedded files: the library under test is not a meson build")
+    inputs = [CPU / name for name in SOURCES] + [ROOT / "native" / "device" / "settings.cpp", *embedded,
                                                  Path(__file__).with_name("pipeline_driver.cpp")]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()[:16]
     binary = tmp_path_factory.getbasetemp() / f"pipeline_driver-{digest}"

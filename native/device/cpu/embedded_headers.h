@@ -13,4 +13,8 @@ using etm::EmbeddedFile;
 extern const EmbeddedFile kEmbeddedKernelHeaders[];
 extern const size_t kEmbeddedKernelHeaders_count;
 
+// The translator's sources (msl_*.cpp/h), for msl_translator_identity().
+extern const EmbeddedFile kEmbeddedTranslatorSources[];
+extern const size_t kEmbeddedTranslatorSources_count;
+
 }  // namespace etm::device::cpu

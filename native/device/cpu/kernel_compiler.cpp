@@ -4,13 +4,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -82,8 +86,11 @@ std::string unique_suffix() {
   return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
 }
 
-// Runs argv[0] (searched on PATH), collecting stdout and stderr together.
-bool run_process(const std::vector<std::string>& argv, std::string* output, int* exit_code) {
+// Runs argv[0] (searched on PATH), collecting stdout and stderr together. With a timeout
+// (seconds, > 0), a process still running then is killed with its children (the compiler
+// driver's cc1plus, ld: the child leads its own process group) and *timed_out is set.
+bool run_process(const std::vector<std::string>& argv, std::string* output, int* exit_code,
+                 double timeout_seconds = 0, bool* timed_out = nullptr) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return false;
   ::fcntl(pipe_fds[0], F_SETFD, FD_CLOEXEC);
@@ -92,19 +99,38 @@ bool run_process(const std::vector<std::string>& argv, std::string* output, int*
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int spawned = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
   ::close(pipe_fds[1]);
   if (spawned != 0) {
     ::close(pipe_fds[0]);
     return false;
   }
+  if (timed_out) *timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   char buffer[4096];
   for (;;) {
+    if (timeout_seconds > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd readable{pipe_fds[0], POLLIN, 0};
+      const int ready = left.count() > 0 ? ::poll(&readable, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (std::chrono::steady_clock::now() < deadline) continue;
+        ::kill(-pid, SIGKILL);
+        if (timed_out) *timed_out = true;
+        break;
+      }
+    }
     const ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
     if (n > 0) {
       output->append(buffer, static_cast<size_t>(n));
@@ -119,6 +145,16 @@ bool run_process(const std::vector<std::string>& argv, std::string* output, int*
   }
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return true;
+}
+
+// $ETMETAL_COMPILE_TIMEOUT_S: seconds one kernel compile may take (default 300, enough for
+// the largest template-heavy kernels on a loaded machine); 0 means no limit.
+double compile_timeout_seconds() {
+  const char* text = std::getenv("ETMETAL_COMPILE_TIMEOUT_S");
+  if (!text || !*text) return 300;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  return end && *end == '\0' && value >= 0 ? value : 300;
 }
 
 std::string find_on_path(const std::string& name) {
@@ -448,9 +484,11 @@ Status KernelCompiler::write_headers() {
   return Status();
 }
 
-std::string KernelCompiler::key_for(const std::string& source_hash, const std::string& selection) const {
-  std::string material = std::string(kMslTranslatorVersion) + '\0' + description_ + '\0' + compiler_path_ +
-                         '\0' + headers_hash_ + '\0' + isa_identity_ + '\0' + selection + '\0';
+std::string KernelCompiler::key_for(const std::string& source_hash, const std::vector<std::string>& selection) const {
+  std::string material = msl_translator_identity() + '\0' + description_ + '\0' + compiler_path_ +
+                         '\0' + headers_hash_ + '\0' + isa_identity_ + '\0';
+  for (const std::string& flag : selection) material += flag + '\0';
+  material += '\0';
   for (const std::string& flag : flags_) material += flag + '\0';
   return content_hash(material + source_hash);
 }
@@ -467,7 +505,7 @@ void KernelCompiler::write_record(const std::string& category, const std::string
   }
 }
 
-Status KernelCompiler::run_compiler(const std::string& source, const std::string& selection,
+Status KernelCompiler::run_compiler(const std::string& source, const std::vector<std::string>& selection,
                                     bool syntax_only, const std::string& output_path) {
   const std::string base = cache_directory_ + "/tmp/" + unique_suffix();
   const std::string source_path = base + ".cpp";
@@ -476,7 +514,7 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
   }
   std::vector<std::string> argv = {compiler_path_};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
-  argv.push_back(selection);
+  argv.insert(argv.end(), selection.begin(), selection.end());
   if (syntax_only) {
     argv.push_back("-fsyntax-only");
   } else {
@@ -494,7 +532,9 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
   argv.push_back(source_path);
   std::string output;
   int code = 0;
-  const bool ran = run_process(argv, &output, &code);
+  bool timed_out = false;
+  const double timeout = compile_timeout_seconds();
+  const bool ran = run_process(argv, &output, &code, timeout, &timed_out);
   std::string kept_source = output_path.empty() ? "" : output_path.substr(0, output_path.rfind('.')) + ".cpp";
   if (ran && code == 0 && !kept_source.empty()) {
     std::rename(source_path.c_str(), kept_source.c_str());  // kept next to the object, for debugging
@@ -502,6 +542,13 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
     ::unlink(source_path.c_str());
   }
   if (!ran) return Status::error("cannot run the C++ compiler " + compiler_path_);
+  if (timed_out) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", timeout);
+    return Status::error(std::string("MSL compilation failed: the C++ compiler did not finish within ") + seconds +
+                         " s (ETMETAL_COMPILE_TIMEOUT_S) and was stopped; the kernel source may be pathological "
+                         "(for example, expressions nested thousands deep)");
+  }
   if (code != 0) {
     return Status::error("MSL compilation failed:\n" +
                          summarize_diagnostics(output, header_directory_, source_path));
@@ -510,8 +557,10 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::string
 }
 
 Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t entry_index,
+                                    const std::vector<std::string>& specialization,
                                     const SourceProvider& provide_source, std::string* object_path) {
-  const std::string selection = "-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index);
+  std::vector<std::string> selection = {"-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index)};
+  selection.insert(selection.end(), specialization.begin(), specialization.end());
   const std::string key = key_for(source_hash, selection);
   const std::string final_path = cache_directory_ + "/objects/" + key + ".so";
   *object_path = final_path;
@@ -535,7 +584,7 @@ Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t ent
 }
 
 Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source) {
-  const std::string selection = "-DETM_CPU_ALL_KERNELS=1";
+  const std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1"};
   const std::string marker = cache_directory_ + "/checks/" + key_for(source_hash, selection);
   if (file_exists(marker)) return Status();
   std::string source;

@@ -36,9 +36,11 @@ class KernelCompiler {
   using SourceProvider = std::function<Status(std::string* source)>;
 
   // Builds (or finds in the cache) the object for the kernel with this entry index of the
-  // translated source whose content_hash is `source_hash`.
+  // translated source whose content_hash is `source_hash`; `specialization` adds compiler
+  // flags (function constant values), which are part of the cache key.
   Status build_kernel(const std::string& source_hash, uint32_t entry_index,
-                      const SourceProvider& source, std::string* object_path);
+                      const std::vector<std::string>& specialization, const SourceProvider& source,
+                      std::string* object_path);
   // Compiles every kernel of the source without generating code, to report errors.
   Status check_library(const std::string& source_hash, const SourceProvider& source);
 
@@ -50,8 +52,8 @@ class KernelCompiler {
   KernelCompiler() = default;
   Status initialize();
   Status write_headers();
-  std::string key_for(const std::string& source_hash, const std::string& selection) const;
-  Status run_compiler(const std::string& source, const std::string& selection, bool syntax_only,
+  std::string key_for(const std::string& source_hash, const std::vector<std::string>& selection) const;
+  Status run_compiler(const std::string& source, const std::vector<std::string>& selection, bool syntax_only,
                       const std::string& output_path);
 
   std::string compiler_path_;

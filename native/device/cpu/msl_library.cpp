@@ -15,6 +15,7 @@
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/dispatch_counters.h"
 #include "device/cpu/kernel_compiler.h"
+#include "device/cpu/kernel_faults.h"
 #include "device/cpu/msl_translator.h"
 #include "device/settings.h"
 
@@ -46,6 +47,7 @@ class KernelObject {
       const char* why = ::dlerror();
       return Status::error("cannot load the compiled kernel '" + kernel.name + "': " + (why ? why : path));
     }
+    register_kernel_code(object->handle_);  // integer division faults return values, as on a GPU
     const std::string n = std::to_string(kernel.entry_index);
     object->loop_ = reinterpret_cast<etm_cpu_loop_entry>(::dlsym(object->handle_, ("etm_kernel_loop_" + n).c_str()));
     object->thread_ =
@@ -149,10 +151,16 @@ class CpuKernelPipeline : public CpuPipeline {
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
     uint32_t dynamic_offsets[kMaxArgumentIndex + 1] = {};
+    size_t padded_size = 0;
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
       if (a.kind == KernelArgumentKind::buffer) {
         if (a.index >= args.buffers.size() || !args.buffers[a.index]) {
+          // A function-constant-conditional argument may be absent: the kernel gets null.
+          if (a.optional) {
+            if (a.index >= args.buffers.size()) padded_size = std::max<size_t>(padded_size, a.index + 1);
+            continue;
+          }
           return Status::error(argument_label(a) + " (buffer " + std::to_string(a.index) + ") is not bound");
         }
         const uint64_t needed = object_->argument_sizes()[k];
@@ -178,7 +186,12 @@ class CpuKernelPipeline : public CpuPipeline {
                            std::to_string(object_->static_threadgroup_bytes()) + " + dynamic); the limit is " +
                            std::to_string(kThreadgroupMemoryLimit));
     }
-    launch.buffers = args.buffers.data();
+    std::vector<void*> padded;  // the argument table, extended to unbound optional arguments
+    if (padded_size > args.buffers.size()) {
+      padded = args.buffers;
+      padded.resize(padded_size, nullptr);
+    }
+    launch.buffers = padded.empty() ? args.buffers.data() : padded.data();
     launch.dynamic_threadgroup_offsets = dynamic_offsets;
     std::unique_ptr<DispatchCountingTable> counting;
     if (counters_enabled()) {
@@ -246,20 +259,25 @@ std::string with_source_lines(const std::string& message, const std::string& sou
 struct LibraryDescription {
   std::string source_hash;
   std::vector<TranslatedKernel> kernels;
+  std::vector<FunctionConstant> function_constants;
 };
 
 // Records are text: one field per line, names length-prefixed ("5:hello").
 std::string serialize(const LibraryDescription& d) {
   std::ostringstream out;
-  out << kMslTranslatorVersion << "\n" << d.source_hash << "\n" << d.kernels.size() << "\n";
+  out << msl_translator_identity() << "\n" << d.source_hash << "\n" << d.kernels.size() << "\n";
   for (const TranslatedKernel& k : d.kernels) {
     out << k.name.size() << ":" << k.name << " " << k.entry_index << " "
         << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << "\n";
     for (const KernelArgument& a : k.arguments) {
       out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
-          << a.by_reference << " " << a.writable << " " << a.attribute.size() << ":" << a.attribute
-          << "\n";
+          << a.by_reference << " " << a.writable << " " << a.optional << " " << a.attribute.size() << ":"
+          << a.attribute << "\n";
     }
+  }
+  out << d.function_constants.size() << "\n";
+  for (const FunctionConstant& c : d.function_constants) {
+    out << c.name.size() << ":" << c.name << " " << c.index << " " << c.type.size() << ":" << c.type << "\n";
   }
   return out.str();
 }
@@ -276,7 +294,7 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
   std::istringstream in(text);
   std::string version;
   size_t kernel_count = 0;
-  if (!std::getline(in, version) || version != kMslTranslatorVersion) return false;
+  if (!std::getline(in, version) || version != msl_translator_identity()) return false;
   if (!(in >> d->source_hash >> kernel_count) || kernel_count > 100000) return false;
   d->kernels.resize(kernel_count);
   for (TranslatedKernel& k : d->kernels) {
@@ -289,12 +307,19 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
     k.arguments.resize(argument_count);
     for (KernelArgument& a : k.arguments) {
       int kind = 0;
-      if (!read_counted(in, &a.name) || !(in >> kind >> a.index >> a.by_reference >> a.writable) ||
+      if (!read_counted(in, &a.name) ||
+          !(in >> kind >> a.index >> a.by_reference >> a.writable >> a.optional) ||
           !read_counted(in, &a.attribute) || kind < 0 || kind > 2) {
         return false;
       }
       a.kind = static_cast<KernelArgumentKind>(kind);
     }
+  }
+  size_t constant_count = 0;
+  if (!(in >> constant_count) || constant_count > 100000) return false;
+  d->function_constants.resize(constant_count);
+  for (FunctionConstant& c : d->function_constants) {
+    if (!read_counted(in, &c.name) || !(in >> c.index) || !read_counted(in, &c.type)) return false;
   }
   return true;
 }
@@ -310,6 +335,7 @@ class CpuLibrary : public Library {
         translated_(std::move(translated)) {}
 
   const std::vector<TranslatedKernel>& kernels() const { return description_.kernels; }
+  bool has_function_constants() const { return !description_.function_constants.empty(); }
 
   // The translated source, for building objects the cache does not have.
   Status translated_source(std::string* out) {
@@ -329,35 +355,47 @@ class CpuLibrary : public Library {
                                     [this](std::string* source) { return translated_source(source); });
   }
 
-  // Builds the kernel's object (from the cache when it is there) and loads it.
-  Status load(const TranslatedKernel& kernel, std::shared_ptr<KernelObject>* out) {
+  // Builds the kernel's object for these function constant flags (from the cache when it
+  // is there) and loads it.
+  Status load(const TranslatedKernel& kernel, const std::vector<std::string>& specialization,
+              std::shared_ptr<KernelObject>* out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = objects_.find(kernel.entry_index);
+    const auto key = std::make_pair(kernel.entry_index, specialization);
+    auto found = objects_.find(key);
     if (found != objects_.end()) {
       *out = found->second;
       return Status();
     }
     std::string path;
-    Status status = compiler_->build_kernel(description_.source_hash, kernel.entry_index,
+    Status status = compiler_->build_kernel(description_.source_hash, kernel.entry_index, specialization,
                                             [this](std::string* source) { return translated_source(source); },
                                             &path);
     if (!status.ok()) return status;
     status = KernelObject::load(path, kernel, out);
     if (!status.ok()) return status;
     if ((*out)->static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
-      return Status::error("kernel '" + kernel.name + "' declares " +
+      return Status::error(std::string(kMslSourceName) + ":" + std::to_string(kernel.line) + ": kernel '" +
+                           kernel.name + "' declares " +
                            std::to_string((*out)->static_threadgroup_bytes()) +
                            " bytes of threadgroup memory; the limit is " + std::to_string(kThreadgroupMemoryLimit));
     }
-    objects_[kernel.entry_index] = *out;
+    objects_[key] = *out;
     return Status();
   }
 
   Status new_pipeline(const std::string& kernel_name, std::shared_ptr<Pipeline>* out) override {
+    return new_specialized_pipeline(kernel_name, {}, out);
+  }
+
+  Status new_specialized_pipeline(const std::string& kernel_name, const std::vector<FunctionConstantValue>& constants,
+                                  std::shared_ptr<Pipeline>* out) override {
+    std::vector<std::string> specialization;
+    const Status specialized = function_constant_flags(description_.function_constants, constants, &specialization);
+    if (!specialized.ok()) return Status::error("kernel '" + kernel_name + "': " + specialized.message());
     for (const TranslatedKernel& kernel : description_.kernels) {
       if (kernel.name != kernel_name) continue;
       std::shared_ptr<KernelObject> object;
-      Status status = load(kernel, &object);
+      Status status = load(kernel, specialization, &object);
       if (!status.ok()) return Status::error(with_source_lines(status.message(), msl_));
       *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
       return Status();
@@ -375,7 +413,8 @@ class CpuLibrary : public Library {
   const LibraryDescription description_;
   std::string translated_;  // empty until needed
   std::mutex mutex_;
-  std::map<uint32_t, std::shared_ptr<KernelObject>> objects_;
+  // By entry index and function constant flags.
+  std::map<std::pair<uint32_t, std::vector<std::string>>, std::shared_ptr<KernelObject>> objects_;
 };
 
 }  // namespace
@@ -388,7 +427,7 @@ Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* 
   options.suffix_float_literals = compiler->is_clang();
 
   const std::string record_key =
-      content_hash(std::string(kMslTranslatorVersion) + (options.suffix_float_literals ? "f" : "-") + source);
+      content_hash(msl_translator_identity() + (options.suffix_float_literals ? "f" : "-") + source);
   LibraryDescription description;
   std::string translated;
   std::string record;
@@ -398,15 +437,17 @@ Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* 
     if (!status.ok()) return Status::error("MSL translation failed: " + status.message());
     description.source_hash = content_hash(translation.source);
     description.kernels = std::move(translation.kernels);
+    description.function_constants = std::move(translation.function_constants);
     translated = std::move(translation.source);
     compiler->write_record("translations", record_key, serialize(description));
   }
   auto library = std::make_shared<CpuLibrary>(compiler, source, options, std::move(description),
                                               std::move(translated));
-  if (library->kernels().size() == 1) {
-    // Building the one kernel now costs nothing extra and reports errors here, like Metal.
+  if (library->kernels().size() == 1 && !library->has_function_constants()) {
+    // Building the one kernel now costs nothing extra and reports errors here, like Metal
+    // (with function constants, the pipeline's values decide which object is needed).
     std::shared_ptr<KernelObject> object;
-    status = library->load(library->kernels()[0], &object);
+    status = library->load(library->kernels()[0], {}, &object);
   } else {
     status = library->check();
   }

@@ -11,6 +11,11 @@
 #include <sstream>
 #include <utility>
 
+#include "device/cpu/embedded_headers.h"
+#include "device/cpu/kernel_compiler.h"
+#include "device/cpu/msl_lexer.h"
+#include "device/cpu/msl_preprocessor.h"
+
 namespace etm::device::cpu {
 namespace {
 
@@ -20,528 +25,6 @@ uint32_t attribute_integer(const std::string& text) {
   errno = 0;
   const unsigned long long value = std::strtoull(text.c_str(), nullptr, 0);
   return errno == ERANGE || value > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(value);
-}
-
-// ------------------------------------------------------------------------------ lexer
-
-enum class TokenKind { identifier, number, literal, punctuator, directive };
-
-struct Token {
-  TokenKind kind;
-  size_t begin;
-  size_t end;
-  int line;
-};
-
-bool is_identifier_start(char c) {
-  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
-}
-bool is_identifier_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-// Multi-character punctuators, longest first.
-const char* const kPunctuators[] = {"...", "<<=", ">>=", "->*", "::", "->", "++", "--", "<<",
-                                    ">>",  "<=",  ">=",  "==",  "!=", "&&", "||", "+=", "-=",
-                                    "*=",  "/=",  "%=",  "&=",  "|=", "^=", "##", ".*"};
-
-// Splits C++ source into tokens. Comments and whitespace are skipped; a preprocessor
-// directive (with its continuation lines) is one token.
-class Lexer {
- public:
-  explicit Lexer(const std::string& text) : text_(text) {}
-
-  bool run(std::vector<Token>* tokens, std::string* error) {
-    tokens->reserve(text_.size() / 4);
-    bool line_start = true;
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c == '\n') {
-        ++line_;
-        ++pos_;
-        line_start = true;
-        continue;
-      }
-      if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-        ++pos_;
-        continue;
-      }
-      if (c == '\\' && pos_ + 1 < text_.size() && text_[pos_ + 1] == '\n') {
-        pos_ += 2;
-        ++line_;
-        continue;
-      }
-      if (c == '/' && peek(1) == '/') {
-        while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
-        continue;
-      }
-      if (c == '/' && peek(1) == '*') {
-        const size_t close = text_.find("*/", pos_ + 2);
-        if (close == std::string::npos) {
-          *error = "line " + std::to_string(line_) + ": unterminated comment";
-          return false;
-        }
-        line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + close, '\n'));
-        pos_ = close + 2;
-        continue;
-      }
-      const size_t begin = pos_;
-      const int line = line_;
-      if (c == '#' && line_start) {
-        lex_directive();
-        tokens->push_back({TokenKind::directive, begin, pos_, line});
-        continue;
-      }
-      line_start = false;
-      if (is_identifier_start(c)) {
-        while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
-        // String literal prefixes (u8"", R"()", L'x').
-        if (pos_ < text_.size() && (text_[pos_] == '"' || text_[pos_] == '\'')) {
-          const std::string prefix = text_.substr(begin, pos_ - begin);
-          if (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" ||
-              prefix == "LR") {
-            if (!lex_raw_string(error)) return false;
-            tokens->push_back({TokenKind::literal, begin, pos_, line});
-            continue;
-          }
-          if (prefix == "u8" || prefix == "u" || prefix == "U" || prefix == "L") {
-            if (!lex_quoted(text_[pos_], error)) return false;
-            tokens->push_back({TokenKind::literal, begin, pos_, line});
-            continue;
-          }
-        }
-        tokens->push_back({TokenKind::identifier, begin, pos_, line});
-        continue;
-      }
-      if (std::isdigit(static_cast<unsigned char>(c)) ||
-          (c == '.' && std::isdigit(static_cast<unsigned char>(peek(1))))) {
-        lex_number();
-        tokens->push_back({TokenKind::number, begin, pos_, line});
-        continue;
-      }
-      if (c == '"' || c == '\'') {
-        if (!lex_quoted(c, error)) return false;
-        tokens->push_back({TokenKind::literal, begin, pos_, line});
-        continue;
-      }
-      size_t length = 1;
-      for (const char* p : kPunctuators) {
-        if (p[0] != c) continue;
-        const size_t n = p[2] ? 3 : 2;
-        if (pos_ + n <= text_.size() && std::memcmp(text_.data() + pos_, p, n) == 0) {
-          length = n;
-          break;
-        }
-      }
-      pos_ += length;
-      tokens->push_back({TokenKind::punctuator, begin, pos_, line});
-    }
-    return true;
-  }
-
- private:
-  char peek(size_t ahead) const {
-    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
-  }
-
-  void lex_directive() {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c == '\\' && peek(1) == '\n') {
-        pos_ += 2;
-        ++line_;
-        continue;
-      }
-      if (c == '\n') break;
-      if (c == '/' && peek(1) == '*') {
-        const size_t close = text_.find("*/", pos_ + 2);
-        const size_t stop = close == std::string::npos ? text_.size() : close + 2;
-        line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + stop, '\n'));
-        pos_ = stop;
-        continue;
-      }
-      ++pos_;
-    }
-  }
-
-  void lex_number() {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if ((c == '+' || c == '-') && pos_ > 0) {
-        const char before = static_cast<char>(std::tolower(text_[pos_ - 1]));
-        if (before == 'e' || before == 'p') {
-          ++pos_;
-          continue;
-        }
-        break;
-      }
-      if (is_identifier_char(c) || c == '.' || c == '\'') {
-        ++pos_;
-        continue;
-      }
-      break;
-    }
-  }
-
-  bool lex_quoted(char quote, std::string* error) {
-    ++pos_;
-    while (pos_ < text_.size() && text_[pos_] != quote) {
-      if (text_[pos_] == '\\') ++pos_;
-      if (pos_ < text_.size() && text_[pos_] == '\n') break;
-      ++pos_;
-    }
-    if (pos_ >= text_.size() || text_[pos_] != quote) {
-      *error = "line " + std::to_string(line_) + ": unterminated literal";
-      return false;
-    }
-    ++pos_;
-    return true;
-  }
-
-  bool lex_raw_string(std::string* error) {
-    ++pos_;  // the opening quote
-    const size_t paren = text_.find('(', pos_);
-    if (paren == std::string::npos) {
-      *error = "line " + std::to_string(line_) + ": malformed raw string literal";
-      return false;
-    }
-    const std::string terminator = ")" + text_.substr(pos_, paren - pos_) + "\"";
-    const size_t close = text_.find(terminator, paren);
-    if (close == std::string::npos) {
-      *error = "line " + std::to_string(line_) + ": unterminated raw string literal";
-      return false;
-    }
-    line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + close, '\n'));
-    pos_ = close + terminator.size();
-    return true;
-  }
-
-  const std::string& text_;
-  size_t pos_ = 0;
-  int line_ = 1;
-};
-
-// ---------------------------------------------------------------- macro expansion
-//
-// Kernels and their [[host_name]] instantiations are often produced by macros (ATen's
-// REGISTER_* / INSTANTIATE_* helpers). The translator must see them, so invocations of
-// the source's own macros whose expansion contains kernel syntax are expanded here, with
-// the C preprocessor's rules (argument pre-expansion, #, ##, __VA_ARGS__, no recursion).
-// Each expansion stays on the line of its invocation, and the newlines it consumed follow
-// it, so line numbers do not move. Other macros are left to the compiler.
-
-struct MacroToken {
-  std::string text;
-  bool identifier = false;
-};
-
-struct Macro {
-  bool function_like = false;
-  bool variadic = false;
-  std::vector<std::string> parameters;
-  std::vector<MacroToken> body;
-};
-
-using MacroTable = std::map<std::string, Macro>;
-
-std::vector<MacroToken> lex_fragment(const std::string& text) {
-  std::vector<Token> tokens;
-  std::string error;
-  Lexer(text).run(&tokens, &error);
-  std::vector<MacroToken> out;
-  for (const Token& t : tokens) {
-    if (t.kind == TokenKind::directive) continue;
-    out.push_back({text.substr(t.begin, t.end - t.begin), t.kind == TokenKind::identifier});
-  }
-  return out;
-}
-
-// Parses the text of a `#define` directive; returns the macro's name, or "" if malformed.
-std::string parse_define(const std::string& directive, Macro* macro) {
-  std::string line;
-  for (size_t i = 0; i < directive.size(); ++i) {
-    if (directive[i] == '\\' && i + 1 < directive.size() && directive[i + 1] == '\n') {
-      ++i;
-      line += ' ';
-      continue;
-    }
-    line += directive[i];
-  }
-  size_t p = line.find('#') + 1;
-  auto skip_space = [&] {
-    while (p < line.size() && (line[p] == ' ' || line[p] == '\t')) ++p;
-  };
-  skip_space();
-  if (line.compare(p, 6, "define") != 0) return "";
-  p += 6;
-  skip_space();
-  const size_t name_begin = p;
-  while (p < line.size() && is_identifier_char(line[p])) ++p;
-  const std::string name = line.substr(name_begin, p - name_begin);
-  if (name.empty()) return "";
-  if (p < line.size() && line[p] == '(') {
-    macro->function_like = true;
-    const size_t close = line.find(')', p);
-    if (close == std::string::npos) return "";
-    std::string parameter;
-    std::stringstream list(line.substr(p + 1, close - p - 1));
-    while (std::getline(list, parameter, ',')) {
-      const size_t a = parameter.find_first_not_of(" \t");
-      const size_t b = parameter.find_last_not_of(" \t");
-      if (a == std::string::npos) continue;
-      parameter = parameter.substr(a, b - a + 1);
-      if (parameter == "...") {
-        macro->variadic = true;
-      } else if (parameter.size() > 3 && parameter.compare(parameter.size() - 3, 3, "...") == 0) {
-        return "";  // named variadic parameters (a GNU extension) are not expanded here
-      } else {
-        macro->parameters.push_back(parameter);
-      }
-    }
-    p = close + 1;
-  }
-  macro->body = lex_fragment(line.substr(p));
-  return name;
-}
-
-bool mentions_kernel_syntax(const std::vector<MacroToken>& body) {
-  for (size_t i = 0; i < body.size(); ++i) {
-    const std::string& t = body[i].text;
-    if (t == "kernel" || t == "host_name" || t == "threadgroup") return true;
-    if (t == "[" && i + 1 < body.size() && body[i + 1].text == "[") return true;
-  }
-  return false;
-}
-
-class MacroExpander {
- public:
-  explicit MacroExpander(const MacroTable& macros) : macros_(macros) {}
-
-  // True when expanding `name` can produce kernel syntax.
-  bool is_relevant(const std::string& name) {
-    std::set<std::string> visiting;
-    return relevant(name, &visiting);
-  }
-
-  // Expands `tokens` fully; `disabled` holds the macros being expanded (no recursion).
-  std::vector<MacroToken> expand(const std::vector<MacroToken>& tokens,
-                                 std::set<std::string> disabled) {
-    std::vector<MacroToken> out;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const MacroToken& t = tokens[i];
-      auto found = t.identifier ? macros_.find(t.text) : macros_.end();
-      if (found == macros_.end() || disabled.count(t.text) != 0) {
-        out.push_back(t);
-        continue;
-      }
-      const Macro& macro = found->second;
-      std::vector<MacroToken> replaced;
-      if (!macro.function_like) {
-        replaced = macro.body;
-      } else {
-        if (i + 1 >= tokens.size() || tokens[i + 1].text != "(") {
-          out.push_back(t);
-          continue;
-        }
-        std::vector<std::vector<MacroToken>> arguments;
-        size_t close = 0;
-        if (!collect_arguments(tokens, i + 1, &arguments, &close)) {
-          out.push_back(t);
-          continue;
-        }
-        replaced = substitute(macro, arguments, disabled);
-        i = close;
-      }
-      std::set<std::string> inner = disabled;
-      inner.insert(t.text);
-      const std::vector<MacroToken> expanded = expand(replaced, inner);
-      out.insert(out.end(), expanded.begin(), expanded.end());
-    }
-    return out;
-  }
-
-  // Splits the arguments of an invocation whose "(" is tokens[open].
-  static bool collect_arguments(const std::vector<MacroToken>& tokens, size_t open,
-                                std::vector<std::vector<MacroToken>>* arguments,
-                                size_t* close) {
-    int depth = 0;
-    arguments->assign(1, {});
-    for (size_t j = open; j < tokens.size(); ++j) {
-      const std::string& text = tokens[j].text;
-      if (text == "(") {
-        if (depth++ == 0) continue;
-      } else if (text == ")") {
-        if (--depth == 0) {
-          *close = j;
-          return true;
-        }
-      } else if (text == "," && depth == 1) {
-        arguments->emplace_back();
-        continue;
-      }
-      arguments->back().push_back(tokens[j]);
-    }
-    return false;
-  }
-
- private:
-  bool relevant(const std::string& name, std::set<std::string>* visiting) {
-    auto found = macros_.find(name);
-    if (found == macros_.end() || !visiting->insert(name).second) return false;
-    if (mentions_kernel_syntax(found->second.body)) return true;
-    for (const MacroToken& t : found->second.body) {
-      if (t.identifier && relevant(t.text, visiting)) return true;
-    }
-    return false;
-  }
-
-  static std::string stringify(const std::vector<MacroToken>& argument) {
-    std::string out = "\"";
-    for (size_t i = 0; i < argument.size(); ++i) {
-      if (i) out += ' ';
-      const std::string& text = argument[i].text;
-      const bool literal = !text.empty() && (text.back() == '"' || text.back() == '\'');
-      for (char c : text) {
-        if (literal && (c == '"' || c == '\\')) out += '\\';
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
-
-  std::vector<MacroToken> substitute(const Macro& macro,
-                                     const std::vector<std::vector<MacroToken>>& arguments,
-                                     const std::set<std::string>& disabled) {
-    auto argument_of = [&](const std::string& name) -> const std::vector<MacroToken>* {
-      for (size_t k = 0; k < macro.parameters.size(); ++k) {
-        if (macro.parameters[k] == name) {
-          static const std::vector<MacroToken> empty;
-          return k < arguments.size() ? &arguments[k] : &empty;
-        }
-      }
-      if (macro.variadic && name == "__VA_ARGS__") {
-        variadic_.clear();
-        for (size_t k = macro.parameters.size(); k < arguments.size(); ++k) {
-          if (k > macro.parameters.size()) variadic_.push_back({",", false});
-          variadic_.insert(variadic_.end(), arguments[k].begin(), arguments[k].end());
-        }
-        return &variadic_;
-      }
-      return nullptr;
-    };
-    const std::vector<MacroToken>& body = macro.body;
-    std::vector<MacroToken> out;
-    // Marks tokens in `out` that must be pasted to the next one.
-    std::vector<bool> paste_next;
-    for (size_t i = 0; i < body.size(); ++i) {
-      const MacroToken& t = body[i];
-      if (t.text == "#" && i + 1 < body.size()) {
-        if (const auto* argument = argument_of(body[i + 1].text)) {
-          out.push_back({stringify(*argument), false});
-          paste_next.push_back(false);
-          ++i;
-          continue;
-        }
-      }
-      if (t.text == "##") {
-        if (!paste_next.empty()) paste_next.back() = true;
-        continue;
-      }
-      const bool next_is_paste = i + 1 < body.size() && body[i + 1].text == "##";
-      const bool previous_is_paste = i > 0 && body[i - 1].text == "##";
-      if (const auto* argument = t.identifier ? argument_of(t.text) : nullptr) {
-        std::vector<MacroToken> value =
-            (next_is_paste || previous_is_paste) ? *argument : expand(*argument, disabled);
-        if (value.empty()) value.push_back({"", false});
-        for (const MacroToken& v : value) {
-          out.push_back(v);
-          paste_next.push_back(false);
-        }
-        continue;
-      }
-      out.push_back(t);
-      paste_next.push_back(false);
-    }
-    std::vector<MacroToken> pasted;
-    for (size_t i = 0; i < out.size(); ++i) {
-      MacroToken t = out[i];
-      while (i < out.size() && paste_next[i] && i + 1 < out.size()) {
-        t.text += out[i + 1].text;
-        ++i;
-      }
-      t.identifier = !t.text.empty() && is_identifier_start(t.text[0]) &&
-                     std::all_of(t.text.begin(), t.text.end(), is_identifier_char);
-      if (!t.text.empty()) pasted.push_back(t);
-    }
-    return pasted;
-  }
-
-  const MacroTable& macros_;
-  std::vector<MacroToken> variadic_;
-};
-
-// Returns the source with kernel-producing macro invocations expanded (or unchanged).
-std::string expand_kernel_macros(const std::string& source, const std::vector<Token>& tokens) {
-  MacroTable macros;
-  std::string out;
-  size_t copied = 0;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const Token& t = tokens[i];
-    if (t.kind == TokenKind::directive) {
-      const std::string directive = source.substr(t.begin, t.end - t.begin);
-      Macro macro;
-      const std::string name = parse_define(directive, &macro);
-      if (!name.empty()) {
-        macros[name] = macro;
-        continue;
-      }
-      std::istringstream words(directive.substr(directive.find('#') + 1));
-      std::string keyword, undefined;
-      words >> keyword >> undefined;
-      if (keyword == "undef") macros.erase(undefined);
-      continue;
-    }
-    if (t.kind != TokenKind::identifier || macros.empty()) continue;
-    const std::string name = source.substr(t.begin, t.end - t.begin);
-    auto found = macros.find(name);
-    if (found == macros.end()) continue;
-    MacroExpander expander(macros);
-    if (!expander.is_relevant(name)) continue;
-    // Gather the invocation's tokens (stopping at a directive, which cannot be inside).
-    size_t last = i;
-    if (found->second.function_like) {
-      if (i + 1 >= tokens.size() || source.compare(tokens[i + 1].begin, 1, "(") != 0) continue;
-      int depth = 0;
-      size_t j = i + 1;
-      for (; j < tokens.size() && tokens[j].kind != TokenKind::directive; ++j) {
-        const char c = source[tokens[j].begin];
-        const bool single = tokens[j].end - tokens[j].begin == 1;
-        if (single && c == '(') ++depth;
-        if (single && c == ')' && --depth == 0) break;
-      }
-      if (j >= tokens.size() || tokens[j].kind == TokenKind::directive) continue;
-      last = j;
-    }
-    std::vector<MacroToken> invocation;
-    for (size_t k = i; k <= last; ++k) {
-      invocation.push_back({source.substr(tokens[k].begin, tokens[k].end - tokens[k].begin),
-                            tokens[k].kind == TokenKind::identifier});
-    }
-    const std::vector<MacroToken> expanded = expander.expand(invocation, {});
-    out.append(source, copied, t.begin - copied);
-    for (const MacroToken& e : expanded) {
-      out += e.text;
-      out += ' ';
-    }
-    out.append(static_cast<size_t>(std::count(source.begin() + t.begin,
-                                              source.begin() + tokens[last].end, '\n')),
-               '\n');
-    copied = tokens[last].end;
-    i = last;
-  }
-  if (copied == 0) return source;
-  out.append(source, copied, std::string::npos);
-  return out;
 }
 
 // --------------------------------------------------------------------- translation
@@ -638,7 +121,7 @@ class Translator {
 
   Status run(MslTranslation* out) {
     std::string error;
-    if (!Lexer(text_).run(&tokens_, &error)) return Status::error(error);
+    if (!lex_msl(text_, &tokens_, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
     match_brackets();
     strip_attributes_and_constant();
     scan_scope(0, tokens_.size(), {});
@@ -658,7 +141,12 @@ class Translator {
     }
     body.append(text_, copied, std::string::npos);
 
-    out->source = "#include \"etm_cpu_kernel.h\"\n#include <metal_stdlib>\n#line 1 \"" +
+    // Apple's predefined macros come first, as the preprocessor stage assumed them.
+    std::string prelude;
+    for (const auto& [name, value] : predefined_metal_macros(kCpuMetalVersion)) {
+      prelude += "#define " + name + " " + value + "\n";
+    }
+    out->source = prelude + "#include \"etm_cpu_kernel.h\"\n#include <metal_stdlib>\n#line 1 \"" +
                   std::string(kMslSourceName) + "\"\n" + body + "\n";
     out->kernels = std::move(kernels_);
     return Status();
@@ -769,11 +257,6 @@ class Translator {
         std::vector<AttributeItem> items;
         const size_t close = parse_attribute(i, &items);
         if (close == i) continue;
-        for (const AttributeItem& item : items) {
-          if (item.name == "function_constant") {
-            fail(tokens_[i].line, "[[function_constant]] is not supported by the CPU device");
-          }
-        }
         std::string first = items.empty() ? "" : items[0].name;
         first = first.substr(0, first.find("::"));
         if (!is_standard_attribute(first)) erase(i, close);
@@ -859,6 +342,14 @@ class Translator {
     bool saw_parameters = false, saw_assignment = false;
     for (size_t j = i; j < end; ++j) {
       if (is_directive(j)) continue;
+      // A template header's default arguments (`int N = 4`) are no initializer.
+      if (is(j, "template") && is(j + 1, "<")) {
+        const size_t close = match_angle(j + 1, end);
+        if (close != SIZE_MAX) {
+          j = close;
+          continue;
+        }
+      }
       if (is(j, "(") || is(j, "[")) {
         if (partner(j) == SIZE_MAX) return end;
         if (is(j, "(")) saw_parameters = true;
@@ -1222,7 +713,7 @@ class Translator {
         if (a.name == "buffer" || a.name == "threadgroup" || find_thread_attribute(a.name)) {
           binding = &a;
         } else if (a.name == "texture" || a.name == "sampler" || a.name == "stage_in" ||
-                   a.name == "function_constant" || a.name == "visible_function_table" ||
+                   a.name == "visible_function_table" ||
                    a.name == "intersection_function_table" || a.name == "instance_acceleration_structure" ||
                    a.name == "primitive_acceleration_structure" || a.name == "grid_origin" ||
                    a.name == "grid_size") {
@@ -1260,6 +751,9 @@ class Translator {
         return false;
       }
       argument.by_reference = argument.kind == KernelArgumentKind::buffer && p.is_reference && !p.is_pointer;
+      for (const AttributeItem& a : p.attributes) {
+        if (a.name == "function_constant") argument.optional = argument.kind == KernelArgumentKind::buffer;
+      }
       k->arguments.push_back(argument);
     }
     return true;
@@ -1467,9 +961,33 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
                      MslTranslation* out) {
   std::vector<Token> tokens;
   std::string error;
-  if (!Lexer(msl).run(&tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  const std::string expanded = expand_kernel_macros(msl, tokens);
-  return Translator(expanded, options).run(out);
+  if (!lex_msl(msl, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  std::string preprocessed;
+  Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed);
+  if (!status.ok()) return status;
+  tokens.clear();
+  if (!lex_msl(preprocessed, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  std::string specializable;
+  std::vector<FunctionConstant> constants;
+  status = rewrite_function_constants(preprocessed, tokens, &specializable, &constants);
+  if (!status.ok()) return status;
+  status = Translator(specializable, options).run(out);
+  if (!status.ok()) return status;
+  out->source = function_constant_defaults(constants) + out->source;
+  out->function_constants = std::move(constants);
+  return Status();
+}
+
+const std::string& msl_translator_identity() {
+  static const std::string identity = [] {
+    std::string all;
+    for (size_t i = 0; i < kEmbeddedTranslatorSources_count; ++i) {
+      all.append(kEmbeddedTranslatorSources[i].contents, kEmbeddedTranslatorSources[i].size);
+      all += '\0';
+    }
+    return "etm-msl-translator-" + content_hash(all);
+  }();
+  return identity;
 }
 
 }  // namespace etm::device::cpu

@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "device/cpu/msl_function_constants.h"
 #include "device/device.h"
 
 namespace etm::device::cpu {
 
-// Changes whenever the generated code changes, so cached kernel objects are rebuilt.
-inline constexpr const char* kMslTranslatorVersion = "etm-msl-translator-3";
+// A hash of the translator's own sources: changes whenever the generated code can change,
+// so cached translations and kernel objects are rebuilt.
+const std::string& msl_translator_identity();
 
 // The file name compiler diagnostics report for MSL lines.
 inline constexpr const char* kMslSourceName = "library.metal";
@@ -31,6 +33,7 @@ struct KernelArgument {
   uint32_t index = 0;         // buffer or threadgroup index
   bool by_reference = false;  // `constant T& x`: reads sizeof(T) bytes at the bound address
   bool writable = true;       // false for `constant` and `const device` buffers
+  bool optional = false;      // [[function_constant(c)]]: exists only when c is true; may stay unbound
   std::string attribute;      // for thread_attribute
 };
 
@@ -45,6 +48,7 @@ struct TranslatedKernel {
 struct MslTranslation {
   std::string source;  // the C++ translation unit
   std::vector<TranslatedKernel> kernels;
+  std::vector<FunctionConstant> function_constants;
 };
 
 struct MslTranslationOptions {

@@ -266,7 +266,59 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
     }
   }
 
+  // The function specialised with constant values, each converted to the type the function
+  // declares (reflection of the unspecialised function names types and indices).
+  Status specialize(id<MTLLibrary> library, NSString* name, const std::vector<FunctionConstantValue>& constants,
+                    id<MTLFunction> __strong* function) {
+    NSDictionary<NSString*, MTLFunctionConstant*>* declared = (*function).functionConstantsDictionary;
+    MTLFunctionConstantValues* values = [[MTLFunctionConstantValues alloc] init];
+    for (const FunctionConstantValue& c : constants) {
+      MTLFunctionConstant* target = nil;
+      if (!c.name.empty()) {
+        NSString* constant_name = to_nsstring(c.name);
+        target = constant_name ? [declared objectForKey:constant_name] : nil;
+      } else {
+        for (MTLFunctionConstant* candidate in declared.allValues) {
+          if (candidate.index == c.index) target = candidate;
+        }
+      }
+      const std::string label = c.name.empty() ? "function constant " + std::to_string(c.index)
+                                               : "function constant '" + c.name + "'";
+      if (target == nil) return Status::error("the function declares no " + label);
+      support::ConstantScalar scalar;
+      switch (target.type) {
+        case MTLDataTypeBool: scalar = support::ConstantScalar::boolean; break;
+        case MTLDataTypeChar: scalar = support::ConstantScalar::int8; break;
+        case MTLDataTypeUChar: scalar = support::ConstantScalar::uint8; break;
+        case MTLDataTypeShort: scalar = support::ConstantScalar::int16; break;
+        case MTLDataTypeUShort: scalar = support::ConstantScalar::uint16; break;
+        case MTLDataTypeInt: scalar = support::ConstantScalar::int32; break;
+        case MTLDataTypeUInt: scalar = support::ConstantScalar::uint32; break;
+        case MTLDataTypeLong: scalar = support::ConstantScalar::int64; break;
+        case MTLDataTypeULong: scalar = support::ConstantScalar::uint64; break;
+        case MTLDataTypeFloat: scalar = support::ConstantScalar::float32; break;
+        case MTLDataTypeHalf: scalar = support::ConstantScalar::float16; break;
+        case MTLDataTypeBFloat: scalar = support::ConstantScalar::bfloat16; break;
+        default: return Status::error(label + " has a type etmetal cannot set (MTLDataType " +
+                                      std::to_string(static_cast<unsigned long>(target.type)) + ")");
+      }
+      unsigned char bytes[8];
+      size_t size = 0;
+      std::string error;
+      if (!support::function_constant_bytes(scalar, c, bytes, &size, &error)) {
+        return Status::error(label + " " + error);
+      }
+      [values setConstantValue:bytes type:target.type atIndex:target.index];
+    }
+    NSError* error = nil;
+    id<MTLFunction> specialized = [library newFunctionWithName:name constantValues:values error:&error];
+    if (specialized == nil) return Status::error("cannot specialise it: " + describe(error));
+    *function = specialized;
+    return Status();
+  }
+
   Status new_pipeline_state(id<MTLLibrary> library, const std::string& kernel_name,
+                            const std::vector<FunctionConstantValue>& constants,
                             id<MTLComputePipelineState> __strong* out) {
     @autoreleasepool {
       NSString* name = to_nsstring(kernel_name);
@@ -278,6 +330,10 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
         }
         return Status::error("the Metal library has no function named '" + kernel_name +
                              "' (it has: " + (known.empty() ? "none" : known) + ")");
+      }
+      if (!constants.empty()) {
+        Status status = specialize(library, name, constants, &function);
+        if (!status.ok()) return Status::error("kernel '" + kernel_name + "': " + status.message());
       }
       if (function.functionType != MTLFunctionTypeKernel) {
         return Status::error("'" + kernel_name + "' is not a kernel function");
@@ -303,9 +359,9 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
       id<MTLLibrary> library = nil;
       builtin_status_ = compile(kBuiltinKernelSource, &library);
       if (builtin_status_.ok())
-        builtin_status_ = new_pipeline_state(library, kCopyBytesKernel, &copy_pipeline_);
+        builtin_status_ = new_pipeline_state(library, kCopyBytesKernel, {}, &copy_pipeline_);
       if (builtin_status_.ok())
-        builtin_status_ = new_pipeline_state(library, kFillBytesKernel, &fill_pipeline_);
+        builtin_status_ = new_pipeline_state(library, kFillBytesKernel, {}, &fill_pipeline_);
     }
     *copy = copy_pipeline_;
     *fill = fill_pipeline_;
@@ -413,9 +469,15 @@ class ETM_NEEDS_MACOS_14 MetalLibrary final : public Library {
 
   Status new_pipeline(const std::string& kernel_name,
                       std::shared_ptr<Pipeline>* out) override {
+    return new_specialized_pipeline(kernel_name, {}, out);
+  }
+
+  Status new_specialized_pipeline(const std::string& kernel_name,
+                                  const std::vector<FunctionConstantValue>& constants,
+                                  std::shared_ptr<Pipeline>* out) override {
     if (out == nullptr) return Status::error("new_pipeline: null output");
     id<MTLComputePipelineState> state = nil;
-    Status status = context_->new_pipeline_state(library_, kernel_name, &state);
+    Status status = context_->new_pipeline_state(library_, kernel_name, constants, &state);
     if (!status.ok()) return status;
     *out = std::make_shared<MetalPipeline>(kernel_name, state);
     return Status();

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "device/device.h"
@@ -207,6 +208,69 @@ inline constexpr size_t kMaxBlitChunk = size_t{1} << 31;
 // Bytes of the next blit of a copy that has `remaining` bytes left.
 inline size_t next_blit_chunk(size_t remaining) {
   return remaining < kMaxBlitChunk ? remaining : kMaxBlitChunk;
+}
+
+// IEEE binary16 bits of `f`, rounded to nearest even.
+inline uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);             // NaN
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);            // overflow
+  if (magnitude < 0x38800000u) {                                                         // subnormal
+    const float scaled = f < 0 ? -f * 16777216.0f : f * 16777216.0f;  // 2^24: units of 2^-24
+    uint32_t units = static_cast<uint32_t>(scaled);
+    const float rest = scaled - static_cast<float>(units);
+    if (rest > 0.5f || (rest == 0.5f && (units & 1u))) ++units;
+    return static_cast<uint16_t>(sign | units);
+  }
+  uint32_t half = ((magnitude >> 13) - (112u << 10));
+  const uint32_t dropped = magnitude & 0x1fffu;
+  if (dropped > 0x1000u || (dropped == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+// The scalar types a function constant can have (MTLDataType cases; metal_device.mm maps them).
+enum class ConstantScalar { boolean, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float16, bfloat16 };
+
+// The bytes MTLFunctionConstantValues takes for `value` as a constant of type `type` (little
+// endian, as on Apple silicon); false with `error` when the type cannot hold the value.
+inline bool function_constant_bytes(ConstantScalar type, const FunctionConstantValue& value, unsigned char bytes[8],
+                                    size_t* size, std::string* error) {
+  using Kind = FunctionConstantValue::Kind;
+  auto store = [&](uint64_t bits, size_t n) {
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(bits >> (8 * i));
+    *size = n;
+    return true;
+  };
+  if (type == ConstantScalar::boolean) {
+    if (value.kind != Kind::boolean) return (*error = "needs a boolean value", false);
+    return store(value.integer ? 1 : 0, 1);
+  }
+  if (type == ConstantScalar::float32 || type == ConstantScalar::float16 || type == ConstantScalar::bfloat16) {
+    if (value.kind == Kind::boolean) return (*error = "needs a number, not a boolean", false);
+    const float f = value.kind == Kind::integer ? static_cast<float>(value.integer) : static_cast<float>(value.floating);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    if (type == ConstantScalar::float32) return store(bits, 4);
+    if (type == ConstantScalar::bfloat16) {
+      if ((bits & 0x7fffffffu) > 0x7f800000u) return store(0x7fc0, 2);  // NaN
+      return store((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16, 2);     // round to nearest even
+    }
+    return store(float_to_half_bits(f), 2);
+  }
+  if (value.kind != Kind::integer) return (*error = "needs an integer value", false);
+  struct Range { int64_t low; uint64_t high; size_t size; };
+  static const Range kRanges[] = {{INT8_MIN, INT8_MAX, 1},   {0, UINT8_MAX, 1},  {INT16_MIN, INT16_MAX, 2},
+                                  {0, UINT16_MAX, 2},        {INT32_MIN, INT32_MAX, 4}, {0, UINT32_MAX, 4},
+                                  {INT64_MIN, INT64_MAX, 8}, {0, UINT64_MAX, 8}};
+  const Range& r = kRanges[static_cast<int>(type) - static_cast<int>(ConstantScalar::int8)];
+  const int64_t v = value.integer;
+  if (v < r.low || (v >= 0 && static_cast<uint64_t>(v) > r.high)) {
+    return (*error = "cannot hold " + std::to_string(v), false);
+  }
+  return store(static_cast<uint64_t>(v), r.size);
 }
 
 }  // namespace etm::device::metal::support

@@ -99,6 +99,32 @@ typedef struct etmetal_dispatch_counters_t {
 /* Copies record `index` (0 <= index < the count etmetal_counters_end gave). */
 ETMETAL_API AOTITorchError etmetal_counters_read(int64_t index, etmetal_dispatch_counters_t* record);
 
+/* A function constant value (MSL `[[function_constant(n)]]`, Metal's MTLFunctionConstantValues):
+ * the constant named `name`, or when `name` is NULL the one at `index`. `kind` says which value
+ * field holds it; the device converts it to the constant's declared type: bool takes
+ * ETMETAL_CONSTANT_BOOL (int_value 0 or 1), integer types take ETMETAL_CONSTANT_INT within
+ * their range, float/half/bfloat take ETMETAL_CONSTANT_INT or ETMETAL_CONSTANT_FLOAT. */
+typedef enum etmetal_constant_kind {
+  ETMETAL_CONSTANT_BOOL = 0,
+  ETMETAL_CONSTANT_INT = 1,
+  ETMETAL_CONSTANT_FLOAT = 2
+} etmetal_constant_kind;
+typedef struct etmetal_function_constant_t {
+  const char* name;
+  uint32_t index;
+  int32_t kind; /* etmetal_constant_kind */
+  int64_t int_value;
+  double float_value;
+} etmetal_function_constant_t;
+/* The library's kernel specialised with `count` constant values (constants without one are
+ * undefined). Kernels with different values are different pipelines; the same kernel and values
+ * (given the same way: by index or by name) give the same handle, which dies with the library. Fails on an unknown constant or a value its
+ * type cannot hold. */
+ETMETAL_API AOTITorchError etmetal_get_kernel_function_with_constants(
+    AOTIMetalShaderLibraryHandle library_handle, const char* kernel_name,
+    const etmetal_function_constant_t* constants, size_t count,
+    AOTIMetalKernelFunctionHandle* function_handle);
+
 ETMETAL_END_DECLS
 
 #endif

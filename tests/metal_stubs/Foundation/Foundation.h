@@ -129,6 +129,8 @@ static const NSStringEncoding NSUTF8StringEncoding = 4;
 @interface NSDictionary<__covariant KeyType, __covariant ObjectType> : NSObject <NSCopying>
 @property(readonly) NSUInteger count;
 - (nullable ObjectType)objectForKey:(KeyType)aKey;
+// docs: foundation/nsdictionary/allvalues
+@property(readonly, copy) NSArray<ObjectType>* allValues;
 @end
 
 // docs: foundation/nserror

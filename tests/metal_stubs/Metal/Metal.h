@@ -76,17 +76,55 @@ typedef NS_ENUM(NSUInteger, MTLFunctionType){
     MTLFunctionTypeKernel = 3,
 };
 
+// docs: metal/mtldatatype (the scalar cases the Metal device uses)
+typedef NS_ENUM(NSUInteger, MTLDataType){
+    MTLDataTypeFloat = 3,
+    MTLDataTypeHalf = 16,
+    MTLDataTypeInt = 29,
+    MTLDataTypeUInt = 33,
+    MTLDataTypeShort = 37,
+    MTLDataTypeUShort = 41,
+    MTLDataTypeChar = 45,
+    MTLDataTypeUChar = 49,
+    MTLDataTypeBool = 53,
+    MTLDataTypeLong API_AVAILABLE(macos(10.14)) = 81,
+    MTLDataTypeULong API_AVAILABLE(macos(10.14)) = 85,
+    MTLDataTypeBFloat API_AVAILABLE(macos(14.0)) = 121,
+};
+
+// docs: metal/mtlfunctionconstant
+@interface MTLFunctionConstant : NSObject
+@property(readonly) NSString* name;
+@property(readonly) MTLDataType type;
+@property(readonly) NSUInteger index;
+@property(readonly) BOOL required;
+@end
+
+// docs: metal/mtlfunctionconstantvalues
+@interface MTLFunctionConstantValues : NSObject <NSCopying>
+// docs: metal/mtlfunctionconstantvalues/setconstantvalue(_:type:index:)
+- (void)setConstantValue:(const void*)value type:(MTLDataType)type atIndex:(NSUInteger)index;
+// docs: metal/mtlfunctionconstantvalues/setconstantvalue(_:type:withname:)
+- (void)setConstantValue:(const void*)value type:(MTLDataType)type withName:(NSString*)name;
+@end
+
 // docs: metal/mtlfunction
 @protocol MTLFunction <NSObject>
 // docs: metal/mtlfunction/functiontype
 @property(readonly) MTLFunctionType functionType;
 @property(readonly) NSString* name;
+// docs: metal/mtlfunction/functionconstantsdictionary
+@property(readonly) NSDictionary<NSString*, MTLFunctionConstant*>* functionConstantsDictionary;
 @end
 
 // docs: metal/mtllibrary
 @protocol MTLLibrary <NSObject>
 // docs: metal/mtllibrary/makefunction(name:)
 - (nullable id<MTLFunction>)newFunctionWithName:(NSString*)functionName;
+// docs: metal/mtllibrary/makefunction(name:constantvalues:)
+- (nullable id<MTLFunction>)newFunctionWithName:(NSString*)name
+                                 constantValues:(MTLFunctionConstantValues*)constantValues
+                                          error:(NSError* _Nullable* _Nullable)error;
 // docs: metal/mtllibrary/functionnames
 @property(readonly) NSArray<NSString*>* functionNames;
 @end

@@ -1,0 +1,216 @@
+#include "device/cpu/kernel_faults.h"
+
+#if defined(__linux__) && defined(__x86_64__)
+
+#include <dlfcn.h>
+#include <link.h>
+#include <signal.h>
+#include <ucontext.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+namespace etm::device::cpu {
+namespace {
+
+// Code ranges of loaded kernel objects; appended under a mutex, read by the signal handler
+// without locks (entries are complete before the count that publishes them).
+constexpr size_t kMaxRanges = 8192;
+struct CodeRange {
+  uintptr_t begin;
+  uintptr_t end;
+};
+CodeRange g_ranges[kMaxRanges];
+std::atomic<size_t> g_range_count{0};
+struct sigaction g_previous;
+
+bool in_kernel_code(uintptr_t pc) {
+  const size_t count = g_range_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < count; ++i) {
+    if (pc >= g_ranges[i].begin && pc < g_ranges[i].end) return true;
+  }
+  return false;
+}
+
+// x86-64 register number (ModRM / REX order) to its slot in the signal context.
+constexpr int kRegisterSlots[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI, REG_RDI,
+                                    REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+
+struct Division {
+  unsigned bits = 0;   // operand size: 8, 16, 32, 64
+  bool is_signed = false;
+  uint64_t divisor = 0;
+  size_t length = 0;   // of the instruction
+};
+
+uint64_t truncate(uint64_t value, unsigned bits) { return bits == 64 ? value : value & ((uint64_t{1} << bits) - 1); }
+
+// Decodes the `div`/`idiv` at pc (F6 /6, F6 /7, F7 /6, F7 /7 with prefixes) and reads its
+// divisor; false for anything else.
+bool decode(const unsigned char* pc, greg_t* regs, Division* out) {
+  const unsigned char* p = pc;
+  bool operand16 = false;
+  for (;; ++p) {
+    if (*p == 0x66) operand16 = true;
+    else if (*p == 0x67 || *p == 0xF2 || *p == 0xF3 || *p == 0x2E || *p == 0x3E || *p == 0x26 || *p == 0x36) continue;
+    else break;
+  }
+  unsigned rex = 0;
+  if ((*p & 0xF0) == 0x40) rex = *p++;
+  const unsigned char opcode = *p++;
+  if (opcode != 0xF6 && opcode != 0xF7) return false;
+  const unsigned char modrm = *p++;
+  const unsigned mod = modrm >> 6, reg = (modrm >> 3) & 7, rm = modrm & 7;
+  if (reg != 6 && reg != 7) return false;
+  out->is_signed = reg == 7;
+  out->bits = opcode == 0xF6 ? 8 : (rex & 8) ? 64 : operand16 ? 16 : 32;
+  if (mod == 3) {
+    const unsigned number = rm | ((rex & 1) << 3);
+    uint64_t value = static_cast<uint64_t>(regs[kRegisterSlots[number]]);
+    if (out->bits == 8 && rex == 0 && rm >= 4) value = static_cast<uint64_t>(regs[kRegisterSlots[rm - 4]]) >> 8;
+    out->divisor = truncate(value, out->bits);
+    out->length = static_cast<size_t>(p - pc);
+    return true;
+  }
+  uint64_t address = 0;
+  bool rip_relative = false;
+  if (rm == 4) {
+    const unsigned char sib = *p++;
+    const unsigned scale = sib >> 6, index = ((sib >> 3) & 7) | ((rex & 2) << 2), base = (sib & 7) | ((rex & 1) << 3);
+    if (index != 4) address += static_cast<uint64_t>(regs[kRegisterSlots[index]]) << scale;
+    if ((sib & 7) == 5 && mod == 0) {
+      int32_t displacement;
+      std::memcpy(&displacement, p, 4);
+      p += 4;
+      address += static_cast<uint64_t>(static_cast<int64_t>(displacement));
+    } else {
+      address += static_cast<uint64_t>(regs[kRegisterSlots[base]]);
+    }
+  } else if (rm == 5 && mod == 0) {
+    rip_relative = true;
+  } else {
+    address += static_cast<uint64_t>(regs[kRegisterSlots[rm | ((rex & 1) << 3)]]);
+  }
+  if (mod == 1) {
+    address += static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(*p++)));
+  } else if (mod == 2 || rip_relative) {
+    int32_t displacement;
+    std::memcpy(&displacement, p, 4);
+    p += 4;
+    address += static_cast<uint64_t>(static_cast<int64_t>(displacement));
+  }
+  out->length = static_cast<size_t>(p - pc);
+  if (rip_relative) address += reinterpret_cast<uint64_t>(pc) + out->length;
+  uint64_t value = 0;
+  std::memcpy(&value, reinterpret_cast<const void*>(address), out->bits / 8);
+  out->divisor = value;
+  return true;
+}
+
+// Writes the AArch64 results for the faulting division into the context; false when the
+// fault is not division by zero or the signed minimum over -1.
+bool emulate(greg_t* regs, const Division& d) {
+  const uint64_t rax = static_cast<uint64_t>(regs[REG_RAX]);
+  const uint64_t dividend = truncate(rax, d.bits);  // the dividend's low half (AL for 8 bits)
+  const uint64_t minimum = uint64_t{1} << (d.bits - 1);
+  const uint64_t minus_one = truncate(~uint64_t{0}, d.bits);
+  uint64_t quotient, remainder;
+  if (d.divisor == 0) {
+    quotient = 0;
+    remainder = dividend;
+  } else if (d.is_signed && d.divisor == minus_one && dividend == minimum) {
+    quotient = minimum;
+    remainder = 0;
+  } else {
+    return false;
+  }
+  auto merge = [](greg_t old, uint64_t value, unsigned bits) {
+    if (bits == 64 || bits == 32) return static_cast<greg_t>(value);  // 32-bit writes zero-extend
+    const uint64_t mask = (uint64_t{1} << bits) - 1;
+    return static_cast<greg_t>((static_cast<uint64_t>(old) & ~mask) | value);
+  };
+  if (d.bits == 8) {
+    regs[REG_RAX] = static_cast<greg_t>((rax & ~uint64_t{0xFFFF}) | quotient | (remainder << 8));
+  } else {
+    regs[REG_RAX] = merge(regs[REG_RAX], quotient, d.bits);
+    regs[REG_RDX] = merge(regs[REG_RDX], remainder, d.bits);
+  }
+  return true;
+}
+
+void forward(int signal, siginfo_t* info, void* context) {
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) return g_previous.sa_sigaction(signal, info, context);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    return g_previous.sa_handler(signal);
+  }
+  // The default action: restore it; returning re-executes a faulting instruction, which
+  // faults again; a signal sent by a process is sent again.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(signal, &default_action, nullptr);
+  if (info->si_code <= 0) raise(signal);
+}
+
+void on_sigfpe(int signal, siginfo_t* info, void* raw_context) {
+  auto* context = static_cast<ucontext_t*>(raw_context);
+  greg_t* regs = context->uc_mcontext.gregs;
+  const uintptr_t pc = static_cast<uintptr_t>(regs[REG_RIP]);
+  Division division;
+  if (info->si_code == FPE_INTDIV && in_kernel_code(pc) &&
+      decode(reinterpret_cast<const unsigned char*>(pc), regs, &division) && emulate(regs, division)) {
+    regs[REG_RIP] = static_cast<greg_t>(pc + division.length);
+    return;
+  }
+  forward(signal, info, raw_context);
+}
+
+}  // namespace
+
+void register_kernel_code(void* handle) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  link_map* map = nullptr;
+  if (!handle || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map) return;
+  struct Search {
+    uintptr_t base;
+  } search{static_cast<uintptr_t>(map->l_addr)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* wanted = static_cast<Search*>(data);
+        if (info->dlpi_addr != wanted->base) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD || !(segment.p_flags & PF_X)) continue;
+          const size_t n = g_range_count.load(std::memory_order_relaxed);
+          if (n == kMaxRanges) return 1;
+          g_ranges[n] = {info->dlpi_addr + segment.p_vaddr, info->dlpi_addr + segment.p_vaddr + segment.p_memsz};
+          g_range_count.store(n + 1, std::memory_order_release);
+        }
+        return 1;
+      },
+      &search);
+  static bool installed = false;
+  if (!installed) {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigfpe;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    installed = sigaction(SIGFPE, &action, &g_previous) == 0;
+  }
+}
+
+}  // namespace etm::device::cpu
+
+#else
+
+namespace etm::device::cpu {
+
+void register_kernel_code(void*) {}
+
+}  // namespace etm::device::cpu
+
+#endif

@@ -1,0 +1,203 @@
+#include "device/cpu/msl_lexer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+namespace etm::device::cpu {
+
+bool is_identifier_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool is_identifier_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+namespace {
+
+// Multi-character punctuators, longest first.
+const char* const kPunctuators[] = {"...", "<<=", ">>=", "->*", "::", "->", "++", "--", "<<",
+                                    ">>",  "<=",  ">=",  "==",  "!=", "&&", "||", "+=", "-=",
+                                    "*=",  "/=",  "%=",  "&=",  "|=", "^=", "##", ".*"};
+
+class Lexer {
+ public:
+  explicit Lexer(const std::string& text) : text_(text) {}
+
+  bool run(std::vector<Token>* tokens, std::string* error) {
+    tokens->reserve(text_.size() / 4);
+    bool line_start = true;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '\n') {
+        ++line_;
+        ++pos_;
+        line_start = true;
+        continue;
+      }
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+        ++pos_;
+        continue;
+      }
+      if (c == '\\' && pos_ + 1 < text_.size() && text_[pos_ + 1] == '\n') {
+        pos_ += 2;
+        ++line_;
+        continue;
+      }
+      if (c == '/' && peek(1) == '/') {
+        while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+        continue;
+      }
+      if (c == '/' && peek(1) == '*') {
+        const size_t close = text_.find("*/", pos_ + 2);
+        if (close == std::string::npos) {
+          *error = std::to_string(line_) + ": unterminated comment";
+          return false;
+        }
+        line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + close, '\n'));
+        pos_ = close + 2;
+        continue;
+      }
+      const size_t begin = pos_;
+      const int line = line_;
+      if (c == '#' && line_start) {
+        lex_directive();
+        tokens->push_back({TokenKind::directive, begin, pos_, line});
+        continue;
+      }
+      line_start = false;
+      if (is_identifier_start(c)) {
+        while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
+        // String literal prefixes (u8"", R"()", L'x').
+        if (pos_ < text_.size() && (text_[pos_] == '"' || text_[pos_] == '\'')) {
+          const std::string prefix = text_.substr(begin, pos_ - begin);
+          if (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" ||
+              prefix == "LR") {
+            if (!lex_raw_string(error)) return false;
+            tokens->push_back({TokenKind::literal, begin, pos_, line});
+            continue;
+          }
+          if (prefix == "u8" || prefix == "u" || prefix == "U" || prefix == "L") {
+            if (!lex_quoted(text_[pos_], error)) return false;
+            tokens->push_back({TokenKind::literal, begin, pos_, line});
+            continue;
+          }
+        }
+        tokens->push_back({TokenKind::identifier, begin, pos_, line});
+        continue;
+      }
+      if (std::isdigit(static_cast<unsigned char>(c)) ||
+          (c == '.' && std::isdigit(static_cast<unsigned char>(peek(1))))) {
+        lex_number();
+        tokens->push_back({TokenKind::number, begin, pos_, line});
+        continue;
+      }
+      if (c == '"' || c == '\'') {
+        if (!lex_quoted(c, error)) return false;
+        tokens->push_back({TokenKind::literal, begin, pos_, line});
+        continue;
+      }
+      size_t length = 1;
+      for (const char* p : kPunctuators) {
+        if (p[0] != c) continue;
+        const size_t n = p[2] ? 3 : 2;
+        if (pos_ + n <= text_.size() && std::memcmp(text_.data() + pos_, p, n) == 0) {
+          length = n;
+          break;
+        }
+      }
+      pos_ += length;
+      tokens->push_back({TokenKind::punctuator, begin, pos_, line});
+    }
+    return true;
+  }
+
+ private:
+  char peek(size_t ahead) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
+
+  void lex_directive() {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '\\' && peek(1) == '\n') {
+        pos_ += 2;
+        ++line_;
+        continue;
+      }
+      if (c == '\n') break;
+      if (c == '/' && peek(1) == '*') {
+        const size_t close = text_.find("*/", pos_ + 2);
+        const size_t stop = close == std::string::npos ? text_.size() : close + 2;
+        line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + stop, '\n'));
+        pos_ = stop;
+        continue;
+      }
+      ++pos_;
+    }
+  }
+
+  void lex_number() {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if ((c == '+' || c == '-') && pos_ > 0) {
+        const char before = static_cast<char>(std::tolower(text_[pos_ - 1]));
+        if (before == 'e' || before == 'p') {
+          ++pos_;
+          continue;
+        }
+        break;
+      }
+      if (is_identifier_char(c) || c == '.' || c == '\'') {
+        ++pos_;
+        continue;
+      }
+      break;
+    }
+  }
+
+  bool lex_quoted(char quote, std::string* error) {
+    ++pos_;
+    while (pos_ < text_.size() && text_[pos_] != quote) {
+      if (text_[pos_] == '\\') ++pos_;
+      if (pos_ < text_.size() && text_[pos_] == '\n') break;
+      ++pos_;
+    }
+    if (pos_ >= text_.size() || text_[pos_] != quote) {
+      *error = std::to_string(line_) + ": unterminated literal";
+      return false;
+    }
+    ++pos_;
+    return true;
+  }
+
+  bool lex_raw_string(std::string* error) {
+    ++pos_;  // the opening quote
+    const size_t paren = text_.find('(', pos_);
+    if (paren == std::string::npos) {
+      *error = std::to_string(line_) + ": malformed raw string literal";
+      return false;
+    }
+    const std::string terminator = ")" + text_.substr(pos_, paren - pos_) + "\"";
+    const size_t close = text_.find(terminator, paren);
+    if (close == std::string::npos) {
+      *error = std::to_string(line_) + ": unterminated raw string literal";
+      return false;
+    }
+    line_ += static_cast<int>(std::count(text_.begin() + pos_, text_.begin() + close, '\n'));
+    pos_ = close + terminator.size();
+    return true;
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+  int line_ = 1;
+};
+
+}  // namespace
+
+bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* error) {
+  return Lexer(text).run(tokens, error);
+}
+
+}  // namespace etm::device::cpu
