@@ -3,7 +3,8 @@ in the wheel): every module x float32/bfloat16, exported with etmetal_py.executo
 run by ExecuTorch's runtime through libetmetal_executorch, compared with eager CPU using the
 suite's own tolerances. Quantized ("fpa4w") modules compare with the unquantized module where
 the suite does, else with the quantized module in eager (torchao's op on CPU runs etmetal_py's
-torch reference, not the Metal kernel). A few representative cases run by default; the sweep is marked slow."""
+torch reference, not the Metal kernel). Each case is one AOTInductor compile: the sweep is
+marked slow (tests/executorch_integration/test_runtime.py covers the path by default)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,13 @@ from etmetal_py.executorch import export_pte
 
 suite = pytest.importorskip("executorch.backends.apple.metal.tests.test_modules")
 
-# A weighted linear (a fallback matmul) and the custom op with a bfloat16 state; each case is
-# one AOTInductor compile, so the rest of the sweep is slow.
-REPRESENTATIVE = {("linear_bias", torch.float32), ("gated_delta_rule", torch.bfloat16)}
+pytestmark = pytest.mark.slow
 
 
 def _cases():
     for name in suite.MODULE_REGISTRY:
         for dtype in suite.DTYPES:
-            marks = [] if (name, dtype) in REPRESENTATIVE else [pytest.mark.slow]
-            yield pytest.param(name, dtype, id=f"{name}-{suite.DTYPE_NAMES[dtype]}", marks=marks)
+            yield pytest.param(name, dtype, id=f"{name}-{suite.DTYPE_NAMES[dtype]}")
 
 
 @pytest.mark.parametrize("name, dtype", list(_cases()))
