@@ -65,7 +65,9 @@ def register_backend() -> str:
         try:
             # RTLD_LOCAL: libetmetal, its dependency, stays out of the global scope, where
             # it would interpose on libtorch's aoti_torch_* for stock torch packages.
-            ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+            # RTLD_DEEPBIND (glibc): the backend's own aoti_torch_* calls bind to libetmetal
+            # even when another library in the global scope defines them.
+            ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0))
         except OSError as exc:
             raise BackendRegistrationError(f"cannot load {path}: {exc}") from None
         if METAL_BACKEND_ID not in registered_backend_names():

@@ -18,30 +18,15 @@ extern "C" void __cxa_finalize(void* dso_handle);
 namespace etmetal_executorch {
 namespace {
 
-// True when the global scope holds an aoti_torch_* provider other than libetmetal (libtorch
-// in a host that loaded it RTLD_GLOBAL): a model must then bind through its own dependencies.
-bool another_global_provider() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&etmetal_last_error), &info) == 0 || !info.dli_fname) {
-    return false;
-  }
-  void* etmetal = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-  if (etmetal == nullptr) return false;
-  void* ours = dlsym(etmetal, "aoti_torch_delete_tensor_object");
-  dlclose(etmetal);
-  void* global = dlsym(RTLD_DEFAULT, "aoti_torch_delete_tensor_object");
-  return global != nullptr && global != ours;
-}
-
 // The one place a model library is opened. A model compiled by etmetal links libetmetal
-// (DT_NEEDED), so its aoti_torch_* symbols resolve from libetmetal even when libetmetal is
-// not in the global scope; other models resolve them from the global scope (a host linked
-// against libetmetal). RTLD_DEEPBIND when another provider sits in the global scope.
-// RTLD_NOW: a function libetmetal lacks fails here, with its name, not at first call.
+// (DT_NEEDED); RTLD_DEEPBIND makes its aoti_torch_* calls bind there even when another library
+// in the global scope defines some of them (libtorch, loaded RTLD_GLOBAL by a host). A model
+// without that dependency resolves them from the global scope (a host linked against
+// libetmetal). RTLD_NOW: a function libetmetal lacks fails here, with its name, not at first call.
 void* open_model_shared_object(const std::string& path, std::string* error) {
   int flags = RTLD_NOW | RTLD_LOCAL;
 #if defined(RTLD_DEEPBIND)
-  if (another_global_provider()) flags |= RTLD_DEEPBIND;
+  flags |= RTLD_DEEPBIND;
 #endif
   void* handle = dlopen(path.c_str(), flags);
   if (handle == nullptr) {

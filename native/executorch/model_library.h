@@ -8,7 +8,6 @@
 #include <string>
 
 #include <etmetal/aoti_shim.h>
-#include <etmetal/etmetal.h>
 
 namespace etmetal_executorch {
 
