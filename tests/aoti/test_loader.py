@@ -87,6 +87,17 @@ def test_a_missing_runtime_function_is_named_before_loading(tmp_path):
 @needs_compiler
 @pytest.mark.skipif(sys.platform == "darwin", reason="ELF loader scopes (macOS: two-level namespace)")
 def test_a_model_binds_to_libetmetal_even_when_another_library_provides_the_abi(tmp_path):
+    # The provider stays in the global scope for the rest of its process: run in a child, so
+    # that later tests do not resolve aoti_torch_dtype_float32 to it.
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import sys, pathlib; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import test_loader; "
+            "test_loader.check_binding_beside_another_provider(pathlib.Path(sys.argv[3]))")
+    result = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(os.path.dirname(here)),
+                             str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def check_binding_beside_another_provider(tmp_path):
     # A library in the global scope defines aoti_torch_dtype_float32 too (as libtorch does).
     provider = build_library(str(tmp_path), "provider",
                              "int aoti_torch_dtype_float32(void) { return 99; }\n")
