@@ -14,4 +14,8 @@ else
   meson setup build >/dev/null
 fi
 ninja -C build
-python3 -m pytest "$@"
+# ExecuTorch's export leaves custom-op state behind that makes a later etmetal compile in the
+# same process miss the metal:: C shims (a known bug, see the closing note of 2026-12-01): its
+# tests run in a process of their own until that is fixed.
+python3 -m pytest --ignore=tests/executorch_integration "$@"
+python3 -m pytest tests/executorch_integration "$@"
