@@ -31,8 +31,6 @@ struct CumulativeParams {
 };
 static_assert(sizeof(CumulativeParams) == 264, "CumulativeParams must match the MSL layout");
 
-bool is_floating(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
-
 // Line layout of self and of contiguous results of self's shape; false when there is no
 // element to compute.
 bool plan(const char* op, const Tensor& self, int64_t& dim, CumulativeParams& p) {
@@ -65,18 +63,8 @@ std::unique_ptr<Tensor> like(const Tensor& self, int32_t dtype) {
 std::unique_ptr<Tensor> cumprod(const Tensor& self, int64_t dim, std::optional<int32_t> dtype) {
   constexpr const char* op = "cumprod";
   require_mps(op, "self", self);
+  const int32_t out_dtype = scan_output_dtype(op, self, dtype);
   const char* input_name = msl_element_type_name(self.dtype);
-  ETM_REQUIRE(input_name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
-  const int32_t out_dtype =
-      dtype ? *dtype : (is_floating(self.dtype) ? self.dtype : static_cast<int32_t>(DType::int64));
-  const bool allowed = is_floating(self.dtype)
-                           ? is_floating(out_dtype)
-                           : (out_dtype == static_cast<int32_t>(DType::int64) ||
-                              out_dtype == static_cast<int32_t>(DType::int32) ||
-                              out_dtype == static_cast<int32_t>(DType::float32));
-  ETM_REQUIRE(allowed, op, ": ", dtype_name(self.dtype), " input to ", dtype_name(out_dtype),
-              " output is not supported (floating inputs: float32/float16/bfloat16 outputs; "
-              "integer and bool inputs: int64/int32/float32 outputs)");
   CumulativeParams p{};
   auto output = like(self, out_dtype);
   if (!plan(op, self, dim, p)) return output;

@@ -91,6 +91,24 @@ void require_mps(const char* op, const char* name, const Tensor& t) {
               t.device_type, ")");
 }
 
+bool is_floating(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
+
+int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int32_t> dtype) {
+  ETM_REQUIRE(msl_element_type_name(self.dtype), op, ": input dtype ", dtype_name(self.dtype),
+              " is not supported");
+  const int32_t out_dtype =
+      dtype ? *dtype : (is_floating(self.dtype) ? self.dtype : static_cast<int32_t>(DType::int64));
+  const bool allowed = is_floating(self.dtype)
+                           ? is_floating(out_dtype)
+                           : (out_dtype == static_cast<int32_t>(DType::int64) ||
+                              out_dtype == static_cast<int32_t>(DType::int32) ||
+                              out_dtype == static_cast<int32_t>(DType::float32));
+  ETM_REQUIRE(allowed, op, ": ", dtype_name(self.dtype), " input to ", dtype_name(out_dtype),
+              " output is not supported (floating inputs: float32/float16/bfloat16 outputs; "
+              "integer and bool inputs: int64/int32/float32 outputs)");
+  return out_dtype;
+}
+
 void require_float_operand(const char* op, const char* name, const Tensor& t) {
   ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be on device mps, not device type ",
               t.device_type);

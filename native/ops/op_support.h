@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launc
 
 // Throws "<op>: <name> must be an mps tensor (device type N)" unless t is on the mps device.
 void require_mps(const char* op, const char* name, const Tensor& t);
+
+// float32, float16 or bfloat16.
+bool is_floating(int32_t dtype);
+
+// The output dtype of cumsum / cumprod (torch's rule: a requested dtype, else floating inputs
+// keep theirs and integer / bool inputs give int64); throws for pairs the kernels lack.
+int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int32_t> dtype);
 
 // Throws unless t is on the mps device and floating (float32, float16 or bfloat16).
 void require_float_operand(const char* op, const char* name, const Tensor& t);

@@ -37,27 +37,12 @@ struct ScanParams {
 };
 static_assert(sizeof(ScanParams) == 200, "ScanParams must match the MSL layout");
 
-bool is_floating(int32_t dtype) {
-  return dtype == static_cast<int32_t>(DType::float32) || dtype == static_cast<int32_t>(DType::float16) ||
-         dtype == static_cast<int32_t>(DType::bfloat16);
-}
-
 }  // namespace
 
 std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<int32_t> dtype) {
   require_mps(kOp, "self", self);
+  const int32_t out_dtype = scan_output_dtype(kOp, self, dtype);
   const char* input_name = msl_element_type_name(self.dtype);
-  ETM_REQUIRE(input_name, kOp, ": input dtype ", dtype_name(self.dtype), " is not supported");
-  const int32_t out_dtype =
-      dtype ? *dtype : (is_floating(self.dtype) ? self.dtype : static_cast<int32_t>(DType::int64));
-  const bool allowed = is_floating(self.dtype)
-                           ? is_floating(out_dtype)
-                           : (out_dtype == static_cast<int32_t>(DType::int64) ||
-                              out_dtype == static_cast<int32_t>(DType::int32) ||
-                              out_dtype == static_cast<int32_t>(DType::float32));
-  ETM_REQUIRE(allowed, kOp, ": ", dtype_name(self.dtype), " input to ", dtype_name(out_dtype),
-              " output is not supported (floating inputs: float32/float16/bfloat16 outputs; "
-              "integer and bool inputs: int64/int32/float32 outputs)");
   const int64_t n = self.dim();
   dim = wrap_dim(kOp, dim, n);
   ETM_REQUIRE(n <= kMaxDims + 1, kOp, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
