@@ -14,8 +14,4 @@ else
   meson setup build >/dev/null
 fi
 ninja -C build
-# ExecuTorch's export leaves custom-op state behind that makes a later etmetal compile in the
-# same process miss the metal:: C shims (a known bug, see the closing note of 2026-12-01): its
-# tests run in a process of their own until that is fixed.
-python3 -m pytest --ignore=tests/executorch_integration "$@"
-python3 -m pytest tests/executorch_integration "$@"
+python3 -m pytest "$@"

@@ -61,6 +61,20 @@ def custom_op_c_shims() -> dict:
     return dict(shims)
 
 
+def current_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """The overload registered now under `op`'s name. Defining an op again (ExecuTorch's
+    Metal backend defines ``metal::gather_qmv`` and ``metal::gated_delta_rule`` too) makes new
+    OpOverload objects, and Inductor finds C shims by identity."""
+    namespace, name = op._schema.name.split("::")
+    return getattr(getattr(getattr(torch.ops, namespace), name), op._overloadname)
+
+
+def with_current_overloads(shims: Mapping) -> dict:
+    """`shims` ({OpOverload: [C declaration]}) keyed by the overloads registered now."""
+    return {current_overload(op) if isinstance(op, torch._ops.OpOverload) else op: declarations
+            for op, declarations in shims.items()}
+
+
 def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
                            external_weights: bool) -> dict[str, Any]:
     configs: dict[str, Any] = {}
@@ -85,7 +99,7 @@ def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
     shims = dict(custom_op_c_shims())
     shims.update(configs.get("aot_inductor.custom_ops_to_c_shims") or {})
     if shims:
-        configs["aot_inductor.custom_ops_to_c_shims"] = shims
+        configs["aot_inductor.custom_ops_to_c_shims"] = with_current_overloads(shims)
     return configs
 
 

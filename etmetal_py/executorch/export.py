@@ -23,6 +23,7 @@ from .. import _ffi
 from ..aoti._compat import (_AttributePatcher, _patch_lock, check_torch_version,
                             model_links_library, mps_available, mps_compile_patches,
                             resolve_gpu_cores)
+from ..aoti.compile import with_current_overloads
 from ..aoti.export import (ExportError, _check_model_on_cpu, _cpu_inputs, copy_program,
                            move_program_to_mps, real_constants_of)
 
@@ -75,9 +76,21 @@ def _metal_preprocess_on_this_host(gpu_cores: int) -> Iterator[None]:
                                                 gpu_cores))
         return stack
 
+    original_compile_options = MetalBackend.get_aoti_compile_options
+
+    def get_aoti_compile_options(cls: type, compile_specs: Any) -> dict[str, Any]:
+        # MetalBackend's C-shim table holds the OpOverloads of its import time; importing
+        # etmetal_py.ops (or ExecuTorch's ops) defines metal:: ops again, with new objects.
+        options = dict(original_compile_options(compile_specs))
+        key = "aot_inductor.custom_ops_to_c_shims"
+        options[key] = with_current_overloads(options.get(key) or {})
+        return options
+
     with _patch_lock:
         patcher = _AttributePatcher()
         try:
+            patcher.set(MetalBackend, "get_aoti_compile_options",
+                        classmethod(get_aoti_compile_options))
             patcher.set(MetalBackend, "move_program_to_device",
                         classmethod(move_program_to_device))
             patcher.set(MetalBackend, "get_extra_aoti_compile_context_manager",

@@ -143,7 +143,36 @@ def test_c_shims_name_exported_functions():
     from etmetal_py.aoti.compile import build_inductor_configs
 
     configs = build_inductor_configs(None, external_weights=False)
-    assert configs["aot_inductor.custom_ops_to_c_shims"] == shims
+    by_name = {str(op): declarations for op, declarations in shims.items()}
+    assert {str(op): declarations for op, declarations
+            in configs["aot_inductor.custom_ops_to_c_shims"].items()} == by_name
+
+
+def _define_scale_op() -> torch._ops.OpOverload:
+    @torch.library.custom_op("etmetal_test::scale_rows", mutates_args=())
+    def scale_rows(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    return torch.ops.etmetal_test.scale_rows.default
+
+
+def test_c_shims_follow_an_op_defined_again():
+    # ExecuTorch's Metal backend defines metal::gather_qmv and metal::gated_delta_rule as
+    # etmetal does; each definition makes new OpOverload objects, and Inductor finds a C shim
+    # only under the object registered when it compiles.
+    from etmetal_py.aoti.compile import build_inductor_configs
+
+    stale = _define_scale_op()
+    declaration = "AOTITorchError aoti_torch_mps_scale_rows(AtenTensorHandle x, AtenTensorHandle* ret)"
+    _define_scale_op()
+    current = torch.ops.etmetal_test.scale_rows.default
+    assert current is not stale
+    configs = build_inductor_configs({"aot_inductor.custom_ops_to_c_shims": {stale: [declaration]}},
+                                     external_weights=False)
+    shims = configs["aot_inductor.custom_ops_to_c_shims"]
+    assert shims[current] == [declaration]
+    assert stale not in shims
+    assert torch.ops.metal.gather_qmv.default in shims
 
 
 def test_moe_block_end_to_end(tmp_path):
