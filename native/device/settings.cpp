@@ -31,6 +31,7 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CXX", Kind::text, "", 0, 0, "g++ >= 12 or clang++ >= 15 on PATH"},
       {"ETMETAL_CXXFLAGS", Kind::text, "", 0, 0, "none"},
       {"ETMETAL_CACHE_DIR", Kind::text, "", 0, 0, "$XDG_CACHE_HOME/etmetal or ~/.cache/etmetal"},
+      {"ETMETAL_CACHE_MAX_MB", Kind::integer, "", 0, int64_t{1} << 30, "1024 (0: no limit)"},
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
       {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers", 0, 0, "chosen per kernel"},
   };

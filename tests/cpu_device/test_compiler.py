@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,51 @@ def test_kernels_resolve_lane_calls_when_libetmetal_is_loaded_locally(child_setu
                              str(etmetal_py.library_path())], env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0 and "loaded" in result.stdout, result.stderr
+
+
+def test_cache_limit_evicts_least_recently_used_entries(child_setup):
+    """ETMETAL_CACHE_MAX_MB: over the limit, the oldest-used entries go first (an object with
+    its kept source, a record, an old header folder, each whole); temporaries older than any
+    compile go; 0 means no limit."""
+    tmp_path, env, _ = child_setup
+    cache = tmp_path / "cache" / "cpu"
+    now = time.time()
+    entries = {  # name: (files, hours since last use); listed oldest first
+        "old headers": (["headers-0123/complete", "headers-0123/metal_include/etm_base.h"], 5),
+        "object a": (["objects/aaaa.so", "objects/aaaa.cpp"], 4),
+        "object b": (["objects/bbbb.so", "objects/bbbb.cpp"], 3),
+        "record": (["translations/cccc"], 2),
+        "marker": (["checks/dddd"], 1),
+    }
+    for files, hours in entries.values():
+        for name in files:
+            path = cache / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"\0" * 200_000)
+            os.utime(path, (now - hours * 3600, now - hours * 3600))
+    (cache / "tmp").mkdir()
+    stale, in_progress = cache / "tmp" / "12-3.cpp", cache / "tmp" / "45-6.cpp"
+    stale.write_text("left by a killed compile")
+    os.utime(stale, (now - 48 * 3600, now - 48 * 3600))
+    in_progress.write_text("being written by another process")
+
+    def present(name):
+        return all((cache / f).exists() for f in entries[name][0])
+
+    finish(start_child(tmp_path, dict(env, ETMETAL_CACHE_MAX_MB="0"), 1))
+    assert all(present(name) for name in entries)
+    assert not stale.exists() and in_progress.exists()
+
+    finish(start_child(tmp_path, dict(env, ETMETAL_CACHE_MAX_MB="1"), 2))
+    kept = [present(name) for name in entries]
+    assert kept == sorted(kept), f"eviction was not oldest first: {dict(zip(entries, kept))}"
+    assert not kept[0] and kept[-1]
+    assert not any((cache / f).exists() for f in entries["object a"][0])
+    total = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+    assert total <= 1 << 20
+    assert len(list((cache / "objects").glob("*.so"))) >= 1  # the kernel just used stays
+
+    result = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(tmp_path / "kernel.metal"), "3"],
+                            env=dict(env, ETMETAL_CACHE_MAX_MB="-5"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0 and "ETMETAL_CACHE_MAX_MB must be an integer from 0" in result.stderr

@@ -1,6 +1,7 @@
 #include "device/cpu/kernel_compiler.h"
 
 #include "device/cpu/dispatch_counters.h"
+#include "device/settings.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <sstream>
 
 #include "device/cpu/embedded_headers.h"
+#include "device/cpu/kernel_cache.h"
 #include "device/cpu/msl_translator.h"
 
 extern char** environ;
@@ -427,6 +429,14 @@ Status KernelCompiler::initialize() {
 
   Status status = write_headers();
   if (!status.ok()) return status;
+  int64_t max_megabytes = 1024;
+  status = settings::read_integer("ETMETAL_CACHE_MAX_MB", &max_megabytes);
+  if (!status.ok()) return status;
+  cache_max_bytes_ = uint64_t(max_megabytes) << 20;
+  // A compile killed with its process leaves its temporaries; none lives longer than a compile.
+  remove_stale_cache_temporaries(cache_directory_, std::max(3600.0, 2 * compile_timeout_seconds()));
+  mark_cache_entry_used(header_directory_ + "/complete");
+  enforce_cache_limit();
 
   flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
@@ -494,14 +504,41 @@ std::string KernelCompiler::key_for(const std::string& source_hash, const std::v
 }
 
 bool KernelCompiler::read_record(const std::string& category, const std::string& key, std::string* text) const {
-  return read_file(cache_directory_ + "/" + category + "/" + key, text);
+  const std::string path = cache_directory_ + "/" + category + "/" + key;
+  if (!read_file(path, text)) return false;
+  mark_cache_entry_used(path);
+  return true;
 }
 
 void KernelCompiler::write_record(const std::string& category, const std::string& key, const std::string& text) {
   const std::string path = cache_directory_ + "/" + category + "/" + key;
   const std::string temporary = cache_directory_ + "/tmp/" + key + "-" + unique_suffix();
   if (write_file(temporary, text.data(), text.size())) {
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) ::unlink(temporary.c_str());
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+      ::unlink(temporary.c_str());
+    } else {
+      note_stored(path);
+    }
+  }
+}
+
+void KernelCompiler::enforce_cache_limit() {
+  if (cache_max_bytes_ == 0) return;
+  std::lock_guard<std::mutex> lock(eviction_mutex_);
+  bytes_since_eviction_ = 0;
+  // Down to 90% of the limit, so that the next few compiles do not evict again; what another
+  // process touched in the last minute stays.
+  evict_least_recently_used(cache_directory_, cache_max_bytes_, cache_max_bytes_ / 10 * 9, header_directory_,
+                            60.0);
+}
+
+void KernelCompiler::note_stored(const std::string& path) {
+  if (cache_max_bytes_ == 0) return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  // The cache is measured again after a twentieth of the limit was written.
+  if (bytes_since_eviction_.fetch_add(uint64_t(st.st_size)) + uint64_t(st.st_size) > cache_max_bytes_ / 20) {
+    enforce_cache_limit();
   }
 }
 
@@ -564,7 +601,10 @@ Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t ent
   const std::string key = key_for(source_hash, selection);
   const std::string final_path = cache_directory_ + "/objects/" + key + ".so";
   *object_path = final_path;
-  if (file_exists(final_path)) return Status();
+  if (file_exists(final_path)) {
+    mark_cache_entry_used(final_path);
+    return Status();
+  }
   std::string source;
   Status status = provide_source(&source);
   if (!status.ok()) return status;
@@ -580,13 +620,17 @@ Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t ent
     ::unlink(temporary.c_str());
     return Status::error("cannot store the kernel object " + final_path + ": " + std::strerror(errno));
   }
+  note_stored(final_path);
   return Status();
 }
 
 Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source) {
   const std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1"};
   const std::string marker = cache_directory_ + "/checks/" + key_for(source_hash, selection);
-  if (file_exists(marker)) return Status();
+  if (file_exists(marker)) {
+    mark_cache_entry_used(marker);
+    return Status();
+  }
   std::string source;
   Status status = provide_source(&source);
   if (!status.ok()) return status;

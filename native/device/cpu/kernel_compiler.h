@@ -12,8 +12,10 @@
 // partial file.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,10 @@ class KernelCompiler {
   Status initialize();
   Status write_headers();
   std::string key_for(const std::string& source_hash, const std::vector<std::string>& selection) const;
+  // Evicts least recently used entries when the cache is over ETMETAL_CACHE_MAX_MB.
+  void enforce_cache_limit();
+  // Counts a newly stored entry toward the next eviction check.
+  void note_stored(const std::string& path);
   Status run_compiler(const std::string& source, const std::vector<std::string>& selection, bool syntax_only,
                       const std::string& output_path);
 
@@ -64,6 +70,9 @@ class KernelCompiler {
   std::string headers_hash_;
   std::vector<std::string> flags_;
   std::string isa_identity_;  // the host CPU's features when compiling for them, else empty
+  uint64_t cache_max_bytes_ = 0;  // 0: no limit
+  std::atomic<uint64_t> bytes_since_eviction_{0};
+  std::mutex eviction_mutex_;
 };
 
 // A 128-bit content hash as 32 hex digits (for cache keys).
