@@ -197,6 +197,23 @@ def _patch_core_count(patcher: _AttributePatcher, gpu_cores: int) -> None:
     patcher.set(backends_mps, "get_core_count", get_core_count)
 
 
+def _patch_unloadable_model(patcher: _AttributePatcher) -> None:
+    """g++ makes the statics of inline functions STB_GNU_UNIQUE symbols, and dlclose never
+    unloads a library that has one: every load of a package would keep its mappings for the
+    rest of the process. -fno-gnu-unique lets closing a model unload its library."""
+    from torch._inductor import cpp_builder
+
+    original = cpp_builder._get_optimization_cflags
+
+    def optimization_cflags(cpp_compiler: str, min_optimize: bool = False) -> Any:
+        cflags, ldflags = original(cpp_compiler, min_optimize)
+        if cpp_builder._is_gcc(cpp_compiler):
+            cflags = [*cflags, "fno-gnu-unique"]
+        return cflags, ldflags
+
+    patcher.set(cpp_builder, "_get_optimization_cflags", optimization_cflags)
+
+
 def _patch_constant_identity(patcher: _AttributePatcher) -> None:
     import torch._inductor.graph as inductor_graph
 
@@ -405,6 +422,7 @@ def mps_compile_patches(real_constants: Mapping[str, torch.Tensor] | None = None
             _patch_gpu_type(patcher)
             _patch_pattern_init(patcher)
             _patch_core_count(patcher, cores)
+            _patch_unloadable_model(patcher)
             _patch_constant_identity(patcher)
             _patch_constant_values(patcher, real)
             _patch_uniform_value_folder(patcher, real)

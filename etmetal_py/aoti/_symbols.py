@@ -14,7 +14,6 @@ import struct
 import subprocess
 
 _ELF_MAGIC = b"\x7fELF"
-_SHT_SYMTAB = 2
 _SHT_DYNAMIC = 6
 _SHT_DYNSYM = 11
 _DT_NEEDED = 1
@@ -123,20 +122,6 @@ def _elf_undefined_symbols(data: bytes) -> tuple[set[str], set[str]]:
     return strong, weak
 
 
-def local_symbol_offset(path: str, name: str) -> int | None:
-    """Offset from the load base of a defined symbol in the full (non-dynamic) symbol table of
-    an ELF library; None when the file is not ELF, is stripped, or lacks the symbol."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        for symbol, _, shndx, value in _elf_symbols(data, _SHT_SYMTAB):
-            if symbol == name and shndx != _SHN_UNDEF:
-                return value
-    except (OSError, SymbolReadError):
-        return None
-    return None
-
-
 def _nm_undefined_symbols(path: str) -> tuple[set[str], set[str]]:
     nm = shutil.which("nm")
     if nm is None:
@@ -193,12 +178,6 @@ def library_of_address(address: int) -> str | None:
     """Real path of the loaded library that contains `address`, when the loader knows it."""
     info = _dladdr(address)
     return os.path.realpath(os.fsdecode(info.dli_fname)) if info is not None else None
-
-
-def library_base(address: int) -> int | None:
-    """Load address of the library that contains `address`."""
-    info = _dladdr(address)
-    return info.dli_fbase if info is not None and info.dli_fbase else None
 
 
 def global_symbol_address(name: str) -> int:

@@ -16,7 +16,9 @@ aborting on first use.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -33,8 +35,8 @@ import torch.utils._pytree as pytree
 from .. import _ffi
 from ..tensors import MPS, Tensor, dtype_code
 from .compile import SIGNATURE_FILE
-from ._symbols import (SymbolReadError, global_symbol_address, library_base, library_of_address,
-                       local_symbol_offset, needed_libraries, undefined_symbols)
+from ._symbols import (SymbolReadError, global_symbol_address, library_of_address, needed_libraries,
+                       undefined_symbols)
 
 # The model container API every AOTInductor model .so exports (aoti_runtime/interface.h).
 _CONTAINER_CDEF = """
@@ -146,6 +148,36 @@ def check_model_symbols(library: str) -> bool:
     return False
 
 
+_library_lock = threading.Lock()
+_library_folder: str | None = None
+
+
+def _library_file_for(archive: zipfile.ZipFile, member: str) -> str:
+    """The path of the model library `member`, one file per distinct content for the life of
+    the process. Opening a package again then finds its library still loaded (the loader
+    matches it by path) instead of mapping another copy: a model library stays loaded while
+    any thread that ran it lives, since its thread_local destructors pin it."""
+    global _library_folder
+    try:
+        data = archive.read(member)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise PackageError(f"cannot extract {member}: {exc}") from None
+    with _library_lock:
+        if _library_folder is None:
+            _library_folder = tempfile.mkdtemp(prefix="etmetal-models-")
+            atexit.register(shutil.rmtree, _library_folder, True)
+        path = os.path.join(_library_folder, hashlib.sha256(data).hexdigest() + ".so")
+        if not os.path.exists(path):
+            partial = path + ".partial"
+            try:
+                with open(partial, "wb") as target:
+                    target.write(data)
+                os.replace(partial, path)
+            except OSError as exc:
+                raise PackageError(f"cannot extract {member}: {exc}") from None
+    return path
+
+
 class _PackageContents:
     """The files of one model inside a .pt2 archive, extracted into a private folder."""
 
@@ -180,7 +212,7 @@ class _PackageContents:
                                    f"{model_name!r}: {', '.join(libraries)}")
             blobs = [n for n in members if n.endswith("_weights.blob")]
             # Fixed local names: nothing from the archive decides where files are written.
-            self.library = self._write(archive, libraries[0], "model.so")
+            self.library = _library_file_for(archive, libraries[0])
             self.weights = self._write(archive, blobs[0], "weights.blob") if blobs else None
             root = names[0].split("/")[0] if names else ""
             self.signature = None
@@ -218,36 +250,6 @@ def _as_torch(value: torch.Tensor | np.ndarray, position: int) -> torch.Tensor:
     return value.detach()
 
 
-def model_dso_handle(library_path: str, anchor_address: int) -> int | None:
-    """Address of the model library's `__dso_handle`, the key its static destructors are
-    registered under; None when it cannot be found and verified."""
-    offset = local_symbol_offset(library_path, "__dso_handle")
-    base = library_base(anchor_address)
-    if offset is None or base is None:
-        return None
-    address = base + offset
-    # In a shared object, __dso_handle holds its own address.
-    if ctypes.c_void_p.from_address(address).value != address:
-        return None
-    return address
-
-
-def run_static_destructors(dso_handle: int) -> None:
-    """Runs the destructors of a library's static objects now, once (__cxa_finalize).
-
-    Model libraries cannot be unloaded: g++ gives them STB_GNU_UNIQUE symbols, which make
-    dlclose keep them. Their static kernel handles own the model's shader libraries, so without
-    this the libraries would live until process exit, and be destroyed there, from inside the
-    loader's exit-time finalization."""
-    try:
-        finalize = ctypes.CDLL(None).__cxa_finalize
-    except AttributeError:
-        return
-    finalize.argtypes = [ctypes.c_void_p]
-    finalize.restype = None
-    finalize(ctypes.c_void_p(dso_handle))
-
-
 class _Resources:
     """Everything a runner must release, kept apart so a finalizer can release it."""
 
@@ -255,7 +257,6 @@ class _Resources:
         self.container_ffi = None
         self.library = None
         self.container = None
-        self.dso_handle: int | None = None
         self.contents: _PackageContents | None = None
 
     def release(self) -> None:
@@ -264,9 +265,6 @@ class _Resources:
         self.library = None
         if container is not None and library is not None:
             library.AOTInductorModelContainerDelete(container)
-        if library is not None and self.dso_handle is not None:
-            run_static_destructors(self.dso_handle)
-            self.dso_handle = None
         if library is not None and container_ffi is not None:
             try:
                 container_ffi.dlclose(library)
@@ -318,8 +316,6 @@ class ModelRunner:
             raise PackageError(f"cannot load the model library: {exc}") from None
         self._state.library = library
         self._lib = library
-        anchor = int(cffi_module.cast("uintptr_t", library.AOTInductorModelContainerRun))
-        self._state.dso_handle = model_dso_handle(contents.library, anchor)
         try:
             self._get_last_error = library.AOTInductorGetLastError
         except AttributeError:
