@@ -1,5 +1,7 @@
 """Helpers for tests that drive the C ABI through etmetal_py (imported by test modules)."""
 
+import sys
+
 import etmetal_py
 from etmetal_py import ffi, lib
 
@@ -31,3 +33,24 @@ def fails(code, *fragments):
     for fragment in fragments:
         assert fragment in message, message
     return message
+
+
+def host_mappings_and_rss() -> tuple[int, int] | None:
+    """(memory mappings, resident KiB) of this process, from /proc; None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    with open("/proc/self/maps") as maps:
+        mappings = sum(1 for _ in maps)
+    with open("/proc/self/status") as status:
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return mappings, rss
+
+
+def assert_host_memory_flat(before: tuple[int, int] | None, what: str) -> None:
+    """Mappings and RSS no larger than `before` (within 10 mappings and 5%) after `what`. A
+    model library mapped again per load adds about six mappings and 300 KiB each time."""
+    if before is None:
+        return
+    mappings, rss = host_mappings_and_rss()
+    assert mappings <= before[0] + 10, f"{what}: mappings grew {before[0]} -> {mappings}"
+    assert rss <= before[1] * 1.05, f"{what}: RSS grew {before[1]} -> {rss} KiB"

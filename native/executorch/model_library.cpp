@@ -7,13 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
 
 #if defined(__linux__)
 #include <elf.h>
-#include <link.h>
 #endif
-
-extern "C" void __cxa_finalize(void* dso_handle);
 
 namespace etmetal_executorch {
 namespace {
@@ -36,76 +36,90 @@ void* open_model_shared_object(const std::string& path, std::string* error) {
   return handle;
 }
 
-bool write_temporary_file(const void* bytes, size_t size, std::string* path, std::string* error) {
-  std::error_code ignored;
-  std::string directory = std::filesystem::temp_directory_path(ignored).string();
-  if (directory.empty()) directory = "/tmp";
-  std::string pattern = directory + "/etmetal-model-XXXXXX";
-  int fd = mkstemp(pattern.data());
-  if (fd < 0) {
-    *error = "cannot create a temporary file in " + directory + ": " + std::strerror(errno);
-    return false;
+// Model libraries are written once per distinct content into one folder per process, and
+// kept there until it ends. Loading a program again then opens a library the loader still has
+// (it matches loaded libraries by path) instead of mapping another copy: a model library stays
+// loaded while any thread that ran it lives, since its thread_local destructors pin it.
+class LibraryFolder {
+ public:
+  static LibraryFolder& get() {
+    static LibraryFolder folder;
+    return folder;
   }
-  const char* cursor = static_cast<const char*>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t written = ::write(fd, cursor, left);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      *error = "cannot write " + pattern + ": " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(pattern.c_str());
-      return false;
-    }
-    cursor += written;
-    left -= static_cast<size_t>(written);
-  }
-  ::close(fd);
-  *path = pattern;
-  return true;
-}
 
-#if defined(__linux__)
-// Offset of the library's hidden `__dso_handle` from its symbol table (.symtab; it is not in
-// .dynsym), or 0 when the bytes hold no such symbol.
-uint64_t dso_handle_offset(const unsigned char* data, size_t size) {
-  if (size < sizeof(Elf64_Ehdr) || std::memcmp(data, ELFMAG, SELFMAG) != 0 ||
-      data[EI_CLASS] != ELFCLASS64) {
-    return 0;
-  }
-  Elf64_Ehdr header;
-  std::memcpy(&header, data, sizeof header);
-  if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shoff > size ||
-      header.e_shnum > (size - header.e_shoff) / sizeof(Elf64_Shdr)) {
-    return 0;
-  }
-  auto section = [&](size_t index) {
-    Elf64_Shdr result;
-    std::memcpy(&result, data + header.e_shoff + index * sizeof(Elf64_Shdr), sizeof result);
-    return result;
-  };
-  for (size_t i = 0; i < header.e_shnum; ++i) {
-    Elf64_Shdr symbols = section(i);
-    if (symbols.sh_type != SHT_SYMTAB || symbols.sh_link >= header.e_shnum) continue;
-    Elf64_Shdr strings = section(symbols.sh_link);
-    if (symbols.sh_offset > size || symbols.sh_size > size - symbols.sh_offset ||
-        strings.sh_offset > size || strings.sh_size > size - strings.sh_offset) {
-      return 0;
-    }
-    for (size_t s = 0; s < symbols.sh_size / sizeof(Elf64_Sym); ++s) {
-      Elf64_Sym symbol;
-      std::memcpy(&symbol, data + symbols.sh_offset + s * sizeof(Elf64_Sym), sizeof symbol);
-      if (symbol.st_name >= strings.sh_size || symbol.st_shndx == SHN_UNDEF) continue;
-      const char* name = reinterpret_cast<const char*>(data + strings.sh_offset + symbol.st_name);
-      size_t room = strings.sh_size - symbol.st_name;
-      if (strnlen(name, room) < room && std::strcmp(name, "__dso_handle") == 0) {
-        return symbol.st_value;
+  // The path of a file holding exactly `bytes`, written if this process has none yet.
+  bool file_for(const void* bytes, size_t size, std::string* path, std::string* error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (folder_.empty() && !create(error)) return false;
+    const std::string stem = folder_ + "/" + content_name(bytes, size);
+    for (int variant = 0;; ++variant) {  // a different library whose name collides: next name
+      const std::string candidate = stem + (variant == 0 ? "" : "-" + std::to_string(variant)) + ".so";
+      if (!std::filesystem::exists(candidate)) {
+        if (!write_file(candidate, bytes, size, error)) return false;
+        *path = candidate;
+        return true;
+      }
+      if (holds(candidate, bytes, size)) {
+        *path = candidate;
+        return true;
       }
     }
   }
-  return 0;
-}
 
+  ~LibraryFolder() {
+    std::error_code ignored;
+    if (!folder_.empty()) std::filesystem::remove_all(folder_, ignored);
+  }
+
+ private:
+  bool create(std::string* error) {
+    std::error_code ignored;
+    std::string directory = std::filesystem::temp_directory_path(ignored).string();
+    if (directory.empty()) directory = "/tmp";
+    std::string pattern = directory + "/etmetal-models-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      *error = "cannot create a folder in " + directory + ": " + std::strerror(errno);
+      return false;
+    }
+    folder_ = pattern;
+    return true;
+  }
+
+  // FNV-1a over the bytes, with the size; collisions are caught by comparing contents.
+  static std::string content_name(const void* bytes, size_t size) {
+    uint64_t hash = 1469598103934665603ull;
+    const unsigned char* data = static_cast<const unsigned char*>(bytes);
+    for (size_t i = 0; i < size; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
+    char name[48];
+    std::snprintf(name, sizeof name, "%016llx-%zu", static_cast<unsigned long long>(hash), size);
+    return name;
+  }
+
+  static bool holds(const std::string& path, const void* bytes, size_t size) {
+    std::ifstream in(path, std::ios::binary);
+    std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return contents.size() == size && std::memcmp(contents.data(), bytes, size) == 0;
+  }
+
+  // Written under another name and renamed, so the loader never sees part of a library.
+  static bool write_file(const std::string& path, const void* bytes, size_t size, std::string* error) {
+    const std::string partial = path + ".partial";
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+    out.close();
+    if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
+      *error = "cannot write " + path + ": " + std::strerror(errno);
+      ::unlink(partial.c_str());
+      return false;
+    }
+    return true;
+  }
+
+  std::mutex mutex_;
+  std::string folder_;
+};
+
+#if defined(__linux__)
 // The loader maps a truncated library without complaint and faults on first use of a missing
 // page, so the bytes must hold every segment and table the headers promise.
 bool check_elf_extent(const unsigned char* data, size_t size, std::string* error) {
@@ -140,24 +154,9 @@ bool check_elf_extent(const unsigned char* data, size_t size, std::string* error
   return true;
 }
 
-// g++ gives model libraries STB_GNU_UNIQUE symbols, so dlclose never unloads them and their
-// static objects (kernel handles that own shader libraries) would be destroyed only at exit,
-// from the loader's finalization. __cxa_finalize on the library's __dso_handle destroys them
-// now; this needs the handle, which holds its own address.
-void* find_dso_handle(void* library, const void* bytes, size_t size) {
-  uint64_t offset = dso_handle_offset(static_cast<const unsigned char*>(bytes), size);
-  struct link_map* map = nullptr;
-  if (offset == 0 || dlinfo(library, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
-    return nullptr;
-  }
-  void* address = reinterpret_cast<void*>(map->l_addr + offset);
-  return *static_cast<void**>(address) == address ? address : nullptr;
-}
 #else
-// dyld checks a Mach-O's extent itself, and runs a library's static destructors when dlclose
-// unloads it.
+// dyld checks a Mach-O's extent itself.
 bool check_elf_extent(const unsigned char*, size_t, std::string*) { return true; }
-void* find_dso_handle(void*, const void*, size_t) { return nullptr; }
 #endif
 
 template <typename Function>
@@ -180,17 +179,14 @@ std::unique_ptr<ModelLibrary> ModelLibrary::load(const void* bytes, size_t size,
     return nullptr;
   }
   std::string path;
-  if (!write_temporary_file(bytes, size, &path, error)) return nullptr;
+  if (!LibraryFolder::get().file_for(bytes, size, &path, error)) return nullptr;
   std::unique_ptr<ModelLibrary> library(new ModelLibrary());
   std::string open_error;
   library->handle_ = open_model_shared_object(path, &open_error);
-  // Loaded (or not), the file is no longer needed: nothing is left behind on any exit path.
-  ::unlink(path.c_str());
   if (library->handle_ == nullptr) {
     *error = "cannot load the model library " + label + ": " + open_error;
     return nullptr;
   }
-  library->dso_handle_ = find_dso_handle(library->handle_, bytes, size);
   ContainerApi& api = library->api_;
   void* handle = library->handle_;
   if (!resolve(handle, "AOTInductorModelContainerCreateWithDevice", &api.create_with_device,
@@ -213,7 +209,6 @@ std::unique_ptr<ModelLibrary> ModelLibrary::load(const void* bytes, size_t size,
 
 ModelLibrary::~ModelLibrary() {
   if (handle_ == nullptr) return;
-  if (dso_handle_ != nullptr) __cxa_finalize(dso_handle_);
   dlclose(handle_);
 }
 

@@ -38,8 +38,9 @@ struct ContainerApi {
 
 class ModelLibrary {
  public:
-  // Writes `bytes` to a private temporary file and loads it. On failure returns null and sets
-  // `error`. `label` names the library in messages.
+  // Loads the library `bytes` holds, from a file in this process's model folder (one per
+  // distinct library). On failure returns null and sets `error`. `label` names the library in
+  // messages.
   static std::unique_ptr<ModelLibrary> load(const void* bytes, size_t size,
                                             const std::string& label, std::string* error);
   ~ModelLibrary();
@@ -53,7 +54,6 @@ class ModelLibrary {
  private:
   ModelLibrary() = default;
   void* handle_ = nullptr;
-  void* dso_handle_ = nullptr;  // key of the library's static destructors; null if unknown
   ContainerApi api_;
 };
 

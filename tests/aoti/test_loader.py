@@ -16,6 +16,7 @@ import etmetal_py
 from aoti_testing import (allocator_live, assert_outputs_close, load_runner,
                       require_shader_compiler)
 from etmetal_py.aoti import PackageError, RunError, aoti_load_package
+from etmetal_testing import assert_host_memory_flat, host_mappings_and_rss
 from etmetal_py.aoti._symbols import SymbolReadError, undefined_symbols
 from etmetal_py.aoti.runner import check_model_symbols
 
@@ -200,15 +201,6 @@ def test_constants_keep_their_identity(packages):
         assert sorted(runner.constant_fqns) == ["norm.bias", "norm.weight"]
 
 
-def _mappings_and_rss() -> tuple[int, int]:
-    """(memory mappings, resident KiB) of this process, from /proc."""
-    with open("/proc/self/maps") as maps:
-        mappings = sum(1 for _ in maps)
-    with open("/proc/self/status") as status:
-        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-    return mappings, rss
-
-
 def test_load_run_close_cycles_do_not_grow_device_memory(packages):
     require_shader_compiler()
     compiled = packages.get("weights_in_blob")
@@ -220,20 +212,15 @@ def test_load_run_close_cycles_do_not_grow_device_memory(packages):
     etmetal_py.synchronize()
     gc.collect()
     baseline = allocator_live()
-    host_before = _mappings_and_rss() if sys.platform.startswith("linux") else None
+    host_before = host_mappings_and_rss()
     for _ in range(100):
         with load_runner(compiled.path) as runner:
             assert_outputs_close(runner(x), expected, 1e-5, 1e-5)
     etmetal_py.synchronize()
     gc.collect()
     assert allocator_live() == baseline
-    if host_before is not None:
-        # Closing unloads the model library (a package's model keeps no mapping behind; the
-        # compile passes -fno-gnu-unique to g++). A library left loaded adds about six
-        # mappings and 300 KiB per cycle.
-        mappings, rss = _mappings_and_rss()
-        assert mappings <= host_before[0] + 10, f"mappings grew {host_before[0]} -> {mappings}"
-        assert rss <= host_before[1] * 1.05, f"RSS grew {host_before[1]} -> {rss} KiB"
+    # A package opened again maps no new copy of its model library.
+    assert_host_memory_flat(host_before, "100 load/run/close cycles")
 
 
 def test_several_runners_in_one_process(packages):

@@ -14,7 +14,7 @@ from executorch_testing import LinearNorm, Mixed, TwoOutputs, rewrite_pte, runti
 from etmetal_py.executorch.pte import metal_delegates
 
 import etmetal_py
-from etmetal_testing import allocator_stats
+from etmetal_testing import allocator_stats, assert_host_memory_flat, host_mappings_and_rss
 
 
 def test_the_pte_has_executorch_metal_layout(programs):
@@ -125,11 +125,13 @@ def test_load_run_destroy_cycles_keep_device_memory_flat(programs):
     for _ in range(5):
         cycle()
     settled = allocator_stats()
+    host_before = host_mappings_and_rss()
     for _ in range(45):
         cycle()
     after = allocator_stats()
     assert (after.live_bytes, after.live_allocations) == \
         (settled.live_bytes, settled.live_allocations)
+    assert_host_memory_flat(host_before, "45 load/run/destroy cycles")
 
 
 def _forward_processed(program):
