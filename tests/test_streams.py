@@ -66,15 +66,20 @@ def test_pending_bytes_count_each_buffer_once(no_leaks):
     tensors = [Tensor.from_array(np.full(1024, i, np.float32), copy=True) for i in range(34)]
     device_copy(tensors[1], tensors[0], 4096)
     one_pair = stats().pending_bytes
-    assert one_pair >= 2 * 4096 and one_pair % 2 == 0
+    assert one_pair >= 2 * 4096
     device_copy(tensors[1], tensors[0], 4096)
     device_copy(tensors[0], tensors[1], 4096)
     assert stats().pending_bytes == one_pair
+    # Buffers recycled from the pool may be larger than 4 KiB, so each pair's bytes are
+    # measured as it is bound; binding counted buffers again adds nothing.
     for i in range(2, 34, 2):
+        before = stats().pending_bytes
         device_copy(tensors[i + 1], tensors[i], 4096)
+        added = stats().pending_bytes - before
+        assert added >= 2 * 4096
         device_copy(tensors[i + 1], tensors[0], 4096)
+        assert stats().pending_bytes == before + added
     assert stats().pending_commands == 3 + 32
-    assert stats().pending_bytes == 17 * one_pair
     etmetal_py.synchronize()
     np.testing.assert_array_equal(tensors[33]._view(), np.zeros(1024, np.float32))
     del tensors
