@@ -1,4 +1,4 @@
-// Stable sort and top-k along one dimension (ATen's sort / topk), as a bottom-up merge sort
+// Stable sort and top-k with k > 256 (smaller k: topk.metal) along one dimension, as a bottom-up merge sort
 // of every line (the elements along the sorted dimension) in device working buffers:
 //   sort_blocks  one thread per (block, line): copies a block of the input with its indices
 //                and insertion-sorts it.

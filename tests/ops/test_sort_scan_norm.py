@@ -182,6 +182,82 @@ def test_topk_unsorted_flag_and_views():
     assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
 
 
+def stable_topk(x, k, dim, largest):
+    """torch's order with ties in index order: the first k of a stable sort (NaN largest)."""
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
+
+
+def assert_topk_matches(x, k, dim, largest):
+    values, indices = results(*call_topk(x, k, dim, largest))
+    expected_values, expected_indices = stable_topk(x, k, dim, largest)
+    assert values.dtype == x.dtype and indices.dtype == torch.int64
+    if x.dtype.is_floating_point:
+        assert torch.equal(values.isnan(), expected_values.isnan())
+        values, expected_values = torch.nan_to_num(values), torch.nan_to_num(expected_values)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(indices, expected_indices)
+
+
+# Radix selection (k <= 256): lines of one chunk (2048 elements), of several chunks, and of
+# so many chunks that their candidates take a second chunk pass; heavy ties pick the lowest
+# indices first.
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
+@pytest.mark.parametrize("shape,k,dim", [((3, 700), 13, 1), ((2, 5000), 50, -1), ((2, 2049), 256, 1),
+                                         ((5000, 2), 7, 0)])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_with_ties_takes_lowest_indices(dtype, shape, k, dim, largest):
+    torch.manual_seed(k + sum(shape))
+    assert_topk_matches(with_ties(shape, dtype), k, dim, largest)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
+def test_topk_two_chunk_passes(dtype):
+    torch.manual_seed(3)
+    x = torch.randn(2, 70000).mul(1000).to(dtype)  # 35 chunks x 256 candidates > one chunk
+    for largest in (True, False):
+        assert_topk_matches(x, 256, 1, largest)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_topk_nan_infinities_and_signed_zeros(dtype):
+    torch.manual_seed(5)
+    x = torch.randn(3, 4100)
+    x[:, ::97] = float("nan")
+    x[:, 5::89] = float("inf")
+    x[:, 7::83] = -float("inf")
+    x[:, 11::13] = 0.0
+    x[:, 12::13] = -0.0
+    x = x.to(dtype)
+    for largest in (True, False):
+        for k in (1, 30, 100, 256):
+            assert_topk_matches(x, k, 1, largest)
+    zeros = torch.tensor([0.0, -0.0, 1.0, -0.0, 0.0]).to(dtype)
+    values, indices = results(*call_topk(zeros, 3, 0, largest=False))
+    assert indices.tolist() == [0, 1, 3]  # -0.0 and 0.0 tie: index order
+
+
+@pytest.mark.parametrize("k", [0, 1, 255, 256, 257, 300])
+def test_topk_k_from_zero_to_length_and_past_the_radix_limit(k):
+    torch.manual_seed(k)
+    x = torch.randn(4, 300)
+    assert_topk_matches(x, k, 1, True)
+    assert_topk_matches(x, k, 1, False)
+
+
+def test_topk_of_strided_offset_views_and_scalars():
+    torch.manual_seed(6)
+    base = torch.randn(6, 9000)
+    for x, dim in [(base[1:5, 3::2], 1), (base[:, 100:4100].t(), 0), (base.t()[::3], 0), (base[2, 7::4], 0)]:
+        assert not x.is_contiguous()
+        assert_topk_matches(x, 20, dim, True)
+        assert_topk_matches(x, 20, dim, False)
+    values, indices = results(*call_topk(torch.tensor(1.5), 1, 0))
+    assert values.shape == () and values.item() == 1.5 and indices.item() == 0
+    values, indices = results(*call_topk(torch.empty(0, 40), 5, 1))
+    assert values.shape == (0, 5) and indices.shape == (0, 5)
+
+
 # ----------------------------------------------------------------------------- cumsum
 
 

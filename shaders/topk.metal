@@ -1,0 +1,318 @@
+// Top-k along one dimension (ATen's topk) by radix selection, reading every line once:
+//   topk_chunks  one threadgroup per (chunk, line): the group keeps a chunk of the line in
+//                registers (kPerThread consecutive elements a thread), finds the chunk's k-th
+//                best key digit by digit (kDigitBits a pass, a threadgroup histogram each) and
+//                writes the chunk's k best (key, index) candidates, in index order. Repeated
+//                over the candidates while a line has more of them than one chunk holds.
+//   topk_final   one threadgroup per line: the same selection over the line's last candidates
+//                (or over the line itself when it fits one chunk), then each of the k winners
+//                counts the winners that go before it, which is its output position.
+// Order: every element maps to an unsigned key that grows with the preference (NaN the
+// largest value, -0.0 equal to 0.0; inverted for largest=false); equal keys go in index order.
+#include <metal_stdlib>
+using namespace metal;
+
+constant constexpr uint kMaxDims = 8;
+// Must match the constants of native/ops/sort.cpp.
+constant constexpr uint kPerThread = 8;   // line elements a thread keeps in registers
+constant constexpr uint kMaxK = 256;      // largest k of the radix path (threadgroup arrays)
+constant constexpr uint kDigitBits = 8;
+constant constexpr uint kBins = 1u << kDigitBits;
+
+// Must match etm::ops::TopkParams (native/ops/sort.cpp). Lines are numbered over the
+// dimensions other than the selected one (last fastest).
+struct TopkParams {
+  long input_outer[kMaxDims];   // strides of the other dimensions
+  long values_outer[kMaxDims];
+  long indices_outer[kMaxDims];
+  long input_stride;            // along the selected dimension
+  long values_stride;
+  long indices_stride;
+  uint outer_sizes[kMaxDims];
+  uint outer_dims;
+  uint lines;
+  uint k;
+  uint largest;
+  uint count;                   // elements per line this pass selects from
+  uint chunk;                   // elements per threadgroup of topk_chunks
+  uint from_candidates;         // this pass reads the previous pass's candidates, not the input
+  uint source_stride;           // candidates per line in the source buffers
+  uint target_stride;           // candidates per line in the target buffers
+};
+
+struct TopkLine {
+  long input;
+  long values;
+  long indices;
+};
+
+inline TopkLine topk_line(constant TopkParams& p, uint line) {
+  TopkLine at = {0, 0, 0};
+  for (int d = int(p.outer_dims) - 1; d >= 0; --d) {
+    const uint coordinate = line % p.outer_sizes[d];
+    line /= p.outer_sizes[d];
+    at.input += long(coordinate) * p.input_outer[d];
+    at.values += long(coordinate) * p.values_outer[d];
+    at.indices += long(coordinate) * p.indices_outer[d];
+  }
+  return at;
+}
+
+// Order-preserving keys: key_bits(x) significant bits, larger key = larger value.
+inline uint key_bits(float) { return 32; }
+inline uint key_bits(half) { return 16; }
+inline uint key_bits(bfloat) { return 16; }
+inline uint key_bits(long) { return 64; }
+inline uint key_bits(int) { return 32; }
+inline uint key_bits(short) { return 16; }
+inline uint key_bits(char) { return 8; }
+inline uint key_bits(uchar) { return 8; }
+inline uint key_bits(bool) { return 8; }
+
+inline uint float_key(uint bits, uint sign, bool nan, bool zero) {
+  if (nan) return sign | (sign - 1);  // all ones: NaN above +inf
+  if (zero) return sign;              // -0.0 and 0.0 tie
+  return (bits & sign) ? ~bits & (sign | (sign - 1)) : bits | sign;
+}
+inline uint order_key(float x) { return float_key(as_type<uint>(x), 0x80000000u, isnan(x), x == 0.0f); }
+inline uint order_key(half x) {
+  return float_key(as_type<ushort>(x), 0x8000u, isnan(float(x)), float(x) == 0.0f);
+}
+inline uint order_key(bfloat x) {
+  return float_key(as_type<ushort>(x), 0x8000u, isnan(float(x)), float(x) == 0.0f);
+}
+inline ulong order_key(long x) { return ulong(x) ^ (1ul << 63); }
+inline uint order_key(int x) { return uint(x) ^ 0x80000000u; }
+inline uint order_key(short x) { return uint(ushort(x)) ^ 0x8000u; }
+inline uint order_key(char x) { return uint(uchar(x)) ^ 0x80u; }
+inline uint order_key(uchar x) { return uint(x); }
+inline uint order_key(bool x) { return x ? 1u : 0u; }
+
+// The key of x for this selection: larger key = preferred.
+template <typename T, typename K>
+inline K preference_key(T x, bool largest) {
+  const K key = K(order_key(x));
+  if (largest) return key;
+  const uint bits = key_bits(x);
+  const K all = bits == sizeof(K) * 8 ? ~K(0) : (K(1) << bits) - 1;
+  return key ^ all;
+}
+
+// Exclusive prefix sum of `value` over the threadgroup's threads (in thread order); `total`
+// gets the sum. `simd_totals` holds one uint per SIMD-group.
+inline uint group_exclusive_sum(uint value, threadgroup uint* simd_totals, uint threads, uint lane, uint simd,
+                                uint simd_width, thread uint& total) {
+  const uint before_in_simd = simd_prefix_exclusive_sum(value);
+  if (lane == simd_width - 1 || simd * simd_width + lane == threads - 1) {
+    simd_totals[simd] = before_in_simd + value;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint before = before_in_simd;
+  total = 0;
+  const uint simds = (threads + simd_width - 1) / simd_width;
+  for (uint s = 0; s < simds; ++s) {
+    if (s < simd) before += simd_totals[s];
+    total += simd_totals[s];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return before;
+}
+
+// The group's `want`-th largest key (1 <= want <= keys held) as `threshold`, and how many keys
+// equal to it belong to the `want` largest (`take_equal`): a digit a pass, most significant
+// first, counting only the keys that match the digits chosen so far.
+template <typename K>
+inline void radix_select(thread const K* keys, uint held, uint want, uint bits, threadgroup atomic_uint* histogram,
+                         threadgroup uint* choice, uint t, uint threads, uint lane, uint simd,
+                         thread K& threshold, thread uint& take_equal) {
+  K prefix = 0, mask = 0;
+  uint remaining = want;
+  for (int shift = int(bits) - int(kDigitBits); shift >= 0; shift -= int(kDigitBits)) {
+    for (uint b = t; b < kBins; b += threads) atomic_store_explicit(&histogram[b], 0u, memory_order_relaxed);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint i = 0; i < held; ++i) {
+      if ((keys[i] & mask) == prefix) {
+        atomic_fetch_add_explicit(&histogram[uint(keys[i] >> shift) & (kBins - 1)], 1u, memory_order_relaxed);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (simd == 0) {
+      // Lane l owns kBins / 32 bins, from the top digit down: the lane whose bins reach the
+      // remaining count picks the digit.
+      constexpr uint kPerLane = kBins / 32;
+      uint counts[kPerLane];
+      uint block = 0;
+      for (uint j = 0; j < kPerLane; ++j) {
+        counts[j] = atomic_load_explicit(&histogram[kBins - 1 - lane * kPerLane - j], memory_order_relaxed);
+        block += counts[j];
+      }
+      uint above = simd_prefix_exclusive_sum(block);
+      if (above < remaining && above + block >= remaining) {
+        for (uint j = 0; j < kPerLane; ++j) {
+          if (above + counts[j] >= remaining) {
+            choice[0] = kBins - 1 - lane * kPerLane - j;
+            choice[1] = remaining - above;
+            break;
+          }
+          above += counts[j];
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    prefix |= K(choice[0]) << shift;
+    mask |= K(kBins - 1) << shift;
+    remaining = choice[1];
+  }
+  threshold = prefix;
+  take_equal = remaining;
+}
+
+// Loads thread t's elements [first, first + kPerThread) of this pass's line (clipped to
+// `count`) as keys and indices; returns how many it holds.
+template <typename T, typename K>
+inline uint load_keys(device const T* input, device const K* source_keys, device const uint* source_indices,
+                      constant TopkParams& p, long line_at, uint line, uint first, uint count,
+                      thread K* keys, thread uint* indices) {
+  const uint held = first >= count ? 0 : min(kPerThread, count - first);
+  if (p.from_candidates) {
+    const ulong base = ulong(line) * p.source_stride + first;
+    for (uint i = 0; i < held; ++i) {
+      keys[i] = source_keys[base + i];
+      indices[i] = source_indices[base + i];
+    }
+  } else {
+    const bool largest = p.largest != 0;
+    for (uint i = 0; i < held; ++i) {
+      keys[i] = preference_key<T, K>(input[line_at + long(first + i) * p.input_stride], largest);
+      indices[i] = first + i;
+    }
+  }
+  return held;
+}
+
+// Marks which of the thread's keys are among the group's `want` best (all keys above the
+// threshold, equal ones in position order) and returns how many; the group's threads hold
+// consecutive positions in thread order.
+template <typename K>
+inline uint mark_winners(thread const K* keys, uint held, uint want, uint bits, thread bool* wins,
+                         threadgroup atomic_uint* histogram, threadgroup uint* choice, threadgroup uint* scratch,
+                         uint t, uint threads, uint lane, uint simd, uint simd_width) {
+  K threshold;
+  uint take_equal;
+  radix_select(keys, held, want, bits, histogram, choice, t, threads, lane, simd, threshold, take_equal);
+  uint equal = 0;
+  for (uint i = 0; i < held; ++i) equal += keys[i] == threshold ? 1 : 0;
+  uint total;
+  uint equal_before = group_exclusive_sum(equal, scratch, threads, lane, simd, simd_width, total);
+  uint winners = 0;
+  for (uint i = 0; i < held; ++i) {
+    bool win = keys[i] > threshold;
+    if (keys[i] == threshold) win = equal_before++ < take_equal;
+    wins[i] = win;
+    winners += win ? 1 : 0;
+  }
+  return winners;
+}
+
+template <typename T, typename K>
+kernel void topk_chunks(device const T* input [[buffer(0)]],
+                        device const K* source_keys [[buffer(1)]],
+                        device const uint* source_indices [[buffer(2)]],
+                        device K* target_keys [[buffer(3)]],
+                        device uint* target_indices [[buffer(4)]],
+                        constant TopkParams& p [[buffer(5)]],
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint t [[thread_index_in_threadgroup]],
+                        uint threads [[threads_per_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]],
+                        uint simd_width [[threads_per_simdgroup]]) {
+  threadgroup atomic_uint histogram[kBins];
+  threadgroup uint choice[2];   // radix_select's digit and remaining count
+  threadgroup uint scratch[32];  // group_exclusive_sum's SIMD-group totals
+  const uint chunk = group.x, line = group.y;
+  const uint begin = chunk * p.chunk;
+  const uint chunk_count = min(p.chunk, p.count - begin);
+  const uint want = min(p.k, chunk_count);
+  const long line_at = p.from_candidates ? 0 : topk_line(p, line).input;
+  K keys[kPerThread];
+  uint indices[kPerThread];
+  const uint held = load_keys<T, K>(input, source_keys, source_indices, p, line_at, line, begin + t * kPerThread,
+                                    begin + chunk_count, keys, indices);
+  bool wins[kPerThread];
+  const uint winners = mark_winners(keys, held, want, key_bits(T(0)), wins, histogram, choice, scratch, t, threads, lane,
+                                    simd, simd_width);
+  uint total;
+  uint slot = group_exclusive_sum(winners, scratch, threads, lane, simd, simd_width, total);
+  const ulong out = ulong(line) * p.target_stride + ulong(chunk) * p.k;
+  for (uint i = 0; i < held; ++i) {
+    if (!wins[i]) continue;
+    target_keys[out + slot] = keys[i];
+    target_indices[out + slot] = indices[i];
+    ++slot;
+  }
+}
+
+template <typename T, typename K>
+kernel void topk_final(device const T* input [[buffer(0)]],
+                       device const K* source_keys [[buffer(1)]],
+                       device const uint* source_indices [[buffer(2)]],
+                       device T* values [[buffer(3)]],
+                       device long* indices_out [[buffer(4)]],
+                       constant TopkParams& p [[buffer(5)]],
+                       uint line [[threadgroup_position_in_grid]],
+                       uint t [[thread_index_in_threadgroup]],
+                       uint threads [[threads_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint simd [[simdgroup_index_in_threadgroup]],
+                       uint simd_width [[threads_per_simdgroup]]) {
+  threadgroup atomic_uint histogram[kBins];
+  threadgroup uint choice[2];   // radix_select's digit and remaining count
+  threadgroup uint scratch[32];  // group_exclusive_sum's SIMD-group totals
+  threadgroup K winner_keys[kMaxK];
+  threadgroup uint winner_indices[kMaxK];
+  const TopkLine at = topk_line(p, line);
+  K keys[kPerThread];
+  uint indices[kPerThread];
+  const uint held = load_keys<T, K>(input, source_keys, source_indices, p, at.input, line, t * kPerThread, p.count,
+                                    keys, indices);
+  bool wins[kPerThread];
+  const uint winners = mark_winners(keys, held, p.k, key_bits(T(0)), wins, histogram, choice, scratch, t, threads, lane,
+                                    simd, simd_width);
+  uint total;
+  uint slot = group_exclusive_sum(winners, scratch, threads, lane, simd, simd_width, total);
+  for (uint i = 0; i < held; ++i) {
+    if (!wins[i]) continue;
+    winner_keys[slot] = keys[i];
+    winner_indices[slot] = indices[i];
+    ++slot;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint w = t; w < p.k; w += threads) {
+    const K key = winner_keys[w];
+    const uint index = winner_indices[w];
+    uint rank = 0;
+    for (uint j = 0; j < p.k; ++j) {
+      const K other = winner_keys[j];
+      rank += (other > key || (other == key && winner_indices[j] < index)) ? 1 : 0;
+    }
+    values[at.values + long(rank) * p.values_stride] = input[at.input + long(index) * p.input_stride];
+    indices_out[at.indices + long(rank) * p.indices_stride] = long(index);
+  }
+}
+
+#define TOPK_KERNELS(T, K, NAME)                                                      \
+  template [[host_name("topk_chunks_" #NAME)]] [[kernel]]                              \
+  decltype(topk_chunks<T, K>) topk_chunks<T, K>;                                      \
+  template [[host_name("topk_final_" #NAME)]] [[kernel]]                               \
+  decltype(topk_final<T, K>) topk_final<T, K>;
+
+TOPK_KERNELS(float, uint, float)
+TOPK_KERNELS(half, uint, half)
+TOPK_KERNELS(bfloat, uint, bfloat)
+TOPK_KERNELS(long, ulong, long)
+TOPK_KERNELS(int, uint, int)
+TOPK_KERNELS(short, uint, short)
+TOPK_KERNELS(char, uint, char)
+TOPK_KERNELS(uchar, uint, uchar)
+TOPK_KERNELS(bool, uint, bool)
