@@ -120,6 +120,36 @@ def test_sort_lengths_around_block_and_merge_widths(length):
     assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
 
 
+# Lines longer than one threadgroup tile (2048 elements, 1024 for int64) sort tiles, then merge
+# runs; the last merge writes the outputs (top-k with k > 256 keeps the first k).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("length", [1025, 2049, 5000])
+def test_sort_of_lines_past_one_tile_with_ties(dtype, length):
+    torch.manual_seed(length)
+    x = with_ties((3, length), dtype)
+    for descending in (False, True):
+        values, indices = results(*call_sort(x, 1, descending))
+        expected_values, expected_indices = torch.sort(x, dim=1, descending=descending, stable=True)
+        assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_sort_of_long_strided_lines_with_nan_and_topk_past_the_radix_limit():
+    torch.manual_seed(8)
+    base = torch.randn(9000, 3)
+    base[::37] = float("nan")
+    base[5::41] = -0.0
+    x = base[100:8100:2].t()  # lines of 4000 along dim 1, strided
+    for descending in (False, True):
+        values, indices = results(*call_sort(x, 1, descending))
+        expected_values, expected_indices = torch.sort(x, dim=1, descending=descending, stable=True)
+        assert torch.equal(values.isnan(), expected_values.isnan())
+        assert torch.equal(torch.nan_to_num(values), torch.nan_to_num(expected_values))
+        assert torch.equal(indices, expected_indices)
+    for largest in (False, True):
+        assert_topk_matches(x, 1000, 1, largest)
+        assert_topk_matches(x.t(), 300, 0, largest)
+
+
 def test_sort_of_strided_offset_view():
     torch.manual_seed(1)
     x = torch.randn(7, 40, 3)[2:, 5:35:2, 1].t()  # non-contiguous, storage offset
