@@ -130,6 +130,28 @@ def linear_4bit_case(m, k, n, group_size, dtype):
     return run, minimum
 
 
+def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
+    g = torch.Generator().manual_seed(0)
+    groups = k // group_size
+    x = torch.randn(pairs, k, generator=g).to(dtype)
+    q = torch.randint(0, 16, (experts, n, k), generator=g, dtype=torch.uint8)
+    packed = quantize.pack_lowbit(q, 4)
+    s = (torch.rand(experts, n, groups, generator=g) + 0.01).to(dtype)
+    z = torch.zeros(experts, n, groups).to(dtype)
+    indices = torch.randperm(experts, generator=g)[:pairs].int()  # distinct experts
+    dx, dw, ds, dz, di = device(x), device(packed), device(s), device(z), device(indices)
+    per_expert = (packed.numel() + 2 * s.numel() * s.element_size()) // experts
+    minimum = nbytes(x, indices) + pairs * per_expert + pairs * n * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_gather_qmv(dx.handle, dw.handle, ds.handle, dz.handle, di.handle,
+                                                       group_size, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def cumsum_case(rows, width, dtype):
     x = torch.randn(rows, width).to(dtype)
     dx = device(x)
@@ -194,7 +216,9 @@ CASES = [  # (op, shape label, factory, arguments)
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
+    ("linear_4bit", "batch 4x4096 -> 4096 g128 f16", linear_4bit_case, (4, 4096, 4096, 128, F16)),
     ("linear_4bit", "batch 8x4096 -> 1024 g64 f16", linear_4bit_case, (8, 4096, 1024, 64, F16)),
+    ("gather_qmv", "MoE decode 8 of 64 experts 2048 -> 768 g64 f16", gather_qmv_case, (8, 64, 2048, 768, 64, F16)),
     ("conv2d", "stem 3->16 3x3/2 224x224 f32", conv_case, (1, 3, 16, 224, 3, 2, 1, F32)),
     ("conv2d", "16->32 3x3 56x56 f32", conv_case, (1, 16, 32, 56, 3, 1, 1, F32)),
     ("conv2d", "depthwise 32 3x3 112x112 f32", conv_case, (1, 32, 32, 112, 3, 1, 32, F32)),
