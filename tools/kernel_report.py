@@ -76,15 +76,22 @@ def rms_norm_case(rows, width, dtype):
     return run, minimum
 
 
-def mm_case(m, k, n, dtype):
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    da, db = device(a), device(b)
+def mm_case(m, k, n, dtype, weight_transposed=False):
+    a = torch.randn(m, k).to(dtype)
+    b = torch.randn(n, k).to(dtype) if weight_transposed else torch.randn(k, n).to(dtype)
+    da, weight = device(a), device(b)
+    db = weight
+    if weight_transposed:  # x @ weight.t(), as nn.Linear
+        view = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(weight.handle, 2, ffi.new("int64_t[]", [k, n]),
+                                                            ffi.new("int64_t[]", [1, k]), 0, view))
+        db = Tensor(view[0])
     out = device(torch.empty(m, n, dtype=dtype))
     minimum = nbytes(a, b) + m * n * a.element_size()
 
     def run():
         etmetal_py.check(lib.aoti_torch_mps_mm_out(out.handle, da.handle, db.handle))
-        return []
+        return [weight]  # keeps the weight's storage alive with the view
 
     return run, minimum
 
@@ -214,6 +221,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("sort", "64 x 1024 f32", sort_case, (64, 1024, F32)),
     ("sort", "8 x 32000 f16", sort_case, (8, 32000, F16)),
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
+    ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
     ("linear_4bit", "batch 4x4096 -> 4096 g128 f16", linear_4bit_case, (4, 4096, 4096, 128, F16)),
