@@ -141,7 +141,7 @@ inline uint tile_merge_path(threadgroup const K* keys, threadgroup const ushort*
 template <typename T, typename K, uint TILE>
 kernel void sort_tiles(device const T* input [[buffer(0)]],
                        device T* work_values [[buffer(1)]],
-                       device long* work_indices [[buffer(2)]],
+                       device uint* work_indices [[buffer(2)]],
                        device T* values [[buffer(3)]],
                        device long* indices [[buffer(4)]],
                        constant SortParams& p [[buffer(5)]],
@@ -209,7 +209,7 @@ kernel void sort_tiles(device const T* input [[buffer(0)]],
     } else {
       const ulong to = ulong(line) * p.length + begin + i;
       work_values[to] = tile[from];
-      work_indices[to] = long(begin + from);
+      work_indices[to] = begin + from;
     }
   }
 }
@@ -234,13 +234,15 @@ inline uint merge_path(device const T* a, uint a_count, device const T* b, uint 
 
 // One thread per kMergeRun outputs of a (pair of runs, line): finds where its outputs start
 // in both runs, then merges; the right run's element goes first only when its key is smaller
-// (ties keep order). FINAL: the last pass, writing the first `count` outputs of each line.
+// (ties keep order). Runs between passes carry uint indices; FINAL: the last pass, writing the
+// first `count` outputs of each line (values and int64 indices) to the outputs.
 template <typename T, typename K, bool FINAL>
 kernel void sort_merge(device const T* source_values [[buffer(0)]],
-                       device const long* source_indices [[buffer(1)]],
+                       device const uint* source_indices [[buffer(1)]],
                        device T* values [[buffer(2)]],
-                       device long* indices [[buffer(3)]],
+                       device uint* work_indices [[buffer(3)]],
                        constant SortParams& p [[buffer(4)]],
+                       device long* indices [[buffer(5)]],
                        uint2 position [[thread_position_in_grid]]) {
   const uint run = position.x, line = position.y;
   const ulong first_out = ulong(run) * kMergeRun;
@@ -265,7 +267,7 @@ kernel void sort_merge(device const T* source_values [[buffer(0)]],
     const bool take_right = right < end && (left >= middle || ranked_key<T, K>(right_value, descending) <
                                                                   ranked_key<T, K>(left_value, descending));
     const T value = take_right ? right_value : left_value;
-    const long index = source_indices[base + (take_right ? right : left)];
+    const uint index = source_indices[base + (take_right ? right : left)];
     if (take_right) {
       if (++right < end) right_value = source_values[base + right];
     } else {
@@ -274,10 +276,10 @@ kernel void sort_merge(device const T* source_values [[buffer(0)]],
     if (FINAL) {
       if (out >= p.count) break;
       values[at.values + long(out) * p.values_stride] = value;
-      indices[at.indices + long(out) * p.indices_stride] = index;
+      indices[at.indices + long(out) * p.indices_stride] = long(index);
     } else {
       values[base + out] = value;
-      indices[base + out] = index;
+      work_indices[base + out] = index;
     }
   }
 }

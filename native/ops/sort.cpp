@@ -105,7 +105,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   std::unique_ptr<Tensor> work_values[2], work_indices[2];
   for (int i = 0; i < 2; ++i) {
     work_values[i] = runtime.empty_tensor(work_sizes, {1}, self.dtype);
-    work_indices[i] = runtime.empty_tensor(work_sizes, {1}, static_cast<int32_t>(DType::int64));
+    work_indices[i] = runtime.empty_tensor(work_sizes, {1}, static_cast<int32_t>(DType::int32));
   }
   {
     KernelLaunch launch(tiles_kernel);
@@ -122,7 +122,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
                              static_cast<uint64_t>(lines), 1};
     launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
         .tensor(2, final ? *result.values : *work_values[1 - current])
-        .tensor(3, final ? *result.indices : *work_indices[1 - current]).value(4, p)
+        .tensor(3, *work_indices[1 - current]).value(4, p).tensor(5, *result.indices)
         .threads(grid, default_group(grid, launch));
     current = 1 - current;
   }
