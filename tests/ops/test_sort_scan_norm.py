@@ -232,9 +232,10 @@ def assert_topk_matches(x, k, dim, largest):
 # Radix selection (k <= 256): lines of one chunk (2048 elements), of several chunks, and of
 # so many chunks that their candidates take a second chunk pass; heavy ties pick the lowest
 # indices first.
-@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
-@pytest.mark.parametrize("shape,k,dim", [((3, 700), 13, 1), ((2, 5000), 50, -1), ((2, 2049), 256, 1),
-                                         ((5000, 2), 7, 0)])
+@pytest.mark.parametrize("dtype,shape,k,dim",
+                         [(dtype, (2, 5000), 50, -1) for dtype in FLOATS + INTEGERS + [torch.bool]] +
+                         [(dtype, shape, k, dim) for dtype in (torch.float32, torch.int64)
+                          for shape, k, dim in [((3, 700), 13, 1), ((2, 2049), 256, 1), ((5000, 2), 7, 0)]])
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk_with_ties_takes_lowest_indices(dtype, shape, k, dim, largest):
     torch.manual_seed(k + sum(shape))
