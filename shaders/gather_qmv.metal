@@ -3,8 +3,9 @@
 // values per byte (even k in the low nibble) and w = scale[e, n, g] * q + bias[e, n, g],
 // g = k / group_size.
 //
-// The tile is the MLX / llama.cpp matrix-vector tile: one threadgroup per (pair, 8 output
-// rows), 2 simdgroups x 4 rows, 16 values of K per lane per step, fp32 accumulation, simd_sum.
+// The tile is the MLX / llama.cpp matrix-vector tile: one threadgroup per (pair, 32 output
+// rows), 8 simdgroups x 4 rows, 16 values of K per lane per step, fp32 accumulation, simd_sum;
+// each weight byte, scale and bias is read from device memory once per pair.
 // A pair whose expert index is outside [0, E) reads no weights and its output row is zero;
 // the first such pair is recorded in `fault` (pair + 1, index), which the host reports as an
 // error at the next synchronize.
@@ -50,6 +51,12 @@ inline void load_4bit(const device uchar* row, int k, int K, thread float* q) {
   }
 }
 
+// Must match the constants of native/ops/gather_qmv.cpp.
+constant constexpr int kRows = 4;        // output rows per simdgroup (a float4 of scales)
+constant constexpr int kSimdgroups = 8;  // simdgroups per threadgroup
+constant constexpr int kValues = 16;     // values of K per lane per step
+constant constexpr int kStep = 32 * kValues;
+
 template <typename T, typename I>
 kernel void gather_qmv(const device T* x [[buffer(0)]],
                        const device uchar* w [[buffer(1)]],
@@ -61,15 +68,16 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
                        device atomic_int* fault [[buffer(7)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint simd_group [[simdgroup_index_in_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]]) {
-  constexpr int kRows = 4;
-  constexpr int kValues = 16;
-  constexpr int kStep = 32 * kValues;
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint tid [[thread_index_in_threadgroup]]) {
+  constexpr int kThreads = 32 * kSimdgroups;
+  threadgroup float x_tile[kStep];
   const int pair = int(group_id.x);
-  const int n0 = (int(group_id.y) * 2 + int(simd_group)) * kRows;
+  const int n0 = (int(group_id.y) * kSimdgroups + int(simd_group)) * kRows;
+  const int rows = clamp(p.N - n0, 0, kRows);  // the same for the whole simdgroup
   const long expert = long(indices[pair * p.index_stride]);
-  const bool valid = expert >= 0 && expert < long(p.E);
-  if (!valid && group_id.y == 0 && simd_group == 0 && lane == 0) {
+  const bool valid = expert >= 0 && expert < long(p.E);  // the same for the whole threadgroup
+  if (!valid && group_id.y == 0 && tid == 0) {
     // Claim the record once; a weak exchange may fail spuriously, so retry while unclaimed.
     int seen = 0;
     while (!atomic_compare_exchange_weak_explicit(&fault[0], &seen, pair + 1,
@@ -83,37 +91,52 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
     }
   }
 
+  // The step's activations are staged in threadgroup memory (read once for the threadgroup's
+  // kSimdgroups * kRows output rows); the first lane of a quantization group reads its scale
+  // and bias and hands them to the group's other lanes.
+  const uint lanes_per_group = uint(min(p.group_size / kValues, 32));
+  const uint group_leader = lane - lane % lanes_per_group;
   float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (valid) {
     const device T* x_row = x + pair * p.x_stride_p;
     const device uchar* w_expert = w + expert * p.w_stride_e;
     const device T* s_expert = scales + expert * p.scale_stride_e;
     const device T* b_expert = biases + expert * p.bias_stride_e;
-    for (int k = int(lane) * kValues; k < p.K; k += kStep) {
+    for (int k0 = 0; k0 < p.K; k0 += kStep) {
+      for (int i = int(tid); i < kStep; i += kThreads) {
+        x_tile[i] = k0 + i < p.K ? float(x_row[(k0 + i) * p.x_stride_k]) : 0.0f;
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      const int k = k0 + int(lane) * kValues;
       float xv[kValues];
       float x_sum = 0.0f;
       for (int j = 0; j < kValues; ++j) {
-        xv[j] = k + j < p.K ? float(x_row[(k + j) * p.x_stride_k]) : 0.0f;
+        xv[j] = x_tile[int(lane) * kValues + j];
         x_sum += xv[j];
       }
-      const int g = k / p.group_size;
-      for (int r = 0; r < kRows; ++r) {
+      const int g = k / p.group_size;  // a lane's 16 values never straddle a group
+      float dots[kRows];
+      float4 own_scales = float4(0.0f), own_biases = float4(0.0f);  // one per row
+      for (int r = 0; r < rows; ++r) {
         const int n = n0 + r;
-        if (n >= p.N) break;
         float q[kValues];
         load_4bit(w_expert + n * p.w_stride_n, k, p.K, q);
-        float dot = 0.0f;
-        for (int j = 0; j < kValues; ++j) dot += xv[j] * q[j];
-        const float scale = float(s_expert[n * p.scale_stride_n + g * p.scale_stride_g]);
-        const float bias = float(b_expert[n * p.bias_stride_n + g * p.bias_stride_g]);
-        acc[r] += scale * dot + bias * x_sum;
+        dots[r] = 0.0f;
+        for (int j = 0; j < kValues; ++j) dots[r] += xv[j] * q[j];
+        if (lane == group_leader && k < p.K) {
+          own_scales[r] = float(s_expert[n * p.scale_stride_n + g * p.scale_stride_g]);
+          own_biases[r] = float(b_expert[n * p.bias_stride_n + g * p.bias_stride_g]);
+        }
       }
+      const float4 row_scales = simd_shuffle(own_scales, ushort(group_leader));
+      const float4 row_biases = simd_shuffle(own_biases, ushort(group_leader));
+      for (int r = 0; r < rows; ++r) acc[r] += row_scales[r] * dots[r] + row_biases[r] * x_sum;
+      threadgroup_barrier(mem_flags::mem_threadgroup);
     }
   }
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const float total = simd_sum(acc[r]);
-    const int n = n0 + r;
-    if (lane == 0 && n < p.N) out[long(pair) * p.N + n] = T(total);
+    if (lane == 0) out[long(pair) * p.N + n0 + r] = T(total);
   }
 }
 
@@ -125,7 +148,7 @@ kernel void gather_qmv(const device T* x [[buffer(0)]],
       constant GatherQmvParams& p [[buffer(6)]], device atomic_int* fault [[buffer(7)]],     \
       uint3 group_id [[threadgroup_position_in_grid]],                                      \
       uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
-      uint lane [[thread_index_in_simdgroup]]);
+      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]]);
 
 ETM_GATHER_QMV(float, int)
 ETM_GATHER_QMV(float, long)

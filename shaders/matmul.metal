@@ -54,8 +54,8 @@ kernel void matmul_naive(device T* out [[buffer(0)]],
   store_result(out, addend, p, batch, row, column, sum);
 }
 
-// One simdgroup per output element, its lanes splitting K: matrix-vector products (M == 1
-// or N == 1) where both operands are read along a unit-stride K, e.g. x @ weight.t().
+// One simdgroup per output element, its lanes splitting K: matrix-vector products (N == 1)
+// where both operands are read along a unit-stride K.
 constant constexpr uint kRowDotSimdgroups = 4;
 
 template <typename T>
@@ -79,6 +79,97 @@ kernel void matmul_rowdot(device T* out [[buffer(0)]],
   }
   sum = simd_sum(sum);
   if (lane == 0) store_result(out, addend, p, batch, row, column, sum);
+}
+
+// Row vector times matrix (M == 1), every operand read from device memory once per
+// threadgroup of kVectorSimdgroups simdgroups: the threadgroup stages kVectorChunk values of
+// the vector in threadgroup memory per step. matmul_vector_kdot (b read along a unit-stride
+// K, e.g. x @ weight.t()): each simdgroup owns kVectorOutputs outputs, its lanes splitting K.
+// matmul_vector_columns (b read along a unit-stride N): each lane owns one output column, the
+// simdgroups split K and add their partial sums at the end.
+constant constexpr uint kVectorSimdgroups = 8;
+constant constexpr uint kVectorThreads = 32 * kVectorSimdgroups;
+constant constexpr uint kVectorChunk = 512;
+constant constexpr uint kVectorOutputs = 4;
+
+template <typename T>
+inline void stage_vector(threadgroup float* x_tile, const device T* a_row, constant MatmulParams& p, long k0,
+                         uint tid) {
+  for (uint i = tid; i < kVectorChunk; i += kVectorThreads) {
+    const long k = k0 + i;
+    x_tile[i] = k < p.depth ? float(a_row[k * p.a_strides[2]]) : 0.0f;
+  }
+}
+
+template <typename T>
+kernel void matmul_vector_kdot(device T* out [[buffer(0)]],
+                               const device T* a [[buffer(1)]],
+                               const device T* b [[buffer(2)]],
+                               const device T* addend [[buffer(3)]],
+                               constant MatmulParams& p [[buffer(4)]],
+                               uint2 group [[threadgroup_position_in_grid]],
+                               uint simdgroup [[simdgroup_index_in_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]],
+                               uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float x_tile[kVectorChunk];
+  const long batch = group.y;
+  const long column0 = (long(group.x) * kVectorSimdgroups + simdgroup) * kVectorOutputs;
+  const uint outputs = uint(clamp(p.columns - column0, 0L, long(kVectorOutputs)));  // whole simdgroup
+  const device T* a_row = a + batch * p.a_strides[0];
+  const device T* b_batch = b + batch * p.b_strides[0];
+  float sums[kVectorOutputs] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (long k0 = 0; k0 < p.depth; k0 += kVectorChunk) {
+    stage_vector(x_tile, a_row, p, k0, tid);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint chunk = uint(min(long(kVectorChunk), p.depth - k0));
+    for (uint r = 0; r < outputs; ++r) {
+      const device T* b_column = b_batch + (column0 + r) * p.b_strides[2] + k0;  // unit stride along K
+      for (uint kk = lane; kk < chunk; kk += 32) sums[r] += x_tile[kk] * float(b_column[kk]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint r = 0; r < outputs; ++r) {
+    const float sum = simd_sum(sums[r]);
+    if (lane == 0) store_result(out, addend, p, batch, 0, column0 + r, sum);
+  }
+}
+
+template <typename T>
+kernel void matmul_vector_columns(device T* out [[buffer(0)]],
+                                  const device T* a [[buffer(1)]],
+                                  const device T* b [[buffer(2)]],
+                                  const device T* addend [[buffer(3)]],
+                                  constant MatmulParams& p [[buffer(4)]],
+                                  uint2 group [[threadgroup_position_in_grid]],
+                                  uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float x_tile[kVectorChunk];
+  threadgroup float partial_sums[kVectorThreads];
+  const long batch = group.y;
+  const long column = long(group.x) * 32 + lane;
+  const bool present = column < p.columns;
+  const device T* a_row = a + batch * p.a_strides[0];
+  const device T* b_column = b + batch * p.b_strides[0] + column;  // unit stride along N
+  float sum = 0.0f;
+  for (long k0 = 0; k0 < p.depth; k0 += kVectorChunk) {
+    stage_vector(x_tile, a_row, p, k0, tid);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint chunk = uint(min(long(kVectorChunk), p.depth - k0));
+    if (present) {
+      for (uint kk = simdgroup; kk < chunk; kk += kVectorSimdgroups) {
+        sum += x_tile[kk] * float(b_column[(k0 + kk) * p.b_strides[1]]);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  partial_sums[tid] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (simdgroup == 0 && present) {
+    float total = 0.0f;
+    for (uint s = 0; s < kVectorSimdgroups; ++s) total += partial_sums[s * 32 + lane];
+    store_result(out, addend, p, batch, 0, column, total);
+  }
 }
 
 // Tiled product on simdgroup matrices. A threadgroup of four simdgroups (2 x 2) computes a
@@ -169,6 +260,12 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
   template [[host_name("matmul_rowdot_" #SUFFIX)]] kernel void matmul_rowdot<T>(                  \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
       uint, uint);                                                                                \
+  template [[host_name("matmul_vector_kdot_" #SUFFIX)]] kernel void matmul_vector_kdot<T>(        \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
+      uint, uint, uint);                                                                          \
+  template [[host_name("matmul_vector_columns_" #SUFFIX)]] kernel void matmul_vector_columns<T>(  \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
+      uint, uint, uint);                                                                          \
   template [[host_name("matmul_tiled32_" #SUFFIX)]] kernel void matmul_tiled<T, 2, 2>(            \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
       threadgroup float*, uint3, uint, uint);                                                     \

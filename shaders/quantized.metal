@@ -8,9 +8,10 @@
 //             nibble), scales_and_zeros[g, n, {0, 1}]; w = scale * (q - 8) + zero.
 //   kInt8     torch _weight_int8pack_mm: signed bytes, one scale per row; w = scale[n] * q.
 //
-// Two kernels per format: qmv, the matrix-vector tile of MLX / llama.cpp (threadgroups of 2
-// simdgroups x 4 output rows, 16 values per lane per step, fp32 accumulation, simd_sum), used
-// for M = 1; and qmm, a 32x64 output tile staged through threadgroup memory, for M > 1.
+// Two kernels per format: qmv, the matrix-vector tile of MLX / llama.cpp (simdgroups of 4
+// output rows, 16 values per lane per step, fp32 accumulation, simd_sum) for up to kQmvBatch
+// activation rows at once, used for small M; and qmm, a 32x64 output tile staged through
+// threadgroup memory, for larger M.
 // Activations are indexed with strides; the output is a contiguous [M, N] tensor.
 #include <metal_stdlib>
 using namespace metal;
@@ -88,6 +89,18 @@ inline float2 scale_and_bias(const device T* scales, const device T* zeros,
   return float2(scale, zero);
 }
 
+// Must match the constants of native/ops/quantized_linear.cpp.
+constant constexpr int kQmvRows = 4;       // output rows per simdgroup (a float4 of scales)
+constant constexpr int kQmvSimdgroups = 8;  // simdgroups per threadgroup
+constant constexpr int kQmvBatch = 4;       // activation rows per threadgroup
+constant constexpr int kQmvValues = 16;     // values of K per lane per step
+constant constexpr int kQmvStep = 32 * kQmvValues;
+
+// Every weight byte and scale is read from device memory once per kQmvBatch activation rows:
+// the threadgroup stages the step's activations in threadgroup memory (read once for its
+// kQmvSimdgroups * kQmvRows output rows), each lane dequantizes its 16 values of 4 rows once
+// for all the batch's rows, and the first lane of a quantization group reads its scale and
+// bias and hands them to the group's other lanes.
 template <typename T, int BITS, int FORMAT>
 kernel void qmv(const device T* a [[buffer(0)]],
                 const device uchar* w [[buffer(1)]],
@@ -97,40 +110,64 @@ kernel void qmv(const device T* a [[buffer(0)]],
                 constant QuantizedMatmulParams& p [[buffer(5)]],
                 uint3 group_id [[threadgroup_position_in_grid]],
                 uint simd_group [[simdgroup_index_in_threadgroup]],
-                uint lane [[thread_index_in_simdgroup]]) {
-  constexpr int kRows = 4;      // output rows per simdgroup
-  constexpr int kValues = 16;   // values of K per lane per step
-  constexpr int kStep = 32 * kValues;
-  const int m = int(group_id.x);
-  const int n0 = (int(group_id.y) * 2 + int(simd_group)) * kRows;
-  const device T* a_row = a + m * p.a_stride_m;
+                uint lane [[thread_index_in_simdgroup]],
+                uint tid [[thread_index_in_threadgroup]]) {
+  constexpr int kThreads = 32 * kQmvSimdgroups;
+  threadgroup float x_tile[kQmvBatch * kQmvStep];
+  const int m0 = int(group_id.x) * kQmvBatch;
+  const int batch = min(kQmvBatch, p.M - m0);
+  const int n0 = (int(group_id.y) * kQmvSimdgroups + int(simd_group)) * kQmvRows;
+  const int rows = clamp(p.N - n0, 0, kQmvRows);  // the same for the whole simdgroup
+  const uint lanes_per_group = uint(min(p.group_size / kQmvValues, 32));
+  const uint group_leader = lane - lane % lanes_per_group;
 
-  float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k = int(lane) * kValues; k < p.K; k += kStep) {
-    float x[kValues];
-    float x_sum = 0.0f;
-    for (int j = 0; j < kValues; ++j) {
-      x[j] = k + j < p.K ? float(a_row[(k + j) * p.a_stride_k]) : 0.0f;
-      x_sum += x[j];
+  float acc[kQmvRows][kQmvBatch];
+  for (int r = 0; r < kQmvRows; ++r)
+    for (int b = 0; b < kQmvBatch; ++b) acc[r][b] = 0.0f;
+  for (int k0 = 0; k0 < p.K; k0 += kQmvStep) {
+    for (int i = int(tid); i < batch * kQmvStep; i += kThreads) {
+      const int b = i / kQmvStep, k = k0 + i % kQmvStep;
+      x_tile[i] = k < p.K ? float(a[(m0 + b) * p.a_stride_m + k * p.a_stride_k]) : 0.0f;
     }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const int k = k0 + int(lane) * kQmvValues;
     const int g = k / p.group_size;  // a lane's 16 values never straddle a group
-    for (int r = 0; r < kRows; ++r) {
+    float q[kQmvRows][kQmvValues];
+    float4 own_scales = float4(0.0f), own_biases = float4(0.0f);  // one per row
+    for (int r = 0; r < rows; ++r) {
       const int n = n0 + r;
-      if (n >= p.N) break;
       const device uchar* row = w + n * p.w_stride_n;
-      float q[kValues];
-      load_octet<BITS, FORMAT>(row, k, p.K, q);
-      load_octet<BITS, FORMAT>(row, k + 8, p.K, q + 8);
-      float dot = 0.0f;
-      for (int j = 0; j < kValues; ++j) dot += x[j] * q[j];
-      const float2 sb = scale_and_bias<T, FORMAT>(scales, zeros, p, n, g);
-      acc[r] += sb.x * dot + sb.y * x_sum;
+      load_octet<BITS, FORMAT>(row, k, p.K, q[r]);
+      load_octet<BITS, FORMAT>(row, k + 8, p.K, q[r] + 8);
+      if (lane == group_leader && k < p.K) {
+        const float2 sb = scale_and_bias<T, FORMAT>(scales, zeros, p, n, g);
+        own_scales[r] = sb.x;
+        own_biases[r] = sb.y;
+      }
     }
+    const float4 row_scales = simd_shuffle(own_scales, ushort(group_leader));
+    const float4 row_biases = simd_shuffle(own_biases, ushort(group_leader));
+    for (int b = 0; b < batch; ++b) {
+      threadgroup const float* xv = x_tile + b * kQmvStep + lane * kQmvValues;
+      float x[kQmvValues];
+      float x_sum = 0.0f;
+      for (int j = 0; j < kQmvValues; ++j) {
+        x[j] = xv[j];
+        x_sum += x[j];
+      }
+      for (int r = 0; r < rows; ++r) {
+        float dot = 0.0f;
+        for (int j = 0; j < kQmvValues; ++j) dot += x[j] * q[r][j];
+        acc[r][b] += row_scales[r] * dot + row_biases[r] * x_sum;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  for (int r = 0; r < kRows; ++r) {
-    const float total = simd_sum(acc[r]);
-    const int n = n0 + r;
-    if (lane == 0 && n < p.N) out[long(m) * p.N + n] = T(total);
+  for (int b = 0; b < batch; ++b) {
+    for (int r = 0; r < rows; ++r) {
+      const float total = simd_sum(acc[r][b]);
+      if (lane == 0) out[long(m0 + b) * p.N + n0 + r] = T(total);
+    }
   }
 }
 
@@ -215,7 +252,7 @@ kernel void qmm(const device T* a [[buffer(0)]],
       device T* out [[buffer(4)]], constant QuantizedMatmulParams& p [[buffer(5)]],          \
       uint3 group_id [[threadgroup_position_in_grid]],                                      \
       uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
-      uint lane [[thread_index_in_simdgroup]]);
+      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]]);
 
 #define ETM_QMM_KERNEL(NAME, T, BITS, FORMAT)                                   \
   template [[host_name(NAME)]] kernel void qmm<T, BITS, FORMAT>(                            \

@@ -1,37 +1,31 @@
-// Stable sort and top-k along one dimension (ATen's sort / topk), as a bottom-up merge sort
-// of every line (the elements along the sorted dimension) in device working buffers:
-//   sort_blocks  one thread per (block, line): copies a block of the input with its indices
-//                and insertion-sorts it.
-//   sort_merge   one thread per (pair of runs, line): merges two sorted runs; each pass
-//                doubles the run length, so a line of n elements needs log2(n / block)
-//                passes, and early passes have many threads.
-//   sort_store   one thread per (output position, line): writes the first `count` sorted
-//                elements and their int64 indices to the outputs (count < length: top-k).
-// Order: ascending or descending, NaN after every number when ascending and before every
-// number when descending (torch's order); equal elements keep their input order (stable).
+// Sort and top-k along one dimension (ATen's sort / topk). Every element maps to an unsigned
+// key that grows with the preference (NaN the largest value, -0.0 equal to 0.0; inverted for
+// descending / largest=false); equal keys keep index order, so the sort is stable.
+//
+// Sort (and top-k with k > kMaxK), as a merge sort of every line (the elements along the
+// sorted dimension):
+//   sort_tiles   one threadgroup per (tile, line): sorts up to a tile of consecutive elements
+//                of a line (runs in registers, then merge rounds in threadgroup memory over
+//                (key, position) pairs) and writes them to the outputs when the tile is the
+//                whole line, else to device working buffers as a sorted run.
+//   sort_merge   one thread per kMergeRun outputs of a line: finds its start in two sorted
+//                runs by a merge-path search and merges; each pass doubles the run length,
+//                so a line of n elements needs log2(n / tile) passes; the last one writes the
+//                first `count` elements to the outputs.
+//
+// Top-k with k <= kMaxK by radix selection, reading every line once:
+//   topk_chunks  one threadgroup per (chunk, line): the group keeps a chunk of the line in
+//                registers (kPerThread consecutive elements a thread), finds the chunk's k-th
+//                best key digit by digit (kDigitBits a pass, a threadgroup histogram each) and
+//                writes the chunk's k best (key, index) candidates, in index order. Repeated
+//                over the candidates while a line has more of them than one chunk holds.
+//   topk_final   one threadgroup per line: the same selection over the line's last candidates
+//                (or over the line itself when it fits one chunk), then each of the k winners
+//                counts the winners that go before it, which is its output position.
 #include <metal_stdlib>
 using namespace metal;
 
 constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::SortParams (native/ops/sort.cpp). A line is every element along the
-// sorted dimension; lines are numbered over the other dimensions (last fastest).
-struct SortParams {
-  long input_outer[kMaxDims];   // strides of the other dimensions
-  long values_outer[kMaxDims];
-  long indices_outer[kMaxDims];
-  long input_stride;            // along the sorted dimension
-  long values_stride;
-  long indices_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;                  // elements per line
-  uint lines;
-  uint block;                   // elements per sort_blocks thread
-  uint width;                   // run length of a sort_merge pass
-  uint count;                   // elements per line that sort_store writes
-  uint descending;
-};
 
 struct LineOffsets {
   long input;
@@ -39,7 +33,10 @@ struct LineOffsets {
   long indices;
 };
 
-inline LineOffsets line_offsets(constant SortParams& p, uint line) {
+// Element offsets of line `line` (numbered over the dimensions other than the sorted one,
+// last fastest) in the input and the outputs.
+template <typename Params>
+inline LineOffsets line_offsets(constant Params& p, uint line) {
   LineOffsets at = {0, 0, 0};
   for (int d = int(p.outer_dims) - 1; d >= 0; --d) {
     const uint coordinate = line % p.outer_sizes[d];
@@ -51,103 +48,505 @@ inline LineOffsets line_offsets(constant SortParams& p, uint line) {
   return at;
 }
 
-template <typename T>
-inline bool is_nan_value(T) { return false; }
-inline bool is_nan_value(float x) { return isnan(x); }
-inline bool is_nan_value(half x) { return isnan(float(x)); }
-inline bool is_nan_value(bfloat x) { return isnan(float(x)); }
+// Order-preserving keys of key_bits(x) significant bits: larger key = larger value.
+inline uint key_bits(float) { return 32; }
+inline uint key_bits(half) { return 16; }
+inline uint key_bits(bfloat) { return 16; }
+inline uint key_bits(long) { return 64; }
+inline uint key_bits(int) { return 32; }
+inline uint key_bits(short) { return 16; }
+inline uint key_bits(char) { return 8; }
+inline uint key_bits(uchar) { return 8; }
+inline uint key_bits(bool) { return 8; }
 
-// True when `a` must come strictly before `b`.
-template <typename T>
-inline bool goes_before(T a, T b, bool descending) {
-  const bool a_nan = is_nan_value(a), b_nan = is_nan_value(b);
-  if (a_nan || b_nan) return descending ? (a_nan && !b_nan) : (b_nan && !a_nan);
-  return descending ? (a > b) : (a < b);
+inline uint float_key(uint bits, uint sign, bool nan, bool zero) {
+  if (nan) return sign | (sign - 1);  // all ones: NaN above +inf
+  if (zero) return sign;              // -0.0 and 0.0 tie
+  return (bits & sign) ? ~bits & (sign | (sign - 1)) : bits | sign;
+}
+inline uint order_key(float x) { return float_key(as_type<uint>(x), 0x80000000u, isnan(x), x == 0.0f); }
+inline uint order_key(half x) {
+  return float_key(as_type<ushort>(x), 0x8000u, isnan(float(x)), float(x) == 0.0f);
+}
+inline uint order_key(bfloat x) {
+  return float_key(as_type<ushort>(x), 0x8000u, isnan(float(x)), float(x) == 0.0f);
+}
+inline ulong order_key(long x) { return ulong(x) ^ (1ul << 63); }
+inline uint order_key(int x) { return uint(x) ^ 0x80000000u; }
+inline uint order_key(short x) { return uint(ushort(x)) ^ 0x8000u; }
+inline uint order_key(char x) { return uint(uchar(x)) ^ 0x80u; }
+inline uint order_key(uchar x) { return uint(x); }
+inline uint order_key(bool x) { return x ? 1u : 0u; }
+
+// order_key(x), or its reverse order (within key_bits(x)) when `invert`.
+template <typename T, typename K>
+inline K ranked_key(T x, bool invert) {
+  const K key = K(order_key(x));
+  if (!invert) return key;
+  const uint bits = key_bits(x);
+  const K all = bits == sizeof(K) * 8 ? ~K(0) : (K(1) << bits) - 1;
+  return key ^ all;
 }
 
-template <typename T>
-kernel void sort_blocks(device const T* input [[buffer(0)]],
-                        device T* values [[buffer(1)]],
-                        device long* indices [[buffer(2)]],
-                        constant SortParams& p [[buffer(3)]],
-                        uint2 position [[thread_position_in_grid]]) {
-  const uint block = position.x, line = position.y;
-  const uint begin = block * p.block;
-  if (line >= p.lines || begin >= p.length) return;
-  const uint end = min(begin + p.block, p.length);
-  const long in_at = line_offsets(p, line).input;
-  device T* line_values = values + ulong(line) * p.length;
-  device long* line_indices = indices + ulong(line) * p.length;
-  const bool descending = p.descending != 0;
-  for (uint i = begin; i < end; ++i) {
-    const T value = input[in_at + long(i) * p.input_stride];
-    uint j = i;
-    // Insertion: shift only elements that the new one goes strictly before (stable).
-    while (j > begin && goes_before(value, line_values[j - 1], descending)) {
-      line_values[j] = line_values[j - 1];
-      line_indices[j] = line_indices[j - 1];
-      --j;
+// ---------------------------------------------------------------------------- sort
+
+// Must match the constants of native/ops/sort.cpp.
+constant constexpr uint kTileRun = 8;    // pairs a sort_tiles thread sorts in registers
+constant constexpr uint kMergeRun = 32;  // outputs per sort_merge thread
+
+// Must match etm::ops::SortParams (native/ops/sort.cpp).
+struct SortParams {
+  long input_outer[kMaxDims];   // strides of the other dimensions
+  long values_outer[kMaxDims];
+  long indices_outer[kMaxDims];
+  long input_stride;            // along the sorted dimension
+  long values_stride;
+  long indices_stride;
+  uint outer_sizes[kMaxDims];
+  uint outer_dims;
+  uint length;                  // elements per line
+  uint lines;
+  uint width;                   // run length of a sort_merge pass
+  uint count;                   // elements per line written to the outputs
+  uint descending;
+};
+
+// (key, position) pairs of a tile: the position breaks ties, so the order is total and stable.
+template <typename K>
+inline bool pair_before(K a_key, ushort a_order, K b_key, ushort b_order) {
+  return a_key < b_key || (a_key == b_key && a_order < b_order);
+}
+
+// How many of the first `diagonal` pairs of merging the sorted runs a and b come from a.
+template <typename K>
+inline uint tile_merge_path(threadgroup const K* keys, threadgroup const ushort* order, uint a, uint a_count,
+                            uint b, uint b_count, uint diagonal) {
+  uint low = diagonal > b_count ? diagonal - b_count : 0, high = min(diagonal, a_count);
+  while (low < high) {
+    const uint middle = (low + high) / 2;
+    const uint from_b = b + diagonal - 1 - middle;
+    if (pair_before(keys[a + middle], order[a + middle], keys[from_b], order[from_b])) {
+      low = middle + 1;
+    } else {
+      high = middle;
     }
-    line_values[j] = value;
-    line_indices[j] = long(i);
+  }
+  return low;
+}
+
+// Sorts a tile of up to TILE consecutive elements of a line by key (descending sorts invert
+// the keys), ties by position: each thread sorts kTileRun pairs in registers, then merge
+// rounds in threadgroup memory double the sorted runs, each thread producing kTileRun
+// outputs of a round from where the merge path puts them.
+template <typename T, typename K, uint TILE>
+kernel void sort_tiles(device const T* input [[buffer(0)]],
+                       device T* work_values [[buffer(1)]],
+                       device uint* work_indices [[buffer(2)]],
+                       device T* values [[buffer(3)]],
+                       device long* indices [[buffer(4)]],
+                       constant SortParams& p [[buffer(5)]],
+                       uint2 group [[threadgroup_position_in_grid]],
+                       uint t [[thread_index_in_threadgroup]],
+                       uint threads [[threads_per_threadgroup]]) {
+  threadgroup K keys[TILE];
+  threadgroup ushort order[TILE];  // positions in the tile
+  threadgroup T tile[TILE];
+  const uint line = group.y, begin = group.x * TILE;
+  const uint count = min(TILE, p.length - begin);
+  const uint n = threads * kTileRun;  // a power of two, at least count (the host's choice)
+  const LineOffsets at = line_offsets(p, line);
+  const bool descending = p.descending != 0;
+  K run_keys[kTileRun];
+  ushort run_order[kTileRun];
+  const uint first = t * kTileRun;
+  for (uint i = 0; i < kTileRun; ++i) {
+    const uint position = first + i;
+    if (position < count) {
+      const T x = input[at.input + long(begin + position) * p.input_stride];
+      tile[position] = x;
+      run_keys[i] = ranked_key<T, K>(x, descending);
+    } else {
+      run_keys[i] = ~K(0);  // padding: after every element (ties go by position)
+    }
+    run_order[i] = ushort(position);
+    // Insertion into the sorted registers before it.
+    for (uint j = i; j > 0 && pair_before(run_keys[j], run_order[j], run_keys[j - 1], run_order[j - 1]); --j) {
+      const K key = run_keys[j];
+      const ushort position_j = run_order[j];
+      run_keys[j] = run_keys[j - 1];
+      run_order[j] = run_order[j - 1];
+      run_keys[j - 1] = key;
+      run_order[j - 1] = position_j;
+    }
+  }
+  for (uint width = kTileRun;; width *= 2) {
+    for (uint i = 0; i < kTileRun; ++i) {
+      keys[first + i] = run_keys[i];
+      order[first + i] = run_order[i];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (width >= n) break;
+    const uint a = first / (2 * width) * (2 * width), b = a + width;
+    const uint diagonal = first - a;
+    uint from_a = a + tile_merge_path(keys, order, a, width, b, width, diagonal);
+    uint from_b = b + (diagonal - (from_a - a));
+    for (uint i = 0; i < kTileRun; ++i) {
+      const bool take_b = from_b < b + width &&
+                          (from_a >= b || pair_before(keys[from_b], order[from_b], keys[from_a], order[from_a]));
+      const uint from = take_b ? from_b++ : from_a++;
+      run_keys[i] = keys[from];
+      run_order[i] = order[from];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  const bool whole_line = p.length <= TILE;
+  for (uint i = t; i < count; i += threads) {
+    const uint from = order[i];
+    if (whole_line) {
+      if (i >= p.count) break;
+      values[at.values + long(i) * p.values_stride] = tile[from];
+      indices[at.indices + long(i) * p.indices_stride] = long(from);
+    } else {
+      const ulong to = ulong(line) * p.length + begin + i;
+      work_values[to] = tile[from];
+      work_indices[to] = begin + from;
+    }
   }
 }
 
-template <typename T>
+// How many of the first `diagonal` outputs of merging runs a and b come from a (a wins ties):
+// a binary search along the merge path.
+template <typename T, typename K>
+inline uint merge_path(device const T* a, uint a_count, device const T* b, uint b_count, uint diagonal,
+                       bool descending) {
+  uint low = diagonal > b_count ? diagonal - b_count : 0, high = min(diagonal, a_count);
+  while (low < high) {
+    const uint middle = (low + high) / 2;
+    const K b_key = ranked_key<T, K>(b[diagonal - 1 - middle], descending);
+    if (!(b_key < ranked_key<T, K>(a[middle], descending))) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+// One thread per kMergeRun outputs of a (pair of runs, line): finds where its outputs start
+// in both runs, then merges; the right run's element goes first only when its key is smaller
+// (ties keep order). Runs between passes carry uint indices; FINAL: the last pass, writing the
+// first `count` outputs of each line (values and int64 indices) to the outputs.
+template <typename T, typename K, bool FINAL>
 kernel void sort_merge(device const T* source_values [[buffer(0)]],
-                       device const long* source_indices [[buffer(1)]],
+                       device const uint* source_indices [[buffer(1)]],
                        device T* values [[buffer(2)]],
-                       device long* indices [[buffer(3)]],
+                       device uint* work_indices [[buffer(3)]],
                        constant SortParams& p [[buffer(4)]],
+                       device long* indices [[buffer(5)]],
                        uint2 position [[thread_position_in_grid]]) {
-  const uint pair = position.x, line = position.y;
-  const ulong begin = ulong(pair) * 2 * p.width;
-  if (line >= p.lines || begin >= p.length) return;
-  const uint middle = uint(min(begin + p.width, ulong(p.length)));
-  const uint end = uint(min(begin + 2 * ulong(p.width), ulong(p.length)));
+  const uint run = position.x, line = position.y;
+  const ulong first_out = ulong(run) * kMergeRun;
+  if (line >= p.lines || first_out >= p.length) return;
+  const uint begin = uint(first_out / (2 * ulong(p.width)) * 2 * p.width);
+  const uint middle = uint(min(ulong(begin) + p.width, ulong(p.length)));
+  const uint end = uint(min(ulong(begin) + 2 * ulong(p.width), ulong(p.length)));
   const ulong base = ulong(line) * p.length;
   const bool descending = p.descending != 0;
-  uint left = uint(begin), right = middle;
-  for (uint out = uint(begin); out < end; ++out) {
-    // Take from the right run only when its element goes strictly before: ties keep order.
-    const bool take_right =
-        right < end && (left >= middle ||
-                        goes_before(source_values[base + right], source_values[base + left], descending));
-    const uint from = take_right ? right++ : left++;
-    values[base + out] = source_values[base + from];
-    indices[base + out] = source_indices[base + from];
+  device const T* left_run = source_values + base + begin;
+  device const T* right_run = source_values + base + middle;
+  const uint diagonal = uint(first_out) - begin;
+  uint left = merge_path<T, K>(left_run, middle - begin, right_run, end - middle, diagonal, descending);
+  uint right = diagonal - left;
+  left += begin;
+  right += middle;
+  const uint last = min(uint(first_out) + kMergeRun, end);
+  const LineOffsets at = FINAL ? line_offsets(p, line) : LineOffsets{0, 0, 0};
+  T left_value = left < middle ? source_values[base + left] : T(0);
+  T right_value = right < end ? source_values[base + right] : T(0);
+  for (uint out = uint(first_out); out < last; ++out) {
+    const bool take_right = right < end && (left >= middle || ranked_key<T, K>(right_value, descending) <
+                                                                  ranked_key<T, K>(left_value, descending));
+    const T value = take_right ? right_value : left_value;
+    const uint index = source_indices[base + (take_right ? right : left)];
+    if (take_right) {
+      if (++right < end) right_value = source_values[base + right];
+    } else {
+      if (++left < middle) left_value = source_values[base + left];
+    }
+    if (FINAL) {
+      if (out >= p.count) break;
+      values[at.values + long(out) * p.values_stride] = value;
+      indices[at.indices + long(out) * p.indices_stride] = long(index);
+    } else {
+      values[base + out] = value;
+      work_indices[base + out] = index;
+    }
   }
 }
 
-template <typename T>
-kernel void sort_store(device const T* sorted_values [[buffer(0)]],
-                       device const long* sorted_indices [[buffer(1)]],
-                       device T* values [[buffer(2)]],
-                       device long* indices [[buffer(3)]],
-                       constant SortParams& p [[buffer(4)]],
-                       uint2 position [[thread_position_in_grid]]) {
-  const uint i = position.x, line = position.y;
-  if (i >= p.count || line >= p.lines) return;
-  const LineOffsets at = line_offsets(p, line);
-  const ulong from = ulong(line) * p.length + i;
-  values[at.values + long(i) * p.values_stride] = sorted_values[from];
-  indices[at.indices + long(i) * p.indices_stride] = sorted_indices[from];
+// ---------------------------------------------------------------------------- top-k
+
+// Must match the constants of native/ops/sort.cpp.
+constant constexpr uint kPerThread = 8;   // line elements a thread keeps in registers
+constant constexpr uint kMaxK = 256;      // largest k of the radix path (threadgroup arrays)
+constant constexpr uint kDigitBits = 8;
+constant constexpr uint kBins = 1u << kDigitBits;
+
+// Must match etm::ops::TopkParams (native/ops/sort.cpp). Lines are numbered over the
+// dimensions other than the selected one (last fastest).
+struct TopkParams {
+  long input_outer[kMaxDims];   // strides of the other dimensions
+  long values_outer[kMaxDims];
+  long indices_outer[kMaxDims];
+  long input_stride;            // along the selected dimension
+  long values_stride;
+  long indices_stride;
+  uint outer_sizes[kMaxDims];
+  uint outer_dims;
+  uint lines;
+  uint k;
+  uint largest;
+  uint count;                   // elements per line this pass selects from
+  uint chunk;                   // elements per threadgroup of topk_chunks
+  uint from_candidates;         // this pass reads the previous pass's candidates, not the input
+  uint source_stride;           // candidates per line in the source buffers
+  uint target_stride;           // candidates per line in the target buffers
+};
+
+// Exclusive prefix sum of `value` over the threadgroup's threads (in thread order); `total`
+// gets the sum. `simd_totals` holds one uint per SIMD-group.
+inline uint group_exclusive_sum(uint value, threadgroup uint* simd_totals, uint threads, uint lane, uint simd,
+                                uint simd_width, thread uint& total) {
+  const uint before_in_simd = simd_prefix_exclusive_sum(value);
+  if (lane == simd_width - 1 || simd * simd_width + lane == threads - 1) {
+    simd_totals[simd] = before_in_simd + value;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint before = before_in_simd;
+  total = 0;
+  const uint simds = (threads + simd_width - 1) / simd_width;
+  for (uint s = 0; s < simds; ++s) {
+    if (s < simd) before += simd_totals[s];
+    total += simd_totals[s];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return before;
 }
 
-#define SORT_KERNELS(T, NAME)                                                         \
-  template [[host_name("sort_blocks_" #NAME)]] [[kernel]]                              \
-  decltype(sort_blocks<T>) sort_blocks<T>;                                            \
-  template [[host_name("sort_merge_" #NAME)]] [[kernel]]                               \
-  decltype(sort_merge<T>) sort_merge<T>;                                              \
-  template [[host_name("sort_store_" #NAME)]] [[kernel]]                               \
-  decltype(sort_store<T>) sort_store<T>;
+// The group's `want`-th largest key (1 <= want <= keys held) as `threshold`, and how many keys
+// equal to it belong to the `want` largest (`take_equal`): a digit a pass, most significant
+// first, counting only the keys that match the digits chosen so far.
+template <typename K>
+inline void radix_select(thread const K* keys, uint held, uint want, uint bits, threadgroup atomic_uint* histogram,
+                         threadgroup uint* choice, uint t, uint threads, uint lane, uint simd,
+                         thread K& threshold, thread uint& take_equal) {
+  K prefix = 0, mask = 0;
+  uint remaining = want;
+  for (int shift = int(bits) - int(kDigitBits); shift >= 0; shift -= int(kDigitBits)) {
+    for (uint b = t; b < kBins; b += threads) atomic_store_explicit(&histogram[b], 0u, memory_order_relaxed);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint i = 0; i < held; ++i) {
+      if ((keys[i] & mask) == prefix) {
+        atomic_fetch_add_explicit(&histogram[uint(keys[i] >> shift) & (kBins - 1)], 1u, memory_order_relaxed);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (simd == 0) {
+      // Lane l owns kBins / 32 bins, from the top digit down: the lane whose bins reach the
+      // remaining count picks the digit.
+      constexpr uint kPerLane = kBins / 32;
+      uint counts[kPerLane];
+      uint block = 0;
+      for (uint j = 0; j < kPerLane; ++j) {
+        counts[j] = atomic_load_explicit(&histogram[kBins - 1 - lane * kPerLane - j], memory_order_relaxed);
+        block += counts[j];
+      }
+      uint above = simd_prefix_exclusive_sum(block);
+      if (above < remaining && above + block >= remaining) {
+        for (uint j = 0; j < kPerLane; ++j) {
+          if (above + counts[j] >= remaining) {
+            choice[0] = kBins - 1 - lane * kPerLane - j;
+            choice[1] = remaining - above;
+            break;
+          }
+          above += counts[j];
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    prefix |= K(choice[0]) << shift;
+    mask |= K(kBins - 1) << shift;
+    remaining = choice[1];
+  }
+  threshold = prefix;
+  take_equal = remaining;
+}
 
-SORT_KERNELS(float, float)
-SORT_KERNELS(half, half)
-SORT_KERNELS(bfloat, bfloat)
-SORT_KERNELS(long, long)
-SORT_KERNELS(int, int)
-SORT_KERNELS(short, short)
-SORT_KERNELS(char, char)
-SORT_KERNELS(uchar, uchar)
-SORT_KERNELS(bool, bool)
+// Loads thread t's elements [first, first + kPerThread) of this pass's line (clipped to
+// `count`) as keys and indices; returns how many it holds.
+template <typename T, typename K>
+inline uint load_keys(device const T* input, device const K* source_keys, device const uint* source_indices,
+                      constant TopkParams& p, long line_at, uint line, uint first, uint count,
+                      thread K* keys, thread uint* indices) {
+  const uint held = first >= count ? 0 : min(kPerThread, count - first);
+  if (p.from_candidates) {
+    const ulong base = ulong(line) * p.source_stride + first;
+    for (uint i = 0; i < held; ++i) {
+      keys[i] = source_keys[base + i];
+      indices[i] = source_indices[base + i];
+    }
+  } else {
+    const bool largest = p.largest != 0;  // keys grow with the preference
+    for (uint i = 0; i < held; ++i) {
+      keys[i] = ranked_key<T, K>(input[line_at + long(first + i) * p.input_stride], !largest);
+      indices[i] = first + i;
+    }
+  }
+  return held;
+}
+
+// Marks which of the thread's keys are among the group's `want` best (all keys above the
+// threshold, equal ones in position order) and returns how many; the group's threads hold
+// consecutive positions in thread order.
+template <typename K>
+inline uint mark_winners(thread const K* keys, uint held, uint want, uint bits, thread bool* wins,
+                         threadgroup atomic_uint* histogram, threadgroup uint* choice, threadgroup uint* scratch,
+                         uint t, uint threads, uint lane, uint simd, uint simd_width) {
+  K threshold;
+  uint take_equal;
+  radix_select(keys, held, want, bits, histogram, choice, t, threads, lane, simd, threshold, take_equal);
+  uint equal = 0;
+  for (uint i = 0; i < held; ++i) equal += keys[i] == threshold ? 1 : 0;
+  uint total;
+  uint equal_before = group_exclusive_sum(equal, scratch, threads, lane, simd, simd_width, total);
+  uint winners = 0;
+  for (uint i = 0; i < held; ++i) {
+    bool win = keys[i] > threshold;
+    if (keys[i] == threshold) win = equal_before++ < take_equal;
+    wins[i] = win;
+    winners += win ? 1 : 0;
+  }
+  return winners;
+}
+
+template <typename T, typename K>
+kernel void topk_chunks(device const T* input [[buffer(0)]],
+                        device const K* source_keys [[buffer(1)]],
+                        device const uint* source_indices [[buffer(2)]],
+                        device K* target_keys [[buffer(3)]],
+                        device uint* target_indices [[buffer(4)]],
+                        constant TopkParams& p [[buffer(5)]],
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint t [[thread_index_in_threadgroup]],
+                        uint threads [[threads_per_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]],
+                        uint simd_width [[threads_per_simdgroup]]) {
+  threadgroup atomic_uint histogram[kBins];
+  threadgroup uint choice[2];   // radix_select's digit and remaining count
+  threadgroup uint scratch[32];  // group_exclusive_sum's SIMD-group totals
+  const uint chunk = group.x, line = group.y;
+  const uint begin = chunk * p.chunk;
+  const uint chunk_count = min(p.chunk, p.count - begin);
+  const uint want = min(p.k, chunk_count);
+  const long line_at = p.from_candidates ? 0 : line_offsets(p, line).input;
+  K keys[kPerThread];
+  uint indices[kPerThread];
+  const uint held = load_keys<T, K>(input, source_keys, source_indices, p, line_at, line, begin + t * kPerThread,
+                                    begin + chunk_count, keys, indices);
+  bool wins[kPerThread];
+  const uint winners = mark_winners(keys, held, want, key_bits(T(0)), wins, histogram, choice, scratch, t, threads, lane,
+                                    simd, simd_width);
+  uint total;
+  uint slot = group_exclusive_sum(winners, scratch, threads, lane, simd, simd_width, total);
+  const ulong out = ulong(line) * p.target_stride + ulong(chunk) * p.k;
+  for (uint i = 0; i < held; ++i) {
+    if (!wins[i]) continue;
+    target_keys[out + slot] = keys[i];
+    target_indices[out + slot] = indices[i];
+    ++slot;
+  }
+}
+
+template <typename T, typename K>
+kernel void topk_final(device const T* input [[buffer(0)]],
+                       device const K* source_keys [[buffer(1)]],
+                       device const uint* source_indices [[buffer(2)]],
+                       device T* values [[buffer(3)]],
+                       device long* indices_out [[buffer(4)]],
+                       constant TopkParams& p [[buffer(5)]],
+                       uint line [[threadgroup_position_in_grid]],
+                       uint t [[thread_index_in_threadgroup]],
+                       uint threads [[threads_per_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint simd [[simdgroup_index_in_threadgroup]],
+                       uint simd_width [[threads_per_simdgroup]]) {
+  threadgroup atomic_uint histogram[kBins];
+  threadgroup uint choice[2];   // radix_select's digit and remaining count
+  threadgroup uint scratch[32];  // group_exclusive_sum's SIMD-group totals
+  threadgroup K winner_keys[kMaxK];
+  threadgroup uint winner_indices[kMaxK];
+  const LineOffsets at = line_offsets(p, line);
+  K keys[kPerThread];
+  uint indices[kPerThread];
+  const uint held = load_keys<T, K>(input, source_keys, source_indices, p, at.input, line, t * kPerThread, p.count,
+                                    keys, indices);
+  bool wins[kPerThread];
+  const uint winners = mark_winners(keys, held, p.k, key_bits(T(0)), wins, histogram, choice, scratch, t, threads, lane,
+                                    simd, simd_width);
+  uint total;
+  uint slot = group_exclusive_sum(winners, scratch, threads, lane, simd, simd_width, total);
+  for (uint i = 0; i < held; ++i) {
+    if (!wins[i]) continue;
+    winner_keys[slot] = keys[i];
+    winner_indices[slot] = indices[i];
+    ++slot;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint w = t; w < p.k; w += threads) {
+    const K key = winner_keys[w];
+    const uint index = winner_indices[w];
+    uint rank = 0;
+    for (uint j = 0; j < p.k; ++j) {
+      const K other = winner_keys[j];
+      rank += (other > key || (other == key && winner_indices[j] < index)) ? 1 : 0;
+    }
+    values[at.values + long(rank) * p.values_stride] = input[at.input + long(index) * p.input_stride];
+    indices_out[at.indices + long(rank) * p.indices_stride] = long(index);
+  }
+}
+
+#define TOPK_KERNELS(T, K, NAME)                                                      \
+  template [[host_name("topk_chunks_" #NAME)]] [[kernel]]                              \
+  decltype(topk_chunks<T, K>) topk_chunks<T, K>;                                      \
+  template [[host_name("topk_final_" #NAME)]] [[kernel]]                               \
+  decltype(topk_final<T, K>) topk_final<T, K>;
+
+TOPK_KERNELS(float, uint, float)
+TOPK_KERNELS(half, uint, half)
+TOPK_KERNELS(bfloat, uint, bfloat)
+TOPK_KERNELS(long, ulong, long)
+TOPK_KERNELS(int, uint, int)
+TOPK_KERNELS(short, uint, short)
+TOPK_KERNELS(char, uint, char)
+TOPK_KERNELS(uchar, uint, uchar)
+TOPK_KERNELS(bool, uint, bool)
+
+// Tiles of 2048 elements (1024 for 64-bit keys) keep threadgroup memory under 32 KB.
+#define SORT_KERNELS(T, K, TILE, NAME)                                                \
+  template [[host_name("sort_tiles_" #NAME)]] [[kernel]]                               \
+  decltype(sort_tiles<T, K, TILE>) sort_tiles<T, K, TILE>;                            \
+  template [[host_name("sort_merge_" #NAME)]] [[kernel]]                               \
+  decltype(sort_merge<T, K, false>) sort_merge<T, K, false>;                          \
+  template [[host_name("sort_merge_final_" #NAME)]] [[kernel]]                         \
+  decltype(sort_merge<T, K, true>) sort_merge<T, K, true>;
+
+SORT_KERNELS(float, uint, 2048, float)
+SORT_KERNELS(half, uint, 2048, half)
+SORT_KERNELS(bfloat, uint, 2048, bfloat)
+SORT_KERNELS(long, ulong, 1024, long)
+SORT_KERNELS(int, uint, 2048, int)
+SORT_KERNELS(short, uint, 2048, short)
+SORT_KERNELS(char, uint, 2048, char)
+SORT_KERNELS(uchar, uint, 2048, uchar)
+SORT_KERNELS(bool, uint, 2048, bool)

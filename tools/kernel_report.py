@@ -76,15 +76,22 @@ def rms_norm_case(rows, width, dtype):
     return run, minimum
 
 
-def mm_case(m, k, n, dtype):
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    da, db = device(a), device(b)
+def mm_case(m, k, n, dtype, weight_transposed=False):
+    a = torch.randn(m, k).to(dtype)
+    b = torch.randn(n, k).to(dtype) if weight_transposed else torch.randn(k, n).to(dtype)
+    da, weight = device(a), device(b)
+    db = weight
+    if weight_transposed:  # x @ weight.t(), as nn.Linear
+        view = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(weight.handle, 2, ffi.new("int64_t[]", [k, n]),
+                                                            ffi.new("int64_t[]", [1, k]), 0, view))
+        db = Tensor(view[0])
     out = device(torch.empty(m, n, dtype=dtype))
     minimum = nbytes(a, b) + m * n * a.element_size()
 
     def run():
         etmetal_py.check(lib.aoti_torch_mps_mm_out(out.handle, da.handle, db.handle))
-        return []
+        return [weight]  # keeps the weight's storage alive with the view
 
     return run, minimum
 
@@ -125,6 +132,28 @@ def linear_4bit_case(m, k, n, group_size, dtype):
         r0 = ffi.new("AtenTensorHandle*")
         etmetal_py.check(lib.aoti_torch_mps__linear_fp_act_4bit_weight(
             da.handle, db.handle, group_size, ds.handle, dz.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
+    g = torch.Generator().manual_seed(0)
+    groups = k // group_size
+    x = torch.randn(pairs, k, generator=g).to(dtype)
+    q = torch.randint(0, 16, (experts, n, k), generator=g, dtype=torch.uint8)
+    packed = quantize.pack_lowbit(q, 4)
+    s = (torch.rand(experts, n, groups, generator=g) + 0.01).to(dtype)
+    z = torch.zeros(experts, n, groups).to(dtype)
+    indices = torch.randperm(experts, generator=g)[:pairs].int()  # distinct experts
+    dx, dw, ds, dz, di = device(x), device(packed), device(s), device(z), device(indices)
+    per_expert = (packed.numel() + 2 * s.numel() * s.element_size()) // experts
+    minimum = nbytes(x, indices) + pairs * per_expert + pairs * n * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_gather_qmv(dx.handle, dw.handle, ds.handle, dz.handle, di.handle,
+                                                       group_size, r0))
         return [Tensor(r0[0])]
 
     return run, minimum
@@ -185,11 +214,19 @@ CASES = [  # (op, shape label, factory, arguments)
     ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
     ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
     ("topk", "k=50 of 1 x 32000 f32 (sampling)", topk_case, (1, 32000, 50, F32)),
+    ("topk", "k=50 of 8 x 32000 f16 (sampling)", topk_case, (8, 32000, 50, F16)),
+    ("topk", "k=50 of 1 x 152064 f32 (sampling)", topk_case, (1, 152064, 50, F32)),
+    ("topk", "k=256 of 4 x 128256 f32", topk_case, (4, 128256, 256, F32)),
     ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
+    ("sort", "64 x 1024 f32", sort_case, (64, 1024, F32)),
+    ("sort", "8 x 32000 f16", sort_case, (8, 32000, F16)),
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
+    ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
+    ("linear_4bit", "batch 4x4096 -> 4096 g128 f16", linear_4bit_case, (4, 4096, 4096, 128, F16)),
     ("linear_4bit", "batch 8x4096 -> 1024 g64 f16", linear_4bit_case, (8, 4096, 1024, 64, F16)),
+    ("gather_qmv", "MoE decode 8 of 64 experts 2048 -> 768 g64 f16", gather_qmv_case, (8, 64, 2048, 768, 64, F16)),
     ("conv2d", "stem 3->16 3x3/2 224x224 f32", conv_case, (1, 3, 16, 224, 3, 2, 1, F32)),
     ("conv2d", "16->32 3x3 56x56 f32", conv_case, (1, 16, 32, 56, 3, 1, 1, F32)),
     ("conv2d", "depthwise 32 3x3 112x112 f32", conv_case, (1, 32, 32, 112, 3, 1, 32, F32)),

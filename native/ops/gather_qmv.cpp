@@ -13,6 +13,11 @@
 namespace etm::ops {
 namespace {
 
+// Must match the constants of shaders/gather_qmv.metal: threadgroups of kSimdgroups
+// simdgroups x 4 output rows.
+constexpr uint64_t kSimdgroups = 8;
+constexpr int64_t kRowsPerGroup = 4 * kSimdgroups;
+
 // Mirrors GatherQmvParams in shaders/gather_qmv.metal.
 struct GatherQmvParams {
   int32_t P;
@@ -110,7 +115,8 @@ std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tenso
       .tensor(0, x).tensor(1, w).tensor(2, scales).tensor(3, biases).tensor(4, indices)
       .tensor(5, *out).value(6, params).tensor(7, *fault)
       .completion_check(report)
-      .threadgroups({static_cast<uint64_t>(P), static_cast<uint64_t>((N + 7) / 8), 1}, {32, 2, 1});
+      .threadgroups({static_cast<uint64_t>(P), static_cast<uint64_t>((N + kRowsPerGroup - 1) / kRowsPerGroup), 1},
+                    {32, kSimdgroups, 1});
   return out;
 }
 

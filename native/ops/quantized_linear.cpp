@@ -13,6 +13,11 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "quantized.metal";
+// Must match the constants of shaders/quantized.metal: qmv threadgroups of kQmvSimdgroups
+// simdgroups x kQmvRows output rows, for kQmvBatch activation rows.
+constexpr int64_t kQmvRows = 4;
+constexpr int64_t kQmvSimdgroups = 8;
+constexpr int64_t kQmvBatch = 4;  // larger M: the tiled qmm (fewer device bytes from M = 6 on)
 
 // Mirrors QuantizedMatmulParams in shaders/quantized.metal.
 struct QuantizedMatmulParams {
@@ -70,17 +75,16 @@ std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, co
                                const Tensor& zeros, const QuantizedMatmulParams& params) {
   auto out = Runtime::get().empty_tensor({params.M, params.N}, {params.N, 1}, a.dtype);
   if (params.M == 0 || params.N == 0) return out;
-  // One kernel for the matrix-vector case, the tiled one for more rows.
-  const bool vector = params.M == 1;
+  // The matrix-vector kernel for a few rows, the tiled one for more.
+  const bool vector = params.M <= kQmvBatch;
   const std::string name = std::string(vector ? "qmv_" : "qmm_") + tag + "_" + type_name;
   KernelLaunch launch(shader_kernel(kShaderFile, name));
   launch.tensor(0, a).tensor(1, weight_bytes).tensor(2, scales).tensor(3, zeros).tensor(4, *out)
       .value(5, params);
   if (vector) {
-    // 2 simdgroups x 4 rows = 8 output rows per threadgroup.
-    launch.threadgroups(
-        {static_cast<uint64_t>(params.M), static_cast<uint64_t>(ceil_div(params.N, 8)), 1},
-        {32, 2, 1});
+    launch.threadgroups({static_cast<uint64_t>(ceil_div(params.M, kQmvBatch)),
+                         static_cast<uint64_t>(ceil_div(params.N, kQmvSimdgroups * kQmvRows)), 1},
+                        {32, kQmvSimdgroups, 1});
   } else {
     // 32 x 64 output tiles, 128 threads.
     launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 64)),

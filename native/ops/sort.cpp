@@ -16,7 +16,14 @@ namespace {
 
 constexpr const char* kShaderFile = "sort.metal";
 constexpr int kMaxDims = 8;
-constexpr uint32_t kBlock = 16;  // elements insertion-sorted per thread before merging
+// Must match the constants and tile sizes of shaders/sort.metal.
+constexpr uint32_t kSortTile = 2048;      // elements a threadgroup sorts before merging
+constexpr uint32_t kLongSortTile = 1024;  // the same, for int64 (64-bit keys)
+constexpr uint32_t kTileRun = 8;          // elements a tile-sorting thread keeps in registers
+constexpr uint32_t kMergeRun = 32;        // outputs per merge thread
+constexpr uint32_t kTopkPerThread = 8;
+constexpr int64_t kTopkMaxK = 256;
+constexpr uint32_t kTopkGroup = 256;  // threads per threadgroup
 
 // Must match SortParams in shaders/sort.metal.
 struct SortParams {
@@ -30,12 +37,11 @@ struct SortParams {
   uint32_t outer_dims;
   uint32_t length;
   uint32_t lines;
-  uint32_t block;
   uint32_t width;
   uint32_t count;
   uint32_t descending;
 };
-static_assert(sizeof(SortParams) == 280, "SortParams must match the MSL layout");
+static_assert(sizeof(SortParams) == 272, "SortParams must match the MSL layout");
 
 // Sorts every line of `self` along `dim` and keeps the first `count` elements of each.
 SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool descending,
@@ -73,42 +79,150 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   p.length = checked_u32(op, length, "length");
   p.lines = checked_u32(op, lines, "number of lines");
   checked_u32(op, lines * length, "element count");
-  p.block = kBlock;
   p.count = static_cast<uint32_t>(count);
   p.descending = descending ? 1 : 0;
 
+  if (count == 0) return result;
+
+  const std::string suffix = type_name;
+  KernelFunction& tiles_kernel = shader_kernel(kShaderFile, "sort_tiles_" + suffix);
+  const bool is_long = self.dtype == static_cast<int32_t>(DType::int64);
+  const uint32_t tile = is_long ? kLongSortTile : kSortTile;
+  // kTileRun elements a thread; the threads' share of a tile must be a power of two.
+  uint32_t group = 1;
+  while (group * kTileRun < std::min(p.length, tile)) group *= 2;
+  ETM_REQUIRE(group <= tiles_kernel.max_threads_per_group(), op, ": the device allows only ",
+              tiles_kernel.max_threads_per_group(), " threads per threadgroup (", group, " needed)");
+  const uint64_t tiles = (static_cast<uint64_t>(length) + tile - 1) / tile;
+  if (tiles == 1) {
+    KernelLaunch launch(tiles_kernel);
+    launch.tensor(0, self).tensor(1, *result.values).tensor(2, *result.indices)
+        .tensor(3, *result.values).tensor(4, *result.indices).value(5, p)
+        .threadgroups({1, static_cast<uint64_t>(lines), 1}, {group, 1, 1});
+    return result;
+  }
   const std::vector<int64_t> work_sizes = {lines * length};
   std::unique_ptr<Tensor> work_values[2], work_indices[2];
   for (int i = 0; i < 2; ++i) {
     work_values[i] = runtime.empty_tensor(work_sizes, {1}, self.dtype);
-    work_indices[i] = runtime.empty_tensor(work_sizes, {1}, static_cast<int32_t>(DType::int64));
+    work_indices[i] = runtime.empty_tensor(work_sizes, {1}, static_cast<int32_t>(DType::int32));
   }
-  const std::string suffix = type_name;
   {
-    KernelLaunch launch(shader_kernel(kShaderFile, "sort_blocks_" + suffix));
-    const device::Size3 grid{(static_cast<uint64_t>(length) + kBlock - 1) / kBlock,
-                             static_cast<uint64_t>(lines), 1};
-    launch.tensor(0, self).tensor(1, *work_values[0]).tensor(2, *work_indices[0]).value(3, p)
-        .threads(grid, default_group(grid, launch));
+    KernelLaunch launch(tiles_kernel);
+    launch.tensor(0, self).tensor(1, *work_values[0]).tensor(2, *work_indices[0])
+        .tensor(3, *result.values).tensor(4, *result.indices).value(5, p)
+        .threadgroups({tiles, static_cast<uint64_t>(lines), 1}, {group, 1, 1});
   }
   int current = 0;
-  for (uint64_t width = kBlock; width < static_cast<uint64_t>(length); width *= 2) {
+  for (uint64_t width = tile; width < static_cast<uint64_t>(length); width *= 2) {
     p.width = static_cast<uint32_t>(width);
-    KernelLaunch launch(shader_kernel(kShaderFile, "sort_merge_" + suffix));
-    const device::Size3 grid{(static_cast<uint64_t>(length) + 2 * width - 1) / (2 * width),
+    const bool final = 2 * width >= static_cast<uint64_t>(length);
+    KernelLaunch launch(shader_kernel(kShaderFile, (final ? "sort_merge_final_" : "sort_merge_") + suffix));
+    const device::Size3 grid{(static_cast<uint64_t>(length) + kMergeRun - 1) / kMergeRun,
                              static_cast<uint64_t>(lines), 1};
     launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
-        .tensor(2, *work_values[1 - current]).tensor(3, *work_indices[1 - current]).value(4, p)
+        .tensor(2, final ? *result.values : *work_values[1 - current])
+        .tensor(3, *work_indices[1 - current]).value(4, p).tensor(5, *result.indices)
         .threads(grid, default_group(grid, launch));
     current = 1 - current;
   }
-  if (count > 0) {
-    KernelLaunch launch(shader_kernel(kShaderFile, "sort_store_" + suffix));
-    const device::Size3 grid{static_cast<uint64_t>(count), static_cast<uint64_t>(lines), 1};
-    launch.tensor(0, *work_values[current]).tensor(1, *work_indices[current])
-        .tensor(2, *result.values).tensor(3, *result.indices).value(4, p)
-        .threads(grid, default_group(grid, launch));
+  return result;
+}
+
+// Must match TopkParams in shaders/sort.metal.
+struct TopkParams {
+  int64_t input_outer[kMaxDims];
+  int64_t values_outer[kMaxDims];
+  int64_t indices_outer[kMaxDims];
+  int64_t input_stride;
+  int64_t values_stride;
+  int64_t indices_stride;
+  uint32_t outer_sizes[kMaxDims];
+  uint32_t outer_dims;
+  uint32_t lines;
+  uint32_t k;
+  uint32_t largest;
+  uint32_t count;
+  uint32_t chunk;
+  uint32_t from_candidates;
+  uint32_t source_stride;
+  uint32_t target_stride;
+};
+static_assert(sizeof(TopkParams) == 288, "TopkParams must match the MSL layout");
+
+// Radix-selection top-k (shaders/sort.metal) for 1 <= k <= min(kTopkMaxK, length): chunk
+// passes shrink every line to k candidates per chunk until one threadgroup holds them all,
+// then a final pass selects and orders the k winners.
+SortOutputs topk_by_selection(const Tensor& self, const char* type_name, int64_t k, int64_t dim,
+                              bool largest) {
+  constexpr const char* op = "topk";
+  const int64_t n = self.dim();
+  std::vector<int64_t> out_sizes = self.sizes;
+  if (n > 0) out_sizes[dim] = k;
+  const std::vector<int64_t> out_strides = contiguous_strides(out_sizes);
+  Runtime& runtime = Runtime::get();
+  SortOutputs result;
+  result.values = runtime.empty_tensor(out_sizes, out_strides, self.dtype);
+  result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
+
+  TopkParams p{};
+  int64_t lines;
+  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
+                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
+                                  {out_strides, p.indices_outer}},
+                                 p.outer_sizes, lines);
+  if (lines == 0) return result;
+  if (n > 0) {
+    p.input_stride = self.strides[dim];
+    p.values_stride = out_strides[dim];
+    p.indices_stride = out_strides[dim];
   }
+  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  p.lines = checked_u32(op, lines, "number of lines");
+  p.k = static_cast<uint32_t>(k);
+  p.largest = largest ? 1 : 0;
+  p.count = checked_u32(op, length, "length");
+
+  const std::string suffix = type_name;
+  KernelFunction& chunks_kernel = shader_kernel(kShaderFile, "topk_chunks_" + suffix);
+  KernelFunction& final_kernel = shader_kernel(kShaderFile, "topk_final_" + suffix);
+  // Whole SIMD-groups of 32 (the kernels' digit search uses one), at most kTopkGroup threads.
+  const uint32_t group = std::min<uint32_t>(
+      kTopkGroup, std::min(chunks_kernel.max_threads_per_group(), final_kernel.max_threads_per_group()) / 32 * 32);
+  ETM_REQUIRE(group >= 32, op, ": the device allows only ", group, " threads per threadgroup (32 needed)");
+  p.chunk = group * kTopkPerThread;
+  if (p.chunk < 4 * p.k) return sort_lines(op, self, dim, largest, k);  // chunks would barely shrink a line
+
+  const int32_t key_dtype = static_cast<int32_t>(self.dtype == static_cast<int32_t>(DType::int64) ? DType::int64
+                                                                                                 : DType::int32);
+  std::shared_ptr<Tensor> keys[2], indices[2];
+  int current = -1;  // candidate buffers the next pass reads; -1: the input
+  while (p.count > p.chunk) {
+    const uint32_t chunks = (p.count + p.chunk - 1) / p.chunk;
+    const uint32_t last = p.count - (chunks - 1) * p.chunk;
+    const int target = current == 0 ? 1 : 0;
+    p.target_stride = checked_u32(op, int64_t{chunks} * p.k, "candidates per line");
+    if (!keys[target] || keys[target]->numel() < lines * p.target_stride) {
+      keys[target] = runtime.empty_tensor({lines * p.target_stride}, {1}, key_dtype);
+      indices[target] = runtime.empty_tensor({lines * p.target_stride}, {1}, static_cast<int32_t>(DType::int32));
+    }
+    p.from_candidates = current >= 0 ? 1 : 0;
+    KernelLaunch launch(chunks_kernel);
+    const Tensor& source_keys = current >= 0 ? *keys[current] : self;
+    const Tensor& source_indices = current >= 0 ? *indices[current] : self;
+    launch.tensor(0, self).tensor(1, source_keys).tensor(2, source_indices)
+        .tensor(3, *keys[target]).tensor(4, *indices[target]).value(5, p)
+        .threadgroups({chunks, static_cast<uint64_t>(lines), 1}, {group, 1, 1});
+    p.count = (chunks - 1) * p.k + std::min(p.k, last);
+    p.source_stride = p.target_stride;
+    current = target;
+  }
+  p.from_candidates = current >= 0 ? 1 : 0;
+  KernelLaunch launch(final_kernel);
+  launch.tensor(0, self).tensor(1, current >= 0 ? *keys[current] : self)
+      .tensor(2, current >= 0 ? *indices[current] : self)
+      .tensor(3, *result.values).tensor(4, *result.indices).value(5, p)
+      .threadgroups({static_cast<uint64_t>(lines), 1, 1}, {group, 1, 1});
   return result;
 }
 
@@ -123,7 +237,16 @@ SortOutputs sort(const Tensor& self, int64_t dim, bool descending) {
 }
 
 SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest) {
-  return sort_lines("topk", self, dim, largest, k);
+  constexpr const char* op = "topk";
+  require_mps(op, "self", self);
+  const char* type_name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
+  const int64_t n = self.dim();
+  const int64_t wrapped = wrap_dim(op, dim, n);
+  const int64_t length = n == 0 ? 1 : self.sizes[wrapped];
+  // Radix selection keeps the k winners in threadgroup arrays; larger k sort the whole line.
+  if (k < 1 || k > kTopkMaxK || k > length) return sort_lines(op, self, dim, largest, k);
+  return topk_by_selection(self, type_name, k, wrapped, largest);
 }
 
 }  // namespace etm::ops

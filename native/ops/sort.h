@@ -18,7 +18,8 @@ struct SortOutputs {
 SortOutputs sort(const Tensor& self, int64_t dim, bool descending);
 
 // The k largest (or smallest) elements along `dim`, always in sorted order (which also
-// satisfies sorted=false), ties in input order; NaN counts as the largest value.
+// satisfies sorted=false), ties in input order; NaN counts as the largest value. k <= 256:
+// radix selection that reads each line once; larger k sort the lines.
 SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest);
 
 }  // namespace etm::ops

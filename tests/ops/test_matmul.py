@@ -72,6 +72,26 @@ def test_addmm_with_transposed_weight(M, K, N, dtype, no_leaks):
     assert_matches(result, reference_addmm(bias, x, weight.t(), 1.0, 1.0), dtype, K)
 
 
+# Row vector times matrix: the vector staged in chunks of 512 (tails past them), 32 output
+# columns per threadgroup (tails past them), weights read along K (x @ weight.t()) or along N.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("K,N", [(1100, 70), (512, 33), (64, 1)])
+def test_row_vector_times_matrix_in_both_layouts(K, N, dtype, no_leaks):
+    x = random(3, 2 * K, dtype=dtype)[1:2, ::2]  # strided along K, storage offset
+    along_k = random(N, K + 3, dtype=dtype)[:, 3:].t()  # unit stride along K
+    along_n = random(K, N + 5, dtype=dtype)[:, 5:]  # unit stride along N, row pitch N + 5
+    bias = random(N, dtype=dtype)
+    for weight in (along_k, along_n):
+        result = run(lib.aoti_torch_mps_mm_out, filled_like((1, N), dtype), x, weight)
+        assert_matches(result, x.double() @ weight.double(), dtype, K)
+        result = run(lib.aoti_torch_mps_addmm_out, filled_like((1, N), dtype), bias, x, weight,
+                     scalars=(0.5, -2.0))
+        assert_matches(result, reference_addmm(bias, x, weight, 0.5, -2.0), dtype, K)
+    a, b = random(4, 1, K, dtype=dtype), random(4, N, K, dtype=dtype).transpose(1, 2)
+    result = run(lib.aoti_torch_mps_bmm_out, filled_like((4, 1, N), dtype), a, b)
+    assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
 @pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36)])
 def test_mm_offset_and_strided_views(M, K, N, no_leaks):
     # Every operand is a slice with a storage offset and non-unit strides in both dimensions.

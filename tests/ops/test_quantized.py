@@ -90,6 +90,19 @@ def test_lowbit_shapes(M, K, N, group_size):
     assert_matches(out, expected_lowbit(A, q, S, Z, group_size), torch.float32)
 
 
+# The matrix-vector kernel serves up to 4 activation rows at once (each weight byte read once
+# for all of them): several K steps of 512 with a tail, partial threadgroups of 32 output rows,
+# quantization groups spanning 2 to 16 lanes.
+@pytest.mark.parametrize("M,K,N,group_size", [(2, 1544, 70, 32), (4, 1024, 33, 256), (3, 520, 100, 128),
+                                              (4, 1536, 64, 64)])
+def test_lowbit_matrix_vector_batches(M, K, N, group_size):
+    A, q, S, Z = random_lowbit(M, K, N, 4, group_size, torch.float16, seed=M + K + N)
+    out = linear_lowbit(4, A, quantize.pack_lowbit(q, 4), group_size, S, Z)
+    assert_matches(out, expected_lowbit(A, q, S, Z, group_size), torch.float16)
+    single = linear_lowbit(4, A[-1:], quantize.pack_lowbit(q, 4), group_size, S, Z)
+    assert_matches(single, expected_lowbit(A[-1:], q, S, Z, group_size), torch.float16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("bits", [3, 4])
 @pytest.mark.parametrize("M", [1, 5])
@@ -212,7 +225,7 @@ def test_weight_int4pack_mm_errors():
 # --- torch's _weight_int8pack_mm ----------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("M,K,N", [(1, 100, 7), (1, 512, 64), (13, 37, 33), (4, 64, 5)])
+@pytest.mark.parametrize("M,K,N", [(1, 100, 7), (1, 512, 64), (13, 37, 33), (4, 64, 5), (3, 1100, 40)])
 def test_weight_int8pack_mm(dtype, M, K, N):
     g = torch.Generator().manual_seed(K + N)
     w = torch.randn(N, K, generator=g)

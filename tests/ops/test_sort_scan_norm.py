@@ -120,6 +120,36 @@ def test_sort_lengths_around_block_and_merge_widths(length):
     assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
 
 
+# Lines longer than one threadgroup tile (2048 elements, 1024 for int64) sort tiles, then merge
+# runs; the last merge writes the outputs (top-k with k > 256 keeps the first k).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("length", [1025, 2049, 5000])
+def test_sort_of_lines_past_one_tile_with_ties(dtype, length):
+    torch.manual_seed(length)
+    x = with_ties((3, length), dtype)
+    for descending in (False, True):
+        values, indices = results(*call_sort(x, 1, descending))
+        expected_values, expected_indices = torch.sort(x, dim=1, descending=descending, stable=True)
+        assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_sort_of_long_strided_lines_with_nan_and_topk_past_the_radix_limit():
+    torch.manual_seed(8)
+    base = torch.randn(9000, 3)
+    base[::37] = float("nan")
+    base[5::41] = -0.0
+    x = base[100:8100:2].t()  # lines of 4000 along dim 1, strided
+    for descending in (False, True):
+        values, indices = results(*call_sort(x, 1, descending))
+        expected_values, expected_indices = torch.sort(x, dim=1, descending=descending, stable=True)
+        assert torch.equal(values.isnan(), expected_values.isnan())
+        assert torch.equal(torch.nan_to_num(values), torch.nan_to_num(expected_values))
+        assert torch.equal(indices, expected_indices)
+    for largest in (False, True):
+        assert_topk_matches(x, 1000, 1, largest)
+        assert_topk_matches(x.t(), 300, 0, largest)
+
+
 def test_sort_of_strided_offset_view():
     torch.manual_seed(1)
     x = torch.randn(7, 40, 3)[2:, 5:35:2, 1].t()  # non-contiguous, storage offset
@@ -180,6 +210,83 @@ def test_topk_unsorted_flag_and_views():
     values, indices = results(*call_topk(x, 4, 1, largest=True, sorted_=False))
     expected = torch.topk(x, 4, dim=1)
     assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+
+
+def stable_topk(x, k, dim, largest):
+    """torch's order with ties in index order: the first k of a stable sort (NaN largest)."""
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
+
+
+def assert_topk_matches(x, k, dim, largest):
+    values, indices = results(*call_topk(x, k, dim, largest))
+    expected_values, expected_indices = stable_topk(x, k, dim, largest)
+    assert values.dtype == x.dtype and indices.dtype == torch.int64
+    if x.dtype.is_floating_point:
+        assert torch.equal(values.isnan(), expected_values.isnan())
+        values, expected_values = torch.nan_to_num(values), torch.nan_to_num(expected_values)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(indices, expected_indices)
+
+
+# Radix selection (k <= 256): lines of one chunk (2048 elements), of several chunks, and of
+# so many chunks that their candidates take a second chunk pass; heavy ties pick the lowest
+# indices first.
+@pytest.mark.parametrize("dtype,shape,k,dim",
+                         [(dtype, (2, 5000), 50, -1) for dtype in FLOATS + INTEGERS + [torch.bool]] +
+                         [(dtype, shape, k, dim) for dtype in (torch.float32, torch.int64)
+                          for shape, k, dim in [((3, 700), 13, 1), ((2, 2049), 256, 1), ((5000, 2), 7, 0)]])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_with_ties_takes_lowest_indices(dtype, shape, k, dim, largest):
+    torch.manual_seed(k + sum(shape))
+    assert_topk_matches(with_ties(shape, dtype), k, dim, largest)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
+def test_topk_two_chunk_passes(dtype):
+    torch.manual_seed(3)
+    x = torch.randn(2, 70000).mul(1000).to(dtype)  # 35 chunks x 256 candidates > one chunk
+    for largest in (True, False):
+        assert_topk_matches(x, 256, 1, largest)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_topk_nan_infinities_and_signed_zeros(dtype):
+    torch.manual_seed(5)
+    x = torch.randn(3, 4100)
+    x[:, ::97] = float("nan")
+    x[:, 5::89] = float("inf")
+    x[:, 7::83] = -float("inf")
+    x[:, 11::13] = 0.0
+    x[:, 12::13] = -0.0
+    x = x.to(dtype)
+    for largest in (True, False):
+        for k in (1, 30, 100, 256):
+            assert_topk_matches(x, k, 1, largest)
+    zeros = torch.tensor([0.0, -0.0, 1.0, -0.0, 0.0]).to(dtype)
+    values, indices = results(*call_topk(zeros, 3, 0, largest=False))
+    assert indices.tolist() == [0, 1, 3]  # -0.0 and 0.0 tie: index order
+
+
+@pytest.mark.parametrize("k", [0, 1, 255, 256, 257, 300])
+def test_topk_k_from_zero_to_length_and_past_the_radix_limit(k):
+    torch.manual_seed(k)
+    x = torch.randn(4, 300)
+    assert_topk_matches(x, k, 1, True)
+    assert_topk_matches(x, k, 1, False)
+
+
+def test_topk_of_strided_offset_views_and_scalars():
+    torch.manual_seed(6)
+    base = torch.randn(6, 9000)
+    for x, dim in [(base[1:5, 3::2], 1), (base[:, 100:4100].t(), 0), (base.t()[::3], 0), (base[2, 7::4], 0)]:
+        assert not x.is_contiguous()
+        assert_topk_matches(x, 20, dim, True)
+        assert_topk_matches(x, 20, dim, False)
+    values, indices = results(*call_topk(torch.tensor(1.5), 1, 0))
+    assert values.shape == () and values.item() == 1.5 and indices.item() == 0
+    values, indices = results(*call_topk(torch.empty(0, 40), 5, 1))
+    assert values.shape == (0, 5) and indices.shape == (0, 5)
 
 
 # ----------------------------------------------------------------------------- cumsum
