@@ -1,10 +1,12 @@
 #include "ops/op_support.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/runtime.h"
 
 namespace etm::ops {
 
@@ -129,6 +131,20 @@ void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
 
 bool is_supported_group_size(int64_t group_size) {
   return group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256;
+}
+
+std::shared_ptr<Tensor> new_fault_record() {
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> record = runtime.empty_tensor({3}, {1}, static_cast<int32_t>(DType::int32));
+  runtime.current_stream().fill_buffer(record->storage->buffer, record->buffer_offset(), 3 * sizeof(int32_t), 0);
+  return record;
+}
+
+Fault read_fault_record(const Tensor& record) {
+  int32_t words[3];
+  std::memcpy(words, record.data(), sizeof words);
+  const uint64_t bits = (uint64_t{static_cast<uint32_t>(words[2])} << 32) | static_cast<uint32_t>(words[1]);
+  return {words[0] - 1, static_cast<int64_t>(bits)};
 }
 
 }  // namespace etm::ops

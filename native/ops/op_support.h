@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,16 @@ bool is_floating(int32_t dtype);
 // The output dtype of cumsum / cumprod (torch's rule: a requested dtype, else floating inputs
 // keep theirs and integer / bool inputs give int64); throws for pairs the kernels lack.
 int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int32_t> dtype);
+
+// A kernel's fault record, int32 [fault number + 1 (0: none), low and high words of an int64
+// value], zeroed on the calling thread's stream before the kernel runs.
+std::shared_ptr<Tensor> new_fault_record();
+struct Fault {
+  int32_t number;  // -1: nothing was recorded
+  int64_t value;
+};
+// What the kernel recorded; read it once the kernel has run (in a completion check).
+Fault read_fault_record(const Tensor& record);
 
 // Throws unless t is on the mps device and floating (float32, float16 or bfloat16).
 void require_float_operand(const char* op, const char* name, const Tensor& t);
