@@ -19,6 +19,13 @@
 // divides each element it reached once, and sets its count back to zero.
 // An index outside [0, out.size(dim)) is recorded in `fault` (1, value low and high words) and
 // its element is skipped.
+//
+// embedding_bag (ATen's _embedding_bag, the outputs a GPU backend gives): bag b reduces the
+// weight rows indices[offsets[b] .. end of bag) by sum (optionally scaled per sample), mean or
+// max; indices equal to padding_idx take no part. One thread per (bag, feature), float
+// accumulation; feature 0's thread also writes its bag's offset2bag entries and bag_size.
+// Empty bags give zeros (max_indices -1). An index outside [0, rows) is recorded in `fault`
+// (1, value low and high words) and skipped. Indices outside every bag keep offset2bag 0.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -307,3 +314,89 @@ INSTANTIATE_SCATTER(short, short)
 INSTANTIATE_SCATTER(char, char)
 INSTANTIATE_SCATTER(uchar, uchar)
 INSTANTIATE_SCATTER(bool, bool)
+
+// Must match etm::ops::EmbeddingBagParams (native/ops/embedding_bag.cpp).
+struct EmbeddingBagParams {
+  long weight_strides[2];
+  long out_strides[2];
+  long index_stride;
+  long offset_stride;
+  long sample_weight_stride;
+  long padding_idx;       // negative: none
+  uint rows;              // of weight
+  uint features;
+  uint indices;
+  uint bags;
+  uint mode;              // 0 sum, 1 mean, 2 max
+  uint long_indices;      // indices (and the index outputs) are int64, else int32
+  uint long_offsets;
+  uint bag_ends_given;    // include_last_offset: offsets[bags] ends the last bag
+  uint has_sample_weights;
+  uint pad;
+};
+
+inline void write_integer(device int* data, bool is_long, long offset, long value) {
+  if (is_long) {
+    reinterpret_cast<device long*>(data)[offset] = value;
+  } else {
+    data[offset] = int(value);
+  }
+}
+
+template <typename T>
+kernel void embedding_bag(const device T* weight [[buffer(0)]], const device int* indices [[buffer(1)]],
+                          const device int* offsets [[buffer(2)]], const device T* sample_weights [[buffer(3)]],
+                          device T* out [[buffer(4)]], device int* offset2bag [[buffer(5)]],
+                          device int* bag_size [[buffer(6)]], device int* max_indices [[buffer(7)]],
+                          device atomic_int* fault [[buffer(8)]], constant EmbeddingBagParams& p [[buffer(9)]],
+                          uint2 position [[thread_position_in_grid]]) {
+  const uint feature = position.x, bag = position.y;
+  const bool long_indices = p.long_indices != 0;
+  const long start = clamp(read_index(offsets, p.long_offsets, long(bag) * p.offset_stride), 0L, long(p.indices));
+  const bool last = bag + 1 == p.bags;
+  const long given_end = last && !p.bag_ends_given ? long(p.indices)
+                                                   : read_index(offsets, p.long_offsets, long(bag + 1) * p.offset_stride);
+  const long end = clamp(given_end, start, long(p.indices));
+  float accumulated = p.mode == 2 ? -INFINITY : 0.0f;
+  long chosen = -1;
+  long count = 0;
+  for (long i = start; i < end; ++i) {
+    const long row = read_index(indices, long_indices, i * p.index_stride);
+    if (feature == 0) write_integer(offset2bag, long_indices, i, long(bag));
+    if (row == p.padding_idx) continue;
+    if (row < 0 || row >= long(p.rows)) {
+      if (feature == 0) record_fault(fault, 0, row);
+      continue;
+    }
+    float value = float(weight[row * p.weight_strides[0] + long(feature) * p.weight_strides[1]]);
+    if (p.has_sample_weights) value *= float(sample_weights[i * p.sample_weight_stride]);
+    ++count;
+    if (p.mode == 2) {
+      if (chosen < 0 || value > accumulated) {  // ties keep the first row
+        accumulated = value;
+        chosen = row;
+      }
+    } else {
+      accumulated += value;
+    }
+  }
+  if (feature == 0) {
+    write_integer(bag_size, long_indices, long(bag), count);
+    if (last && p.bag_ends_given) write_integer(bag_size, long_indices, long(bag) + 1, 0);
+  }
+  if (feature >= p.features) return;  // the one thread of a bag without features
+  if (count == 0) accumulated = 0.0f;
+  if (p.mode == 1 && count > 0) accumulated /= float(count);
+  out[long(bag) * p.out_strides[0] + long(feature) * p.out_strides[1]] = T(accumulated);
+  if (p.mode == 2) write_integer(max_indices, long_indices, long(bag) * long(p.features) + feature, chosen);
+}
+
+#define INSTANTIATE_EMBEDDING_BAG(T, name)                                                         \
+  template [[host_name("embedding_bag_" #name)]] kernel void embedding_bag<T>(                    \
+      const device T*, const device int*, const device int*, const device T*, device T*,          \
+      device int*, device int*, device int*, device atomic_int*, constant EmbeddingBagParams&,    \
+      uint2);
+
+INSTANTIATE_EMBEDDING_BAG(float, float32)
+INSTANTIATE_EMBEDDING_BAG(half, float16)
+INSTANTIATE_EMBEDDING_BAG(bfloat, bfloat16)

@@ -1,9 +1,10 @@
-// aoti_torch_mps_index_Tensor, _index_put, _scatter_*_out and shim.h's aoti_torch_index_put_out,
-// _scatter_out, _scatter_reduce_out (etmetal/fallback_indexing.h).
+// aoti_torch_mps_index_Tensor, _index_put, _scatter_*_out, _embedding_bag(_forward_only) and
+// shim.h's aoti_torch_index_put_out, _scatter_out, _scatter_reduce_out (etmetal/fallback_indexing.h).
 #include <vector>
 
 #include "abi/guard.h"
 #include "etmetal/fallback_indexing.h"
+#include "ops/embedding_bag.h"
 #include "ops/indexing.h"
 #include "ops/scatter.h"
 #include "runtime/runtime.h"
@@ -32,6 +33,25 @@ std::vector<const Tensor*> index_list(const AtenTensorHandle* indices, uint32_t 
   std::vector<const Tensor*> list;
   for (uint32_t i = 0; i < count; ++i) list.push_back(indices[i] ? &tensor_of(indices[i]) : nullptr);
   return list;
+}
+
+// scale_grad_by_freq and sparse shape only the gradient: a forward pass ignores them.
+AOTITorchError embedding_bag(const char* function, AtenTensorHandle weight, AtenTensorHandle indices,
+                             AtenTensorHandle offsets, int64_t mode, AtenTensorHandle* per_sample_weights,
+                             int32_t include_last_offset, int64_t padding_idx, AtenTensorHandle* ret0,
+                             AtenTensorHandle* ret1, AtenTensorHandle* ret2, AtenTensorHandle* ret3) {
+  return guarded_encoding(function, [&] {
+    for (AtenTensorHandle* ret : {ret0, ret1, ret2, ret3}) require_out(ret, "a ret pointer");
+    const Tensor* sample_weights =
+        per_sample_weights && *per_sample_weights ? &tensor_of(*per_sample_weights) : nullptr;
+    ops::EmbeddingBagOutputs outputs =
+        ops::embedding_bag(tensor_of(weight), tensor_of(indices), tensor_of(offsets), mode, sample_weights,
+                           include_last_offset != 0, padding_idx);
+    *ret0 = new_handle(std::move(outputs.output));
+    *ret1 = new_handle(std::move(outputs.offset2bag));
+    *ret2 = new_handle(std::move(outputs.bag_size));
+    *ret3 = new_handle(std::move(outputs.max_indices));
+  });
 }
 
 }  // namespace
@@ -115,4 +135,28 @@ extern "C" AOTITorchError aoti_torch_mps_scatter_reduce_two_out(AtenTensorHandle
     ops::scatter_into(tensor_of(out), tensor_of(self), dim, tensor_of(index), tensor_of(src),
                       ops::scatter_reduction("scatter_reduce", reduce), include_self != 0);
   });
+}
+
+extern "C" AOTITorchError aoti_torch_mps__embedding_bag(AtenTensorHandle weight, AtenTensorHandle indices,
+                                                       AtenTensorHandle offsets, int32_t scale_grad_by_freq,
+                                                       int64_t mode, int32_t sparse,
+                                                       AtenTensorHandle* per_sample_weights,
+                                                       int32_t include_last_offset, int64_t padding_idx,
+                                                       AtenTensorHandle* ret0, AtenTensorHandle* ret1,
+                                                       AtenTensorHandle* ret2, AtenTensorHandle* ret3) {
+  (void)scale_grad_by_freq;
+  (void)sparse;
+  return embedding_bag(__func__, weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                       padding_idx, ret0, ret1, ret2, ret3);
+}
+
+extern "C" AOTITorchError aoti_torch_mps__embedding_bag_forward_only(
+    AtenTensorHandle weight, AtenTensorHandle indices, AtenTensorHandle offsets, int32_t scale_grad_by_freq,
+    int64_t mode, int32_t sparse, AtenTensorHandle* per_sample_weights, int32_t include_last_offset,
+    int64_t padding_idx, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2,
+    AtenTensorHandle* ret3) {
+  (void)scale_grad_by_freq;
+  (void)sparse;
+  return embedding_bag(__func__, weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                       padding_idx, ret0, ret1, ret2, ret3);
 }

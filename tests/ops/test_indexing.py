@@ -290,10 +290,83 @@ def test_scatter_errors():
         etmetal_py.synchronize()
 
 
+
+def call_embedding_bag(weight, indices, offsets, mode, per_sample_weights=None, include_last_offset=False,
+                       padding_idx=-1, shim=lib.aoti_torch_mps__embedding_bag):
+    h = Keep()
+    rets = [ffi.new("AtenTensorHandle*") for _ in range(4)]
+    weights_arg = ffi.new("AtenTensorHandle*", h(per_sample_weights)) if per_sample_weights is not None else ffi.NULL
+    code = shim(h(weight), h(indices), h(offsets), 0, mode, 0, weights_arg, int(include_last_offset), padding_idx,
+                *rets)
+    return code, rets
+
+
+def embedding_bag(*args, **kwargs):
+    code, rets = call_embedding_bag(*args, **kwargs)
+    assert code == 0, etmetal_py.last_error()
+    return [Tensor(r[0]).torch() for r in rets]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+def test_embedding_bag_matches_torch(dtype, mode):
+    weight = sample(dtype, (12, 6), 20)
+    indices = torch.randint(0, 12, (15,), generator=torch.Generator().manual_seed(21))
+    indices[3] = 4                                        # padding_idx 4 appears
+    offsets = torch.tensor([0, 5, 5, 11])                  # an empty bag
+    for padding_idx in (-1, 4):
+        for include_last_offset, bag_offsets in ((False, offsets), (True, torch.cat([offsets, torch.tensor([15])]))):
+            out, offset2bag, bag_size, max_indices = embedding_bag(weight, indices, bag_offsets, mode,
+                                                                   include_last_offset=include_last_offset,
+                                                                   padding_idx=padding_idx)
+            expected = torch.ops.aten._embedding_bag(weight, indices, bag_offsets, False, mode, False, None,
+                                                     include_last_offset, padding_idx)
+            tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+            torch.testing.assert_close(out.float(), expected[0].float(), rtol=tolerance, atol=tolerance)
+            assert torch.equal(offset2bag, torch.tensor([0] * 5 + [2] * 6 + [3] * 4))
+            assert bag_size.shape == bag_offsets.shape
+            if mode != 0:                                  # torch's CPU kernel counts only for mean / max
+                assert torch.equal(bag_size[:4], expected[2][:4])
+            if mode == 2:
+                filled = torch.tensor([True, False, True, True])
+                assert torch.equal(max_indices[filled], expected[3][filled])
+                assert torch.equal(max_indices[1], torch.full((6,), -1))
+
+
+def test_embedding_bag_weights_int32_strided_and_bad_input():
+    weight = torch.randn(6, 10).t()                        # [10, 6], strided
+    indices = torch.tensor([1, 9, 3, 3, 0], dtype=torch.int32)
+    offsets = torch.tensor([0, 2], dtype=torch.int32)
+    scale = torch.randn(5)
+    out, offset2bag, _, _ = embedding_bag(weight, indices, offsets, 0, per_sample_weights=scale,
+                                          shim=lib.aoti_torch_mps__embedding_bag_forward_only)
+    expected = torch.nn.functional.embedding_bag(indices, weight, offsets, mode="sum", per_sample_weights=scale)
+    torch.testing.assert_close(out, expected)
+    assert offset2bag.dtype == torch.int32
+    poisoning_failure(call_embedding_bag(weight, indices, offsets, 1, per_sample_weights=scale)[0],
+                      "aoti_torch_mps__embedding_bag", "per_sample_weights only supported with mode='sum'")
+    poisoning_failure(call_embedding_bag(weight, indices.float(), offsets, 0)[0], "expected indices to be long or int")
+    poisoning_failure(call_embedding_bag(weight.long(), indices, offsets, 0)[0], "expected weight to be floating point")
+    poisoning_failure(call_embedding_bag(weight, indices, offsets, 3)[0], "mode has to be 0 (sum), 1 (mean) or 2")
+    poisoning_failure(call_embedding_bag(weight, indices, torch.empty(0, dtype=torch.int64), 0,
+                                         include_last_offset=True)[0], "numBags should be at least 1")
+    code, rets = call_embedding_bag(weight, torch.tensor([1, 10]), offsets, 2)
+    assert code == 0
+    for r in rets:
+        Tensor(r[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match="index 10 is out of range for a weight of 10 rows"):
+        etmetal_py.synchronize()
+
 class IndexingModel(torch.nn.Module):
-    """The indexing and scatter ops that Inductor leaves to fallbacks: a bool-mask gather, a
-    bool-mask index_put, int64 index_put with accumulate, a non-sum scatter_reduce, an int64
-    scatter_add (a scatter_reduce "sum"), an int64 scatter."""
+    """The indexing ops that Inductor leaves to fallbacks: a bool-mask gather, a bool-mask
+    index_put, int64 index_put with accumulate, a non-sum scatter_reduce, an int64 scatter_add
+    (a scatter_reduce "sum"), an int64 scatter, embedding bags (max; mean with padding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag_max = torch.nn.EmbeddingBag(10, 4, mode="max")
+        self.bag_mean = torch.nn.EmbeddingBag(10, 4, mode="mean", padding_idx=3)
+        self.register_buffer("bag_offsets", torch.tensor([0, 2]))
 
     def forward(self, x, mask, rows, index_tensor, src, counts):
         picked = x[mask]
@@ -303,7 +376,8 @@ class IndexingModel(torch.nn.Module):
         sums = counts.unsqueeze(0).expand(2, -1).scatter_add(1, index_tensor[:2] % counts.numel(),
                                                              rows[:index_tensor.shape[1]].expand(2, -1))
         filled = counts.scatter(0, rows[:5], rows[:5] * 3)
-        return picked * 2, masked, histogram, amax, sums, filled
+        bags = self.bag_max(counts, self.bag_offsets) + self.bag_mean(counts.view(1, 5))
+        return picked * 2, masked, histogram, amax, sums, filled, bags
 
 
 def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
@@ -315,9 +389,12 @@ def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
     model = IndexingModel()
     runner = compile_and_load(model, args, tmp_path,
                               ["aoti_torch_mps_index_Tensor", "aoti_torch_index_put_out",
+                               "aoti_torch_mps__embedding_bag_forward_only",
                                "aoti_torch_mps_scatter_reduce_two_out", "aoti_torch_mps_scatter_src_out"])
     for seed in (12, 13):
         generator = torch.Generator().manual_seed(seed)
         inputs = (torch.randn(6, 4, generator=generator), torch.rand(6, generator=generator) > 0.4, *args[2:])
-        for got, want in zip(runner(*inputs), model(*inputs)):
+        with torch.no_grad():
+            expected = model(*inputs)
+        for got, want in zip(runner(*inputs), expected):
             assert got.dtype == want.dtype and torch.equal(got, want)

@@ -62,6 +62,31 @@ ETMETAL_API AOTITorchError aoti_torch_mps_scatter_reduce_two_out(AtenTensorHandl
                                                                  AtenTensorHandle src, const char* reduce,
                                                                  int32_t include_self);
 
+/* embedding_bag with a GPU backend's outputs: *ret0 [bags, features] (weight's dtype), *ret1
+ * offset2bag [indices] (the bag of each index; 0 outside every bag), *ret2 bag_size
+ * [offsets] (indices other than padding_idx per bag), *ret3 max_indices ([bags, features], the
+ * row each maximum came from, -1 for an empty bag, with mode 2; else [0]); the index outputs
+ * in indices' dtype. weight [rows, features] float32 / float16 / bfloat16; indices and offsets
+ * 1-D, int64 or int32. Bag b starts at offsets[b] and ends where the next one starts, the last
+ * at the end of indices, or at offsets[bags] with include_last_offset (then bags is
+ * offsets' length - 1). mode 0 sums (rows scaled by *per_sample_weights when given: weight's
+ * dtype, one per index), 1 averages, 2 takes the maximum (ties: the first row); an empty bag
+ * gives zeros. Indices equal to padding_idx (negative: none) are skipped. scale_grad_by_freq
+ * and sparse concern only the gradient and are ignored. An index outside [0, rows) is reported
+ * at synchronize. */
+ETMETAL_API AOTITorchError aoti_torch_mps__embedding_bag(AtenTensorHandle weight, AtenTensorHandle indices,
+                                                         AtenTensorHandle offsets, int32_t scale_grad_by_freq,
+                                                         int64_t mode, int32_t sparse,
+                                                         AtenTensorHandle* per_sample_weights,
+                                                         int32_t include_last_offset, int64_t padding_idx,
+                                                         AtenTensorHandle* ret0, AtenTensorHandle* ret1,
+                                                         AtenTensorHandle* ret2, AtenTensorHandle* ret3);
+ETMETAL_API AOTITorchError aoti_torch_mps__embedding_bag_forward_only(
+    AtenTensorHandle weight, AtenTensorHandle indices, AtenTensorHandle offsets, int32_t scale_grad_by_freq,
+    int64_t mode, int32_t sparse, AtenTensorHandle* per_sample_weights, int32_t include_last_offset,
+    int64_t padding_idx, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2,
+    AtenTensorHandle* ret3);
+
 ETMETAL_END_DECLS
 
 #endif
