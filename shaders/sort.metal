@@ -5,8 +5,9 @@
 //   sort_merge   one thread per (pair of runs, line): merges two sorted runs; each pass
 //                doubles the run length, so a line of n elements needs log2(n / block)
 //                passes, and early passes have many threads.
-//   sort_store   one thread per (output position, line): writes the first `count` sorted
-//                elements and their int64 indices to the outputs (count < length: top-k).
+//   sort_store   one thread per (output position, line): writes `count` sorted elements
+//                and their int64 indices to the outputs, from the first (sort, top-k), a
+//                given position (kthvalue) or the median on.
 // Order: ascending or descending, NaN after every number when ascending and before every
 // number when descending (torch's order); equal elements keep their input order (stable).
 #include <metal_stdlib>
@@ -31,7 +32,14 @@ struct SortParams {
   uint width;                   // run length of a sort_merge pass
   uint count;                   // elements per line that sort_store writes
   uint descending;
+  uint select;                  // where sort_store starts: kFromFirst, kFromMedian, kFromNanMedian
+  uint first;                   // with kFromFirst: the first sorted position written
 };
+
+// kFromMedian: the lower median, or the first NaN when there is one (torch.median);
+// kFromNanMedian: the lower median of the numbers, or a NaN when there are none. Both expect an
+// ascending sort (NaN last).
+constant constexpr uint kFromFirst = 0, kFromMedian = 1, kFromNanMedian = 2;
 
 struct LineOffsets {
   long input;
@@ -129,7 +137,25 @@ kernel void sort_store(device const T* sorted_values [[buffer(0)]],
   const uint i = position.x, line = position.y;
   if (i >= p.count || line >= p.lines) return;
   const LineOffsets at = line_offsets(p, line);
-  const ulong from = ulong(line) * p.length + i;
+  const ulong base = ulong(line) * p.length;
+  uint start = p.first;
+  if (p.select != kFromFirst) {
+    uint numbers = 0, end = p.length;  // NaN sorts last: search for the first one
+    while (numbers < end) {
+      const uint middle = (numbers + end) / 2;
+      if (is_nan_value(sorted_values[base + middle])) {
+        end = middle;
+      } else {
+        numbers = middle + 1;
+      }
+    }
+    if (p.select == kFromMedian) {
+      start = numbers < p.length ? numbers : (p.length - 1) / 2;
+    } else {
+      start = numbers > 0 ? (numbers - 1) / 2 : 0;
+    }
+  }
+  const ulong from = base + start + i;
   values[at.values + long(i) * p.values_stride] = sorted_values[from];
   indices[at.indices + long(i) * p.indices_stride] = sorted_indices[from];
 }

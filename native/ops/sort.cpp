@@ -34,12 +34,18 @@ struct SortParams {
   uint32_t width;
   uint32_t count;
   uint32_t descending;
+  uint32_t select;
+  uint32_t first;
 };
-static_assert(sizeof(SortParams) == 280, "SortParams must match the MSL layout");
+static_assert(sizeof(SortParams) == 288, "SortParams must match the MSL layout");
 
-// Sorts every line of `self` along `dim` and keeps the first `count` elements of each.
+// Where sort_store starts in each sorted line; must match shaders/sort.metal.
+enum class StoreFrom : uint32_t { first = 0, median = 1, nan_median = 2 };
+
+// Sorts every line of `self` along `dim` and keeps `count` elements of each, from sorted
+// position `first` on, or from the median on.
 SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool descending,
-                       int64_t count) {
+                       int64_t count, StoreFrom from = StoreFrom::first, int64_t first = 0) {
   require_mps(op, "self", self);
   const char* type_name = msl_element_type_name(self.dtype);
   ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
@@ -76,6 +82,8 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   p.block = kBlock;
   p.count = static_cast<uint32_t>(count);
   p.descending = descending ? 1 : 0;
+  p.select = static_cast<uint32_t>(from);
+  p.first = static_cast<uint32_t>(first);
 
   const std::vector<int64_t> work_sizes = {lines * length};
   std::unique_ptr<Tensor> work_values[2], work_indices[2];
@@ -124,6 +132,43 @@ SortOutputs sort(const Tensor& self, int64_t dim, bool descending) {
 
 SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest) {
   return sort_lines("topk", self, dim, largest, k);
+}
+
+SortOutputs kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim) {
+  constexpr const char* op = "kthvalue";
+  const int64_t n = self.dim();
+  const int64_t wrapped = wrap_dim(op, dim, n);
+  const int64_t length = n == 0 ? 1 : self.sizes[wrapped];
+  ETM_REQUIRE(k >= 1 && k <= length, op, ": selected number k out of range for dimension ", wrapped,
+              " (k = ", k, ", size ", length, ")");
+  SortOutputs result = sort_lines(op, self, wrapped, false, 1, StoreFrom::first, k - 1);
+  if (!keepdim && n > 0) {
+    for (Tensor* t : {result.values.get(), result.indices.get()}) {
+      t->sizes.erase(t->sizes.begin() + wrapped);
+      t->strides.erase(t->strides.begin() + wrapped);
+    }
+  }
+  return result;
+}
+
+std::unique_ptr<Tensor> median(const Tensor& self, bool ignore_nan) {
+  const char* op = ignore_nan ? "nanmedian" : "median";
+  require_mps(op, "self", self);
+  ETM_REQUIRE(self.numel() > 0, op, ": the median of an empty tensor is not supported");
+  // All elements as one line: a flat view of a contiguous self, else a contiguous copy.
+  Tensor flat = self;
+  if (!self.is_contiguous()) {
+    Runtime& runtime = Runtime::get();
+    std::unique_ptr<Tensor> copy = runtime.empty_tensor(self.sizes, contiguous_strides(self.sizes), self.dtype);
+    runtime.copy_tensor(*copy, self);
+    flat = *copy;
+  }
+  flat.sizes = {self.numel()};
+  flat.strides = {1};
+  SortOutputs result = sort_lines(op, flat, 0, false, 1, ignore_nan ? StoreFrom::nan_median : StoreFrom::median);
+  result.values->sizes.clear();
+  result.values->strides.clear();
+  return std::move(result.values);
 }
 
 }  // namespace etm::ops
