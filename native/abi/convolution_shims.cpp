@@ -1,9 +1,10 @@
-// aoti_torch_mps_convolution (etmetal/fallback_convolution.h).
+// aoti_torch_mps_convolution and _max_pool2d_with_indices (etmetal/fallback_convolution.h).
 #include <vector>
 
 #include "abi/guard.h"
 #include "etmetal/fallback_convolution.h"
 #include "ops/convolution.h"
+#include "ops/pooling.h"
 
 using etm::abi::guarded_encoding;
 using etm::abi::new_handle;
@@ -13,8 +14,8 @@ using etm::abi::tensor_of;
 namespace {
 
 std::vector<int64_t> int_list(const char* name, const int64_t* values, int64_t length) {
-  ETM_REQUIRE(length >= 0, "convolution: ", name, " has negative length ", length);
-  ETM_REQUIRE(values || length == 0, "convolution: ", name, " is null with length ", length);
+  ETM_REQUIRE(length >= 0, name, " has negative length ", length);
+  ETM_REQUIRE(values || length == 0, name, " is null with length ", length);
   return std::vector<int64_t>(values, values + length);
 }
 
@@ -40,5 +41,21 @@ extern "C" AOTITorchError aoti_torch_mps_convolution(
       bias_tensor = &tensor_of(*bias);
     }
     *ret0 = new_handle(etm::ops::convolution(tensor_of(input), tensor_of(weight), bias_tensor, options));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
+    AtenTensorHandle self, const int64_t* kernel_size, int64_t kernel_size_len_, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
+    int64_t dilation_len_, int32_t ceil_mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    etm::ops::PoolOutputs outputs = etm::ops::max_pool2d_with_indices(
+        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_),
+        int_list("stride", stride, stride_len_), int_list("padding", padding, padding_len_),
+        int_list("dilation", dilation, dilation_len_), ceil_mode != 0);
+    *ret0 = new_handle(std::move(outputs.values));
+    *ret1 = new_handle(std::move(outputs.indices));
   });
 }

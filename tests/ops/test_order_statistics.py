@@ -1,12 +1,13 @@
 """aoti_torch_mps_kthvalue, _median and _nanmedian against torch eager: dtypes, dims, keepdim,
-strided views, 0-dim tensors, NaN, ties, and bad input."""
+strided views, 0-dim tensors, NaN, ties, and bad input; one compiled model that reaches all
+three."""
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, compile_and_load, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8]
@@ -100,3 +101,19 @@ def test_median_views_nan_0_dim_and_bad_input():
     poisoning_failure(lib.aoti_torch_mps_nanmedian(ffi.NULL, r0), "null tensor handle")
     t = as_device(x)
     poisoning_failure(lib.aoti_torch_mps_median(t.handle, ffi.NULL), "ret0 is null")
+
+class OrderStatistics(torch.nn.Module):
+    def forward(self, x):
+        kth = torch.kthvalue(x.flatten(2), 5, dim=-1)
+        return kth.values, torch.median(x), torch.nanmedian(x[0])
+
+
+def test_compiled_model_reaches_the_order_statistics(tmp_path):
+    x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(5))
+    model = OrderStatistics()
+    runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps_kthvalue", "aoti_torch_mps_median",
+                                                      "aoti_torch_mps_nanmedian"])
+    for seed in (6, 7):
+        x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(seed))
+        for got, want in zip(runner(x), model(x)):
+            assert torch.equal(got, want)

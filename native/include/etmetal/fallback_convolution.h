@@ -1,5 +1,6 @@
-/* The convolution fallback of AOTInductor's Metal shim (torch 2.13 c_shim_mps.h), same name
- * and signature, ATen semantics (at::convolution).
+/* The convolution and max-pooling fallbacks of AOTInductor's Metal shim (torch 2.13
+ * c_shim_mps.h), same names and signatures, ATen semantics (at::convolution,
+ * at::max_pool2d_with_indices).
  *
  * The work is encoded on the calling thread's stream and runs in stream order: the call
  * returns before it has run, and inputs must stay alive until the stream has finished. A
@@ -26,6 +27,16 @@ ETMETAL_API AOTITorchError aoti_torch_mps_convolution(
     int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
     int64_t dilation_len_, int32_t transposed, const int64_t* output_padding,
     int64_t output_padding_len_, int64_t groups, AtenTensorHandle* ret0);
+
+/* 2-D max pooling of self [N, C, H, W] or [C, H, W] (float32, float16, bfloat16, any strides):
+ * *ret0 the maxima (self's dtype), *ret1 their int64 flat positions h * W + w in the input
+ * plane, both contiguous. kernel_size, padding and dilation hold one value or two (H, W);
+ * stride too, or none (stride_len_ 0) for kernel_size. padding is at most half the kernel;
+ * ceil_mode != 0 rounds the output size up as torch does. NaN propagates. */
+ETMETAL_API AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
+    AtenTensorHandle self, const int64_t* kernel_size, int64_t kernel_size_len_, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
+    int64_t dilation_len_, int32_t ceil_mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1);
 
 ETMETAL_END_DECLS
 

@@ -1,0 +1,114 @@
+#include "ops/pooling.h"
+
+#include <string>
+
+#include "ops/kernel_launch.h"
+#include "ops/op_support.h"
+#include "ops/shader_kernels.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+// Must match MaxPoolParams in shaders/pooling.metal.
+struct MaxPoolParams {
+  int64_t input_strides[4];
+  uint32_t channels;
+  uint32_t height;
+  uint32_t width;
+  uint32_t out_height;
+  uint32_t out_width;
+  int32_t window[2];
+  int32_t stride[2];
+  int32_t padding[2];
+  int32_t dilation[2];
+  uint32_t pad;
+};
+static_assert(sizeof(MaxPoolParams) == 88, "MaxPoolParams must match the MSL layout");
+
+// The (H, W) pair a one- or two-value argument stands for; `fallback`'s when it is empty and
+// a fallback is given.
+void pair_of(const char* name, const std::vector<int64_t>& values, int32_t* into,
+             const std::vector<int64_t>* fallback = nullptr) {
+  constexpr const char* op = "max_pool2d";
+  const std::vector<int64_t>& source = values.empty() && fallback ? *fallback : values;
+  ETM_REQUIRE(source.size() == 1 || source.size() == 2, op, ": ", name,
+              " must either be a single int, or a tuple of two ints");
+  for (int i = 0; i < 2; ++i) {
+    const int64_t value = source[source.size() == 1 ? 0 : i];
+    ETM_REQUIRE(value >= 0 && value <= INT32_MAX, op, ": ", name, " value ", value, " is out of range");
+    into[i] = static_cast<int32_t>(value);
+  }
+}
+
+// torch's pooling_output_shape.
+int64_t output_size(int64_t input, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t span = input + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  const int64_t floor_div = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
+  int64_t size = floor_div + 1;
+  if (ceil_mode && (size - 1) * stride >= input + pad) --size;
+  return size;
+}
+
+}  // namespace
+
+PoolOutputs max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel_size,
+                                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                    const std::vector<int64_t>& dilation, bool ceil_mode) {
+  constexpr const char* op = "max_pool2d";
+  require_mps(op, "self", self);
+  const char* suffix = float_kernel_suffix(self.dtype);
+  ETM_REQUIRE(suffix, op, ": dtype ", dtype_name(self.dtype), " is not supported (float32, float16, bfloat16)");
+  ETM_REQUIRE(self.dim() == 3 || self.dim() == 4, op, ": Expected 3D or 4D (batch mode) tensor for input, got ",
+              self.dim(), " dimensions");
+  MaxPoolParams p{};
+  pair_of("kernel_size", kernel_size, p.window);
+  pair_of("stride", stride, p.stride, &kernel_size);
+  pair_of("padding", padding, p.padding);
+  pair_of("dilation", dilation, p.dilation);
+  for (int i = 0; i < 2; ++i) {
+    ETM_REQUIRE(p.window[i] > 0 && p.stride[i] > 0 && p.dilation[i] > 0, op,
+                ": kernel_size, stride and dilation must be greater than zero");
+    ETM_REQUIRE(p.padding[i] <= p.window[i] / 2, op, ": pad should be at most half of effective kernel size, but got pad=",
+                p.padding[i], ", kernel_size=", p.window[i]);
+  }
+  const bool batched = self.dim() == 4;
+  const int64_t batch = batched ? self.sizes[0] : 1;
+  const int64_t channels = self.sizes[batched ? 1 : 0];
+  const int64_t height = self.sizes[self.dim() - 2], width = self.sizes[self.dim() - 1];
+  ETM_REQUIRE(height > 0 && width > 0, op, ": Expected input's non-batch dimensions to have positive length, got ",
+              shape_text(self.sizes));
+  const int64_t out_height = output_size(height, p.window[0], p.padding[0], p.stride[0], p.dilation[0], ceil_mode);
+  const int64_t out_width = output_size(width, p.window[1], p.padding[1], p.stride[1], p.dilation[1], ceil_mode);
+  ETM_REQUIRE(out_height >= 1 && out_width >= 1, op, ": Given input size ", shape_text(self.sizes),
+              ". Calculated output size (", out_height, "x", out_width, "). Output size is too small");
+
+  std::vector<int64_t> out_sizes = self.sizes;
+  out_sizes[self.dim() - 2] = out_height;
+  out_sizes[self.dim() - 1] = out_width;
+  Runtime& runtime = Runtime::get();
+  PoolOutputs result;
+  result.values = runtime.empty_tensor(out_sizes, contiguous_strides(out_sizes), self.dtype);
+  result.indices = runtime.empty_tensor(out_sizes, contiguous_strides(out_sizes), static_cast<int32_t>(DType::int64));
+  const int64_t planes = batch * channels;
+  if (planes == 0) return result;
+  p.input_strides[0] = batched ? self.strides[0] : 0;
+  p.input_strides[1] = self.strides[batched ? 1 : 0];
+  p.input_strides[2] = self.strides[self.dim() - 2];
+  p.input_strides[3] = self.strides[self.dim() - 1];
+  p.channels = checked_u32(op, channels, "channel count");
+  p.height = checked_u32(op, height, "height");
+  p.width = checked_u32(op, width, "width");
+  p.out_height = checked_u32(op, out_height, "output height");
+  p.out_width = checked_u32(op, out_width, "output width");
+  checked_u32(op, result.values->numel(), "number of output elements");
+  KernelLaunch launch(shader_kernel("pooling.metal", std::string("max_pool2d_") + suffix));
+  launch.tensor(0, self).tensor(1, *result.values).tensor(2, *result.indices).value(3, p);
+  const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};
+  launch.threads(grid, default_group(grid, launch));
+  return result;
+}
+
+}  // namespace etm::ops
