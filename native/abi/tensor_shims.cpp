@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "abi/guard.h"
+#include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
 #include "runtime/dtype.h"
 
@@ -379,17 +380,7 @@ AOTITorchError read_item(const char* function, AtenTensorHandle handle, DType dt
   }
 ITEM_GETTER(float16, uint16_t, float16)
 ITEM_GETTER(bfloat16, uint16_t, bfloat16)
-ITEM_GETTER(float32, float, float32)
-ITEM_GETTER(float64, double, float64)
-ITEM_GETTER(uint8, uint8_t, uint8)
-ITEM_GETTER(uint16, uint16_t, uint16)
-ITEM_GETTER(uint32, uint32_t, uint32)
-ITEM_GETTER(uint64, uint64_t, uint64)
-ITEM_GETTER(int8, int8_t, int8)
-ITEM_GETTER(int16, int16_t, int16)
-ITEM_GETTER(int32, int32_t, int32)
-ITEM_GETTER(int64, int64_t, int64)
-ITEM_GETTER(bool, bool, bool_)
+ETM_ABI_SCALAR_TYPES(ITEM_GETTER)
 
 extern "C" void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg) {
   try {

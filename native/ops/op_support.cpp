@@ -77,6 +77,25 @@ uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int6
   return count;
 }
 
+int64_t lay_out_lines(const char* op, const Tensor& self, int64_t& dim, const std::vector<int64_t>& out_strides,
+                      LineLayout& layout) {
+  const int64_t n = self.dim();
+  dim = wrap_dim(op, dim, n);
+  ETM_REQUIRE(n <= kMaxOuterDims + 1, op, ": at most ", kMaxOuterDims + 1, " dimensions are supported, not ", n);
+  int64_t lines;
+  layout.outer_dims = pack_outer_dims(op, self.sizes, dim,
+                                      {{self.strides, layout.input_outer}, {out_strides, layout.values_outer},
+                                       {out_strides, layout.indices_outer}},
+                                      layout.outer_sizes, lines);
+  if (n > 0) {
+    layout.input_stride = self.strides[dim];
+    layout.values_stride = layout.indices_stride = out_strides[dim];
+  }
+  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  layout.length = checked_u32(op, length, "length");
+  return length == 0 ? 0 : lines;
+}
+
 device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
   device::Size3 group;
   group.x = std::max<uint64_t>(1, std::min(grid.x, limit));

@@ -15,20 +15,11 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "sort.metal";
-constexpr int kMaxDims = 8;
 constexpr uint32_t kBlock = 16;  // elements insertion-sorted per thread before merging
 
 // Must match SortParams in shaders/sort.metal.
 struct SortParams {
-  int64_t input_outer[kMaxDims];
-  int64_t values_outer[kMaxDims];
-  int64_t indices_outer[kMaxDims];
-  int64_t input_stride;
-  int64_t values_stride;
-  int64_t indices_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
-  uint32_t length;
+  LineLayout layout;
   uint32_t lines;
   uint32_t block;
   uint32_t width;
@@ -51,7 +42,6 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
   const int64_t n = self.dim();
   dim = wrap_dim(op, dim, n);
-  ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
   const int64_t length = n == 0 ? 1 : self.sizes[dim];
   ETM_REQUIRE(count >= 0 && count <= length, op, ": k = ", count, " is out of range for ", length,
               " elements along dim ", dim);
@@ -65,18 +55,8 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
 
   SortParams p{};
-  int64_t lines;
-  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
-                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
-                                  {out_strides, p.indices_outer}},
-                                 p.outer_sizes, lines);
-  if (n > 0) {
-    p.input_stride = self.strides[dim];
-    p.values_stride = out_strides[dim];
-    p.indices_stride = out_strides[dim];
-  }
-  if (lines == 0 || length == 0) return result;
-  p.length = checked_u32(op, length, "length");
+  const int64_t lines = lay_out_lines(op, self, dim, out_strides, p.layout);
+  if (lines == 0) return result;
   p.lines = checked_u32(op, lines, "number of lines");
   checked_u32(op, lines * length, "element count");
   p.block = kBlock;
