@@ -360,7 +360,8 @@ def test_embedding_bag_weights_int32_strided_and_bad_input():
 class IndexingModel(torch.nn.Module):
     """The indexing ops that Inductor leaves to fallbacks: a bool-mask gather, a bool-mask
     index_put, int64 index_put with accumulate, a non-sum scatter_reduce, an int64 scatter_add
-    (a scatter_reduce "sum"), an int64 scatter, embedding bags (max; mean with padding)."""
+    (a scatter_reduce "sum"), an int64 scatter, embedding bags (max; mean with padding), and
+    masked_scatter (always a fallback)."""
 
     def __init__(self):
         super().__init__()
@@ -377,7 +378,8 @@ class IndexingModel(torch.nn.Module):
                                                              rows[:index_tensor.shape[1]].expand(2, -1))
         filled = counts.scatter(0, rows[:5], rows[:5] * 3)
         bags = self.bag_max(counts, self.bag_offsets) + self.bag_mean(counts.view(1, 5))
-        return picked * 2, masked, histogram, amax, sums, filled, bags
+        merged = x.masked_scatter(mask.unsqueeze(-1), x.flip(0) * 3)  # as VLMs merge image embeddings
+        return picked * 2, masked, histogram, amax, sums, filled, bags, merged
 
 
 def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
@@ -389,7 +391,7 @@ def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
     model = IndexingModel()
     runner = compile_and_load(model, args, tmp_path,
                               ["aoti_torch_mps_index_Tensor", "aoti_torch_index_put_out",
-                               "aoti_torch_mps__embedding_bag_forward_only",
+                               "aoti_torch_mps__embedding_bag_forward_only", "aoti_torch_mps_masked_scatter",
                                "aoti_torch_mps_scatter_reduce_two_out", "aoti_torch_mps_scatter_src_out"])
     for seed in (12, 13):
         generator = torch.Generator().manual_seed(seed)

@@ -130,6 +130,13 @@ ETMETAL_API AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, 
 ETMETAL_API AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self,
                                                         AtenTensorHandle mask,
                                                         AtenTensorHandle* ret0);
+/* self with the elements where mask (bool) is true replaced, in row-major order, by source's
+ * elements in row-major order: self and mask broadcast to one shape, the shape of the new
+ * contiguous *ret0; source has self's dtype and any shape. Does not wait: a source with fewer
+ * elements than the mask has true ones is reported at synchronize. Dtypes as masked_select. */
+ETMETAL_API AOTITorchError aoti_torch_mps_masked_scatter(AtenTensorHandle self, AtenTensorHandle mask,
+                                                         AtenTensorHandle source, AtenTensorHandle* ret0);
+
 /* For a 1-D int64 / int32 repeats: each index i repeated repeats[i] times, in repeats' dtype.
  * Without output_size the call waits for the stream (the sum is the length) and fails for a
  * negative repeat; with it, a negative repeat or a sum other than *output_size poisons the
