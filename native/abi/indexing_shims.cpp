@@ -1,4 +1,4 @@
-// aoti_torch_mps_index_Tensor, _index_put, _scatter_*_out, _embedding_bag(_forward_only) and
+// aoti_torch_mps_index_Tensor, _index_put, _scatter_*_out, _index_reduce, _embedding_bag(_forward_only) and
 // shim.h's aoti_torch_index_put_out, _scatter_out, _scatter_reduce_out (etmetal/fallback_indexing.h).
 #include <vector>
 
@@ -159,4 +159,14 @@ extern "C" AOTITorchError aoti_torch_mps__embedding_bag_forward_only(
   (void)sparse;
   return embedding_bag(__func__, weight, indices, offsets, mode, per_sample_weights, include_last_offset,
                        padding_idx, ret0, ret1, ret2, ret3);
+}
+
+extern "C" AOTITorchError aoti_torch_mps_index_reduce(AtenTensorHandle self, int64_t dim, AtenTensorHandle index,
+                                                     AtenTensorHandle source, const char* reduce, int32_t include_self,
+                                                     AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(ops::index_reduce(tensor_of(self), dim, tensor_of(index), tensor_of(source),
+                                         ops::scatter_reduction("index_reduce", reduce), include_self != 0));
+  });
 }

@@ -155,4 +155,34 @@ void scatter_value_into(const Tensor& out, const Tensor& self, int64_t dim, cons
   run_scatter("scatter", out, self, dim, index, nullptr, bits, ScatterReduction::assign, true);
 }
 
+std::unique_ptr<Tensor> index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                                     ScatterReduction reduction, bool include_self) {
+  constexpr const char* op = "index_reduce";
+  ETM_REQUIRE(reduction != ScatterReduction::sum && reduction != ScatterReduction::assign, op,
+              ": Expected reduce to be one of prod, mean, amax or amin");
+  require_mps(op, "index", index);
+  require_mps(op, "source", source);
+  dim = wrap_dim(op, dim, self.dim());
+  ETM_REQUIRE(index.dim() <= 1, op, ": Index is supposed to be a vector, but got dim: ", index.dim());
+  const std::vector<int64_t> self_sizes = sizes_of(self), source_sizes = sizes_of(source);
+  ETM_REQUIRE(source_sizes.size() == self_sizes.size(), op,
+              ": Source and self must have the same number of dimensions");
+  for (size_t d = 0; d < self_sizes.size(); ++d) {
+    ETM_REQUIRE(static_cast<int64_t>(d) == dim || source_sizes[d] == self_sizes[d], op, ": source ",
+                shape_text(source.sizes), " and self ", shape_text(self.sizes), " must match apart from dimension ",
+                dim);
+  }
+  ETM_REQUIRE(index.numel() == source_sizes[dim], op, ": Number of indices (", index.numel(),
+              ") should be equal to source.size(dim): (", source_sizes[dim], "), for dim: ", dim);
+  // The index read along dim at every position of source: a scatter index of source's shape.
+  Tensor spread = index;
+  spread.sizes = source_sizes;
+  spread.strides.assign(source_sizes.size(), 0);
+  spread.strides[dim] = index.dim() ? index.strides[0] : 0;
+  Runtime& runtime = Runtime::get();
+  auto out = runtime.empty_tensor(self.sizes, contiguous_strides(self.sizes), self.dtype);
+  run_scatter(op, *out, self, dim, spread, &source, 0, reduction, include_self);
+  return out;
+}
+
 }  // namespace etm::ops

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "runtime/tensor.h"
 
@@ -27,5 +28,11 @@ void scatter_into(const Tensor& out, const Tensor& self, int64_t dim, const Tens
 
 // scatter_into with every src element `value` (converted to self's dtype), no reduction.
 void scatter_value_into(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, double value);
+
+// torch's index_reduce: a new contiguous copy of self with self[..., index[i], ...] (op)=
+// source[..., i, ...] along dim; reduction prod, mean, amax or amin; index 1-D (int64 or
+// int32) with source.size(dim) entries; source matches self apart from dim.
+std::unique_ptr<Tensor> index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                                     ScatterReduction reduction, bool include_self);
 
 }  // namespace etm::ops

@@ -1,6 +1,7 @@
-"""aoti_torch_mps_index_Tensor, aoti_torch_mps_index_put, aoti_torch_index_put_out and the
+"""aoti_torch_mps_index_Tensor, aoti_torch_mps_index_put, aoti_torch_index_put_out, the
 scatter fallbacks (aoti_torch_mps_scatter_src_out / _value_out / _reduce_two_out, shim.h's
-aoti_torch_scatter_out / _scatter_reduce_out) against torch eager: None entries, broadcast
+aoti_torch_scatter_out / _scatter_reduce_out), aoti_torch_mps_index_reduce and
+aoti_torch_mps__embedding_bag(_forward_only) against torch eager: None entries, broadcast
 index tensors, adjacent and separated indexed dimensions, bool masks, negative and int32
 indices, accumulate with duplicates, every reduction with and without include_self, dtypes,
 strided views, empty tensors, and bad input (clear errors, out-of-range indices reported at
@@ -291,6 +292,45 @@ def test_scatter_errors():
 
 
 
+
+def call_index_reduce(x, dim, index_tensor, source, reduce, include_self=True):
+    h = Keep()
+    r0 = ffi.new("AtenTensorHandle*")
+    code = lib.aoti_torch_mps_index_reduce(h(x), dim, h(index_tensor), h(source), reduce.encode(), int(include_self), r0)
+    return code, r0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int32], ids=str)
+def test_index_reduce_matches_torch(dtype):
+    x = sample(dtype, (5, 7), 30)
+    source = sample(dtype, (5, 9), 31).t()                   # strided, [9, 5]
+    index_tensor = torch.tensor([4, 0, 4, 2, 6, 0, 0, 1, 4])
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            out = result(*call_index_reduce(x.t(), 0, index_tensor.int(), source, reduce, include_self))
+            expected = x.t().index_reduce(0, index_tensor, source, reduce, include_self=include_self)
+            if dtype == torch.float16:
+                torch.testing.assert_close(out, expected, rtol=2e-3, atol=1e-2)
+            else:
+                assert torch.equal(out, expected), (reduce, include_self)
+
+
+def test_index_reduce_errors():
+    x, source = torch.randn(3, 4), torch.ones(3, 2)
+    poisoning_failure(call_index_reduce(x, 1, torch.tensor([0, 0]), source, "sum")[0], "aoti_torch_mps_index_reduce",
+                      "Expected reduce to be one of prod, mean, amax or amin")
+    poisoning_failure(call_index_reduce(x, 1, torch.tensor([[0, 0]]), source, "prod")[0],
+                      "Index is supposed to be a vector")
+    poisoning_failure(call_index_reduce(x, 1, torch.tensor([0, 0, 1]), source, "prod")[0],
+                      "Number of indices (3) should be equal to source.size(dim): (2)")
+    poisoning_failure(call_index_reduce(x, 1, torch.tensor([0, 1]), torch.ones(2, 2), "prod")[0],
+                      "must match apart from dimension 1")
+    code, r0 = call_index_reduce(x, 1, torch.tensor([0, 7]), source, "prod")
+    assert code == 0
+    Tensor(r0[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match="index 7 is out of bounds for dimension 1 with size 4"):
+        etmetal_py.synchronize()
+
 def call_embedding_bag(weight, indices, offsets, mode, per_sample_weights=None, include_last_offset=False,
                        padding_idx=-1, shim=lib.aoti_torch_mps__embedding_bag):
     h = Keep()
@@ -361,7 +401,7 @@ class IndexingModel(torch.nn.Module):
     """The indexing ops that Inductor leaves to fallbacks: a bool-mask gather, a bool-mask
     index_put, int64 index_put with accumulate, a non-sum scatter_reduce, an int64 scatter_add
     (a scatter_reduce "sum"), an int64 scatter, embedding bags (max; mean with padding), and
-    masked_scatter (always a fallback)."""
+    masked_scatter and index_reduce (always fallbacks)."""
 
     def __init__(self):
         super().__init__()
@@ -379,7 +419,8 @@ class IndexingModel(torch.nn.Module):
         filled = counts.scatter(0, rows[:5], rows[:5] * 3)
         bags = self.bag_max(counts, self.bag_offsets) + self.bag_mean(counts.view(1, 5))
         merged = x.masked_scatter(mask.unsqueeze(-1), x.flip(0) * 3)  # as VLMs merge image embeddings
-        return picked * 2, masked, histogram, amax, sums, filled, bags, merged
+        reduced = x.index_reduce(0, rows[:4], x[:4] * 2, "amax")
+        return picked * 2, masked, histogram, amax, sums, filled, bags, merged, reduced
 
 
 def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
@@ -392,6 +433,7 @@ def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
     runner = compile_and_load(model, args, tmp_path,
                               ["aoti_torch_mps_index_Tensor", "aoti_torch_index_put_out",
                                "aoti_torch_mps__embedding_bag_forward_only", "aoti_torch_mps_masked_scatter",
+                               "aoti_torch_mps_index_reduce",
                                "aoti_torch_mps_scatter_reduce_two_out", "aoti_torch_mps_scatter_src_out"])
     for seed in (12, 13):
         generator = torch.Generator().manual_seed(seed)

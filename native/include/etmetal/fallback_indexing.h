@@ -62,6 +62,14 @@ ETMETAL_API AOTITorchError aoti_torch_mps_scatter_reduce_two_out(AtenTensorHandl
                                                                  AtenTensorHandle src, const char* reduce,
                                                                  int32_t include_self);
 
+/* A new contiguous copy of self with self[..., index[i], ...] (reduce)= source[..., i, ...]
+ * along dim: reduce "prod", "mean", "amax" or "amin" as scatter_reduce (include_self the
+ * same); index 1-D, int64 or int32, source.size(dim) entries in [0, self.size(dim)); source
+ * matches self apart from dim. */
+ETMETAL_API AOTITorchError aoti_torch_mps_index_reduce(AtenTensorHandle self, int64_t dim, AtenTensorHandle index,
+                                                       AtenTensorHandle source, const char* reduce,
+                                                       int32_t include_self, AtenTensorHandle* ret0);
+
 /* embedding_bag with a GPU backend's outputs: *ret0 [bags, features] (weight's dtype), *ret1
  * offset2bag [indices] (the bag of each index; 0 outside every bag), *ret2 bag_size
  * [offsets] (indices other than padding_idx per bag), *ret3 max_indices ([bags, features], the
