@@ -1,4 +1,5 @@
-// aoti_torch_mps_convolution and _max_pool2d_with_indices (etmetal/fallback_convolution.h).
+// aoti_torch_mps_convolution, _max_pool2d_with_indices and _avg_pool2d (etmetal/fallback_convolution.h).
+#include <optional>
 #include <vector>
 
 #include "abi/guard.h"
@@ -57,5 +58,19 @@ extern "C" AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
         int_list("dilation", dilation, dilation_len_), ceil_mode != 0);
     *ret0 = new_handle(std::move(outputs.values));
     *ret1 = new_handle(std::move(outputs.indices));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,
+                                                   int64_t kernel_size_len_, const int64_t* stride, int64_t stride_len_,
+                                                   const int64_t* padding, int64_t padding_len_, int32_t ceil_mode,
+                                                   int32_t count_include_pad, int64_t* divisor_override,
+                                                   AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::avg_pool2d(
+        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_), int_list("stride", stride, stride_len_),
+        int_list("padding", padding, padding_len_), ceil_mode != 0, count_include_pad != 0,
+        divisor_override ? std::optional<int64_t>(*divisor_override) : std::nullopt));
   });
 }

@@ -1,8 +1,9 @@
-// max_pool2d_with_indices as an MSL kernel (shaders/pooling.metal), ATen semantics.
+// max_pool2d_with_indices and avg_pool2d as MSL kernels (shaders/pooling.metal), ATen semantics.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -20,5 +21,12 @@ struct PoolOutputs {
 PoolOutputs max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel_size,
                                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                                     const std::vector<int64_t>& dilation, bool ceil_mode);
+
+// self as for max_pool2d_with_indices (no dilation). Each output is the window's float sum over
+// divisor_override (not 0), or over the window's size clipped to the padded input
+// (count_include_pad) or to the input; a window outside the input gives 0.
+std::unique_ptr<Tensor> avg_pool2d(const Tensor& self, const std::vector<int64_t>& kernel_size,
+                                   const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                   bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override);
 
 }  // namespace etm::ops

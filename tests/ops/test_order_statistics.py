@@ -1,6 +1,6 @@
 """aoti_torch_mps_kthvalue, _median and _nanmedian against torch eager: dtypes, dims, keepdim,
 strided views, 0-dim tensors, NaN, ties, and bad input; one compiled model that reaches all
-three."""
+three (and avg_pool2d)."""
 
 import pytest
 import torch
@@ -102,18 +102,24 @@ def test_median_views_nan_0_dim_and_bad_input():
     t = as_device(x)
     poisoning_failure(lib.aoti_torch_mps_median(t.handle, ffi.NULL), "ret0 is null")
 
-class OrderStatistics(torch.nn.Module):
+class OrderStatisticsAndPooling(torch.nn.Module):
+    """kthvalue, median and nanmedian, and (sharing the compile) an average pool whose windows
+    of more than 25 elements overlap: Inductor leaves that to the avg_pool2d fallback."""
+
     def forward(self, x):
         kth = torch.kthvalue(x.flatten(2), 5, dim=-1)
-        return kth.values, torch.median(x), torch.nanmedian(x[0])
+        pooled = torch.nn.functional.avg_pool2d(x, 6, stride=2, padding=1)
+        return kth.values, torch.median(x), torch.nanmedian(x[0]), pooled
 
 
-def test_compiled_model_reaches_the_order_statistics(tmp_path):
+def test_compiled_model_reaches_the_order_statistics_and_avg_pool(tmp_path):
     x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(5))
-    model = OrderStatistics()
+    model = OrderStatisticsAndPooling()
     runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps_kthvalue", "aoti_torch_mps_median",
-                                                      "aoti_torch_mps_nanmedian"])
+                                                      "aoti_torch_mps_nanmedian", "aoti_torch_mps_avg_pool2d"])
     for seed in (6, 7):
         x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(seed))
-        for got, want in zip(runner(x), model(x)):
-            assert torch.equal(got, want)
+        got, want = runner(x), model(x)
+        for actual, expected in zip(got[:3], want[:3]):
+            assert torch.equal(actual, expected)
+        torch.testing.assert_close(got[3], want[3], rtol=1e-6, atol=1e-6)

@@ -1,7 +1,8 @@
-"""aoti_torch_mps_max_pool2d_with_indices against torch eager: kernel / stride / padding /
-dilation / ceil_mode combinations, 3-D and 4-D inputs, float32 / float16 / bfloat16, strided
-(channels-last) inputs, NaN, and bad input. (Inductor 2.13 lowers max_pool2d_with_indices
-itself: no compiled model reaches this fallback.)"""
+"""aoti_torch_mps_max_pool2d_with_indices and _avg_pool2d against torch eager: kernel / stride /
+padding / dilation / ceil_mode / count_include_pad / divisor_override combinations, 3-D and
+4-D inputs, float32 / float16 / bfloat16, strided (channels-last) inputs, NaN, and bad input.
+(Inductor 2.13 lowers max_pool2d_with_indices itself: no compiled model reaches that fallback;
+test_order_statistics.py compiles one that reaches avg_pool2d.)"""
 
 import pytest
 import torch
@@ -62,3 +63,39 @@ def test_nan_and_bad_input():
                                                                 ffi.NULL, 0, 0, ffi.new("AtenTensorHandle*"),
                                                                 ffi.new("AtenTensorHandle*")),
                       "kernel_size is null with length 1")
+
+
+def call_avg(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor=None):
+    t = as_device(x)
+    r0 = ffi.new("AtenTensorHandle*")
+    lists = [ffi.new("int64_t[]", list(v)) if v else ffi.NULL for v in (kernel_size, stride, padding)]
+    divisor_arg = ffi.new("int64_t*", divisor) if divisor is not None else ffi.NULL
+    code = lib.aoti_torch_mps_avg_pool2d(t.handle, lists[0], len(kernel_size), lists[1], len(stride), lists[2],
+                                        len(padding), int(ceil_mode), int(count_include_pad), divisor_arg, r0)
+    return code, r0
+
+
+AVG_CASES = [((3,), (), (0,), False, True, None), ((3, 2), (2, 1), (1, 1), True, True, None),
+             ((3,), (2,), (1,), True, False, None), ((6, 6), (2,), (3,), False, False, None),
+             ((2,), (1,), (1,), False, True, 3)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", range(len(AVG_CASES)))
+def test_avg_pool2d_matches_torch(dtype, case):
+    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor = AVG_CASES[case]
+    x = torch.randn(2, 3, 13, 11, generator=torch.Generator().manual_seed(case)).to(dtype)
+    for tensor in (x, x[0], x.contiguous(memory_format=torch.channels_last)):
+        code, r0 = call_avg(tensor, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
+        assert code == 0, etmetal_py.last_error()
+        expected = torch.ops.aten.avg_pool2d(tensor.float(), list(kernel_size), list(stride), list(padding),
+                                             ceil_mode, count_include_pad, divisor).to(dtype)
+        tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(Tensor(r0[0]).torch(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_avg_pool2d_bad_input():
+    x = torch.randn(1, 1, 6, 6)
+    poisoning_failure(call_avg(x, (3,), divisor=0)[0], "aoti_torch_mps_avg_pool2d", "divisor must be not zero")
+    poisoning_failure(call_avg(x, (3,), padding=(2,))[0], "pad should be at most half of effective kernel size")
+    poisoning_failure(call_avg(x.int(), (3,))[0], "dtype int32 is not supported")

@@ -1,6 +1,6 @@
 /* The convolution and max-pooling fallbacks of AOTInductor's Metal shim (torch 2.13
  * c_shim_mps.h), same names and signatures, ATen semantics (at::convolution,
- * at::max_pool2d_with_indices).
+ * at::max_pool2d_with_indices, at::avg_pool2d).
  *
  * The work is encoded on the calling thread's stream and runs in stream order: the call
  * returns before it has run, and inputs must stay alive until the stream has finished. A
@@ -37,6 +37,16 @@ ETMETAL_API AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
     AtenTensorHandle self, const int64_t* kernel_size, int64_t kernel_size_len_, const int64_t* stride,
     int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
     int64_t dilation_len_, int32_t ceil_mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+/* 2-D average pooling of self as max_pool2d_with_indices takes it (no dilation): each output is
+ * the window's sum over *divisor_override (when given; not 0), else over the window's size
+ * clipped to the padded input (count_include_pad != 0) or to the input. */
+ETMETAL_API AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,
+                                                     int64_t kernel_size_len_, const int64_t* stride,
+                                                     int64_t stride_len_, const int64_t* padding,
+                                                     int64_t padding_len_, int32_t ceil_mode,
+                                                     int32_t count_include_pad, int64_t* divisor_override,
+                                                     AtenTensorHandle* ret0);
 
 ETMETAL_END_DECLS
 
