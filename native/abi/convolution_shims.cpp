@@ -1,4 +1,4 @@
-// aoti_torch_mps_convolution, _max_pool2d_with_indices and _avg_pool2d (etmetal/fallback_convolution.h).
+// aoti_torch_mps_convolution and the pooling fallbacks (etmetal/fallback_convolution.h).
 #include <optional>
 #include <vector>
 
@@ -72,5 +72,28 @@ extern "C" AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, const
         tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_), int_list("stride", stride, stride_len_),
         int_list("padding", padding, padding_len_), ceil_mode != 0, count_include_pad != 0,
         divisor_override ? std::optional<int64_t>(*divisor_override) : std::nullopt));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                             int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), false)
+            .values);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                            int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                            AtenTensorHandle* ret1) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    etm::ops::PoolOutputs outputs =
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), true);
+    *ret0 = new_handle(std::move(outputs.values));
+    *ret1 = new_handle(std::move(outputs.indices));
   });
 }

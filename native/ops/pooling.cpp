@@ -146,4 +146,48 @@ std::unique_ptr<Tensor> avg_pool2d(const Tensor& self, const std::vector<int64_t
   return out;
 }
 
+PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, bool take_max) {
+  const char* op = take_max ? "adaptive_max_pool2d" : "adaptive_avg_pool2d";
+  require_mps(op, "self", self);
+  ETM_REQUIRE(float_kernel_suffix(self.dtype), op, ": dtype ", dtype_name(self.dtype),
+              " is not supported (float32, float16, bfloat16)");
+  ETM_REQUIRE(self.dim() == 3 || self.dim() == 4, op, ": Expected 3D or 4D tensor, got ", self.dim(), " dimensions");
+  ETM_REQUIRE(output_size.size() == 2, op, ": output_size must be 2");
+  const bool batched = self.dim() == 4;
+  const int64_t height = self.sizes[self.dim() - 2], width = self.sizes[self.dim() - 1];
+  ETM_REQUIRE(height > 0 && width > 0, op, ": Expected input's non-batch dimensions to have positive length, got ",
+              shape_text(self.sizes));
+  ETM_REQUIRE(output_size[0] >= 0 && output_size[1] >= 0 && (!take_max || (output_size[0] > 0 && output_size[1] > 0)),
+              op, ": output_size ", shape_text(output_size), " is not valid");
+  PoolParams p{};
+  std::vector<int64_t> out_sizes = self.sizes;
+  out_sizes[self.dim() - 2] = output_size[0];
+  out_sizes[self.dim() - 1] = output_size[1];
+  const int64_t planes = (batched ? self.sizes[0] : 1) * self.sizes[batched ? 1 : 0];
+  p.input_strides[0] = batched ? self.strides[0] : 0;
+  p.input_strides[1] = self.strides[batched ? 1 : 0];
+  p.input_strides[2] = self.strides[self.dim() - 2];
+  p.input_strides[3] = self.strides[self.dim() - 1];
+  p.channels = checked_u32(op, self.sizes[batched ? 1 : 0], "channel count");
+  p.height = checked_u32(op, height, "height");
+  p.width = checked_u32(op, width, "width");
+  p.out_height = checked_u32(op, output_size[0], "output height");
+  p.out_width = checked_u32(op, output_size[1], "output width");
+  checked_u32(op, planes * output_size[0] * output_size[1], "number of output elements");
+  Runtime& runtime = Runtime::get();
+  PoolOutputs result;
+  result.values = runtime.empty_tensor(out_sizes, contiguous_strides(out_sizes), self.dtype);
+  if (take_max) {
+    result.indices = runtime.empty_tensor(out_sizes, contiguous_strides(out_sizes), static_cast<int32_t>(DType::int64));
+  }
+  if (result.values->numel() == 0) return result;
+  const uint32_t max_flag = take_max ? 1 : 0;
+  KernelLaunch launch(shader_kernel("pooling.metal", std::string("adaptive_pool2d_") + float_kernel_suffix(self.dtype)));
+  launch.tensor(0, self).tensor(1, *result.values).tensor(2, take_max ? *result.indices : *result.values)
+      .value(3, p).value(4, max_flag);
+  const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};
+  launch.threads(grid, default_group(grid, launch));
+  return result;
+}
+
 }  // namespace etm::ops

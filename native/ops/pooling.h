@@ -1,4 +1,4 @@
-// max_pool2d_with_indices and avg_pool2d as MSL kernels (shaders/pooling.metal), ATen semantics.
+// max_pool2d_with_indices, avg_pool2d and adaptive pooling as MSL kernels (shaders/pooling.metal), ATen semantics.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +28,10 @@ PoolOutputs max_pool2d_with_indices(const Tensor& self, const std::vector<int64_
 std::unique_ptr<Tensor> avg_pool2d(const Tensor& self, const std::vector<int64_t>& kernel_size,
                                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                                    bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override);
+
+// Adaptive pooling of self (as for max_pool2d_with_indices) to output_size (OH, OW): output o
+// covers input rows [floor(o * H / OH), ceil((o + 1) * H / OH)), columns alike. The mean, or
+// with take_max the maximum and its index (as max_pool2d_with_indices; indices unset otherwise).
+PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, bool take_max);
 
 }  // namespace etm::ops

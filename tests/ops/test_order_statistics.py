@@ -1,6 +1,6 @@
 """aoti_torch_mps_kthvalue, _median and _nanmedian against torch eager: dtypes, dims, keepdim,
 strided views, 0-dim tensors, NaN, ties, and bad input; one compiled model that reaches all
-three (and avg_pool2d)."""
+three (and the avg / adaptive pooling fallbacks)."""
 
 import pytest
 import torch
@@ -103,23 +103,29 @@ def test_median_views_nan_0_dim_and_bad_input():
     poisoning_failure(lib.aoti_torch_mps_median(t.handle, ffi.NULL), "ret0 is null")
 
 class OrderStatisticsAndPooling(torch.nn.Module):
-    """kthvalue, median and nanmedian, and (sharing the compile) an average pool whose windows
-    of more than 25 elements overlap: Inductor leaves that to the avg_pool2d fallback."""
+    """kthvalue, median and nanmedian, and (sharing the compile) pools Inductor leaves to
+    fallbacks: an average pool whose windows of more than 25 elements overlap, adaptive pools
+    with windows of more than 25 elements."""
 
     def forward(self, x):
         kth = torch.kthvalue(x.flatten(2), 5, dim=-1)
         pooled = torch.nn.functional.avg_pool2d(x, 6, stride=2, padding=1)
-        return kth.values, torch.median(x), torch.nanmedian(x[0]), pooled
+        adaptive_avg = torch.nn.functional.adaptive_avg_pool2d(x, (3, 3))
+        adaptive_max, where = torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True)
+        return kth.values, torch.median(x), torch.nanmedian(x[0]), where, adaptive_max, pooled, adaptive_avg
 
 
 def test_compiled_model_reaches_the_order_statistics_and_avg_pool(tmp_path):
     x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(5))
     model = OrderStatisticsAndPooling()
     runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps_kthvalue", "aoti_torch_mps_median",
-                                                      "aoti_torch_mps_nanmedian", "aoti_torch_mps_avg_pool2d"])
+                                                      "aoti_torch_mps_nanmedian", "aoti_torch_mps_avg_pool2d",
+                                                      "aoti_torch_mps__adaptive_avg_pool2d",
+                                                      "aoti_torch_mps_adaptive_max_pool2d"])
     for seed in (6, 7):
         x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(seed))
         got, want = runner(x), model(x)
-        for actual, expected in zip(got[:3], want[:3]):
+        for actual, expected in zip(got[:5], want[:5]):
             assert torch.equal(actual, expected)
-        torch.testing.assert_close(got[3], want[3], rtol=1e-6, atol=1e-6)
+        for actual, expected in zip(got[5:], want[5:]):                 # float sums
+            torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)

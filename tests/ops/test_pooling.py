@@ -1,4 +1,5 @@
-"""aoti_torch_mps_max_pool2d_with_indices and _avg_pool2d against torch eager: kernel / stride /
+"""aoti_torch_mps_max_pool2d_with_indices, _avg_pool2d, _adaptive_avg_pool2d and
+adaptive_max_pool2d against torch eager: kernel / stride /
 padding / dilation / ceil_mode / count_include_pad / divisor_override combinations, 3-D and
 4-D inputs, float32 / float16 / bfloat16, strided (channels-last) inputs, NaN, and bad input.
 (Inductor 2.13 lowers max_pool2d_with_indices itself: no compiled model reaches that fallback;
@@ -46,7 +47,7 @@ def test_matches_torch(dtype, case):
 
 def test_nan_and_bad_input():
     x = torch.randn(1, 1, 6, 6)
-    x[0, 0, 1, 4] = float("nan")
+    x[0, 0, 1, 4] = x[0, 0, 2, 5] = float("nan")   # two NaN in one window
     values, indices = max_pool(x, (3,))
     expected = torch.ops.aten.max_pool2d_with_indices(x, [3], [], [0], [1], False)
     torch.testing.assert_close(values, expected[0], equal_nan=True, rtol=0, atol=0)
@@ -99,3 +100,33 @@ def test_avg_pool2d_bad_input():
     poisoning_failure(call_avg(x, (3,), divisor=0)[0], "aoti_torch_mps_avg_pool2d", "divisor must be not zero")
     poisoning_failure(call_avg(x, (3,), padding=(2,))[0], "pad should be at most half of effective kernel size")
     poisoning_failure(call_avg(x.int(), (3,))[0], "dtype int32 is not supported")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_adaptive_pools_match_torch(dtype):
+    x = torch.randn(2, 3, 13, 10, generator=torch.Generator().manual_seed(3)).to(dtype)
+    x[0, 1, 4, 4] = float("nan")
+    for tensor in (x, x[1], x.contiguous(memory_format=torch.channels_last)):
+        for size in ((4, 3), (13, 10), (1, 1), (5, 7)):
+            sizes = ffi.new("int64_t[]", list(size))
+            t = as_device(tensor)
+            r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+            etmetal_py.check(lib.aoti_torch_mps__adaptive_avg_pool2d(t.handle, sizes, 2, r0))
+            expected = torch.ops.aten._adaptive_avg_pool2d(tensor.float(), list(size)).to(dtype)
+            tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+            torch.testing.assert_close(Tensor(r0[0]).torch(), expected, rtol=tolerance, atol=tolerance,
+                                       equal_nan=True)
+            etmetal_py.check(lib.aoti_torch_mps_adaptive_max_pool2d(t.handle, sizes, 2, r0, r1))
+            values, indices = torch.ops.aten.adaptive_max_pool2d(tensor, list(size))
+            torch.testing.assert_close(Tensor(r0[0]).torch(), values, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(Tensor(r1[0]).torch(), indices)
+
+
+def test_adaptive_pools_bad_input():
+    t = as_device(torch.randn(1, 2, 5, 5))
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    poisoning_failure(lib.aoti_torch_mps__adaptive_avg_pool2d(t.handle, ffi.new("int64_t[]", [3]), 1, r0),
+                      "aoti_torch_mps__adaptive_avg_pool2d", "output_size must be 2")
+    poisoning_failure(lib.aoti_torch_mps_adaptive_max_pool2d(t.handle, ffi.new("int64_t[]", [0, 2]), 2, r0, r1),
+                      "output_size [0, 2] is not valid")
+    poisoning_failure(lib.aoti_torch_mps__adaptive_avg_pool2d(t.handle, ffi.NULL, 2, r0), "output_size is null")

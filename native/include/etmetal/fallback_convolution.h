@@ -1,6 +1,6 @@
 /* The convolution and max-pooling fallbacks of AOTInductor's Metal shim (torch 2.13
  * c_shim_mps.h), same names and signatures, ATen semantics (at::convolution,
- * at::max_pool2d_with_indices, at::avg_pool2d).
+ * at::max_pool2d_with_indices, at::avg_pool2d, adaptive pooling).
  *
  * The work is encoded on the calling thread's stream and runs in stream order: the call
  * returns before it has run, and inputs must stay alive until the stream has finished. A
@@ -47,6 +47,16 @@ ETMETAL_API AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, cons
                                                      int64_t padding_len_, int32_t ceil_mode,
                                                      int32_t count_include_pad, int64_t* divisor_override,
                                                      AtenTensorHandle* ret0);
+
+/* Adaptive pooling of self (as max_pool2d_with_indices takes it) to output_size (OH, OW):
+ * output (oh, ow) covers rows [floor(oh * H / OH), ceil((oh + 1) * H / OH)) and columns alike.
+ * _adaptive_avg_pool2d: the mean (an empty output_size gives an empty result);
+ * adaptive_max_pool2d: the maximum (NaN propagates) and its int64 flat position h * W + w. */
+ETMETAL_API AOTITorchError aoti_torch_mps__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                               int64_t output_size_len_, AtenTensorHandle* ret0);
+ETMETAL_API AOTITorchError aoti_torch_mps_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                              int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                              AtenTensorHandle* ret1);
 
 ETMETAL_END_DECLS
 
