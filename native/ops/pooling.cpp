@@ -54,6 +54,18 @@ int64_t output_size(int64_t input, int64_t kernel, int64_t pad, int64_t stride, 
   return size;
 }
 
+// The input planes of a 3-D or 4-D self ([N,] C, H, W): their strides and sizes.
+void set_input_planes(const char* op, const Tensor& self, PoolParams& p) {
+  const bool batched = self.dim() == 4;
+  p.input_strides[0] = batched ? self.strides[0] : 0;
+  p.input_strides[1] = self.strides[batched ? 1 : 0];
+  p.input_strides[2] = self.strides[self.dim() - 2];
+  p.input_strides[3] = self.strides[self.dim() - 1];
+  p.channels = checked_u32(op, self.sizes[batched ? 1 : 0], "channel count");
+  p.height = checked_u32(op, self.sizes[self.dim() - 2], "height");
+  p.width = checked_u32(op, self.sizes[self.dim() - 1], "width");
+}
+
 struct PoolShape {
   std::vector<int64_t> out_sizes;
   int64_t planes;
@@ -92,13 +104,7 @@ PoolShape plan_pool(const char* op, const Tensor& self, const std::vector<int64_
   PoolShape shape{self.sizes, batch * channels};
   shape.out_sizes[self.dim() - 2] = out_height;
   shape.out_sizes[self.dim() - 1] = out_width;
-  p.input_strides[0] = batched ? self.strides[0] : 0;
-  p.input_strides[1] = self.strides[batched ? 1 : 0];
-  p.input_strides[2] = self.strides[self.dim() - 2];
-  p.input_strides[3] = self.strides[self.dim() - 1];
-  p.channels = checked_u32(op, channels, "channel count");
-  p.height = checked_u32(op, height, "height");
-  p.width = checked_u32(op, width, "width");
+  set_input_planes(op, self, p);
   p.out_height = checked_u32(op, out_height, "output height");
   p.out_width = checked_u32(op, out_width, "output width");
   checked_u32(op, shape.planes * out_height * out_width, "number of output elements");
@@ -164,13 +170,7 @@ PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& outp
   out_sizes[self.dim() - 2] = output_size[0];
   out_sizes[self.dim() - 1] = output_size[1];
   const int64_t planes = (batched ? self.sizes[0] : 1) * self.sizes[batched ? 1 : 0];
-  p.input_strides[0] = batched ? self.strides[0] : 0;
-  p.input_strides[1] = self.strides[batched ? 1 : 0];
-  p.input_strides[2] = self.strides[self.dim() - 2];
-  p.input_strides[3] = self.strides[self.dim() - 1];
-  p.channels = checked_u32(op, self.sizes[batched ? 1 : 0], "channel count");
-  p.height = checked_u32(op, height, "height");
-  p.width = checked_u32(op, width, "width");
+  set_input_planes(op, self, p);
   p.out_height = checked_u32(op, output_size[0], "output height");
   p.out_width = checked_u32(op, output_size[1], "output width");
   checked_u32(op, planes * output_size[0] * output_size[1], "number of output elements");
