@@ -1,14 +1,14 @@
 """aoti_torch_mps__grouped_mm against torch._grouped_mm (CPU eager): the four layouts (groups of
 rows, of columns, of the depth, batches), float32 / float16 / bfloat16, transposed (strided)
-operands as MoE experts pass them, empty groups, rows past the last end, and bad input; one
-compiled mixture-of-experts block that reaches the fallback."""
+operands as MoE experts pass them, empty groups, rows past the last end, and bad input.
+test_compiled_fallbacks.py compiles a mixture-of-experts block that reaches it."""
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, assert_close_scaled, compile_and_load, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, assert_close_scaled, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
@@ -77,36 +77,3 @@ def test_bad_input():
     r0 = ffi.new("AtenTensorHandle*")
     poisoning_failure(lib.aoti_torch_mps__grouped_mm(ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, r0),
                       "null tensor handle")
-
-
-class MoEExperts(torch.nn.Module):
-    """Top-1 routing, tokens sorted by expert, one grouped product per projection (as
-    transformers' grouped_mm experts do: histc counts, weights [E, out, in] transposed)."""
-
-    def __init__(self, experts=4, dim=32, hidden=48):
-        super().__init__()
-        generator = torch.Generator().manual_seed(0)
-        self.router = torch.nn.Parameter(torch.randn(experts, dim, generator=generator))
-        self.up = torch.nn.Parameter(torch.randn(experts, hidden, dim, generator=generator) / dim ** 0.5)
-        self.down = torch.nn.Parameter(torch.randn(experts, dim, hidden, generator=generator) / hidden ** 0.5)
-
-    def forward(self, x):
-        expert = (x @ self.router.t()).argmax(-1)
-        order = expert.argsort(stable=True)
-        experts = self.up.shape[0]
-        counts = torch.histc(expert.float(), bins=experts, min=0, max=experts - 1)  # as transformers counts
-        ends = counts.cumsum(0).to(torch.int32)
-        hidden = torch.nn.functional.silu(torch._grouped_mm(x[order], self.up.transpose(-2, -1), offs=ends))
-        out = torch._grouped_mm(hidden, self.down.transpose(-2, -1), offs=ends)
-        return torch.empty_like(out).index_copy(0, order, out)
-
-
-def test_compiled_moe_block_reaches_the_fallback(tmp_path):
-    model = MoEExperts().to(torch.bfloat16)
-    x = randn(20, 32, dtype=torch.bfloat16, seed=7)
-    runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps__grouped_mm"])
-    for seed in (8, 9):
-        x = randn(20, 32, dtype=torch.bfloat16, seed=seed)
-        with torch.no_grad():
-            expected = model(x)
-        assert_close_scaled(runner(x), expected, 3e-2, same_dtype=True)

@@ -5,14 +5,14 @@ aoti_torch_mps__embedding_bag(_forward_only) against torch eager: None entries, 
 index tensors, adjacent and separated indexed dimensions, bool masks, negative and int32
 indices, accumulate with duplicates, every reduction with and without include_self, dtypes,
 strided views, empty tensors, and bad input (clear errors, out-of-range indices reported at
-synchronize)."""
+synchronize). test_compiled_fallbacks.py compiles a model that reaches them."""
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, compile_and_load, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8, torch.bool]
@@ -396,49 +396,3 @@ def test_embedding_bag_weights_int32_strided_and_bad_input():
         Tensor(r[0]).delete()
     with pytest.raises(etmetal_py.EtmetalError, match="index 10 is out of range for a weight of 10 rows"):
         etmetal_py.synchronize()
-
-class IndexingModel(torch.nn.Module):
-    """The indexing ops that Inductor leaves to fallbacks: a bool-mask gather, a bool-mask
-    index_put, int64 index_put with accumulate, a non-sum scatter_reduce, an int64 scatter_add
-    (a scatter_reduce "sum"), an int64 scatter, embedding bags (max; mean with padding), and
-    masked_scatter and index_reduce (always fallbacks)."""
-
-    def __init__(self):
-        super().__init__()
-        self.bag_max = torch.nn.EmbeddingBag(10, 4, mode="max")
-        self.bag_mean = torch.nn.EmbeddingBag(10, 4, mode="mean", padding_idx=3)
-        self.register_buffer("bag_offsets", torch.tensor([0, 2]))
-
-    def forward(self, x, mask, rows, index_tensor, src, counts):
-        picked = x[mask]
-        masked = x.index_put((mask,), torch.arange(x.shape[1], dtype=x.dtype) * 0.5)
-        histogram = counts.index_put((rows,), torch.ones_like(rows), accumulate=True)
-        amax = x.scatter_reduce(0, index_tensor, src, "amax", include_self=False)
-        sums = counts.unsqueeze(0).expand(2, -1).scatter_add(1, index_tensor[:2] % counts.numel(),
-                                                             rows[:index_tensor.shape[1]].expand(2, -1))
-        filled = counts.scatter(0, rows[:5], rows[:5] * 3)
-        bags = self.bag_max(counts, self.bag_offsets) + self.bag_mean(counts.view(1, 5))
-        merged = x.masked_scatter(mask.unsqueeze(-1), x.flip(0) * 3)  # as VLMs merge image embeddings
-        reduced = x.index_reduce(0, rows[:4], x[:4] * 2, "amax")
-        return picked * 2, masked, histogram, amax, sums, filled, bags, merged, reduced
-
-
-def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
-    generator = torch.Generator().manual_seed(11)
-    x = torch.randn(6, 4, generator=generator)
-    args = (x, torch.rand(6, generator=generator) > 0.4, torch.randint(0, 5, (9,), generator=generator),
-            torch.randint(0, 6, (3, 4), generator=generator), torch.randn(3, 4, generator=generator),
-            torch.randint(0, 10, (5,), generator=generator))
-    model = IndexingModel()
-    runner = compile_and_load(model, args, tmp_path,
-                              ["aoti_torch_mps_index_Tensor", "aoti_torch_index_put_out",
-                               "aoti_torch_mps__embedding_bag_forward_only", "aoti_torch_mps_masked_scatter",
-                               "aoti_torch_mps_index_reduce",
-                               "aoti_torch_mps_scatter_reduce_two_out", "aoti_torch_mps_scatter_src_out"])
-    for seed in (12, 13):
-        generator = torch.Generator().manual_seed(seed)
-        inputs = (torch.randn(6, 4, generator=generator), torch.rand(6, generator=generator) > 0.4, *args[2:])
-        with torch.no_grad():
-            expected = model(*inputs)
-        for got, want in zip(runner(*inputs), expected):
-            assert got.dtype == want.dtype and torch.equal(got, want)

@@ -1,13 +1,13 @@
 """aoti_torch_mps_kthvalue, _median and _nanmedian against torch eager: dtypes, dims, keepdim,
-strided views, 0-dim tensors, NaN, ties, and bad input; one compiled model that reaches all
-three (and the avg / adaptive pooling fallbacks)."""
+strided views, 0-dim tensors, NaN, ties, and bad input. test_compiled_fallbacks.py compiles
+a model that reaches them."""
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, compile_and_load, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8]
@@ -101,31 +101,3 @@ def test_median_views_nan_0_dim_and_bad_input():
     poisoning_failure(lib.aoti_torch_mps_nanmedian(ffi.NULL, r0), "null tensor handle")
     t = as_device(x)
     poisoning_failure(lib.aoti_torch_mps_median(t.handle, ffi.NULL), "ret0 is null")
-
-class OrderStatisticsAndPooling(torch.nn.Module):
-    """kthvalue, median and nanmedian, and (sharing the compile) pools Inductor leaves to
-    fallbacks: an average pool whose windows of more than 25 elements overlap, adaptive pools
-    with windows of more than 25 elements."""
-
-    def forward(self, x):
-        kth = torch.kthvalue(x.flatten(2), 5, dim=-1)
-        pooled = torch.nn.functional.avg_pool2d(x, 6, stride=2, padding=1)
-        adaptive_avg = torch.nn.functional.adaptive_avg_pool2d(x, (3, 3))
-        adaptive_max, where = torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True)
-        return kth.values, torch.median(x), torch.nanmedian(x[0]), where, adaptive_max, pooled, adaptive_avg
-
-
-def test_compiled_model_reaches_the_order_statistics_and_avg_pool(tmp_path):
-    x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(5))
-    model = OrderStatisticsAndPooling()
-    runner = compile_and_load(model, (x,), tmp_path, ["aoti_torch_mps_kthvalue", "aoti_torch_mps_median",
-                                                      "aoti_torch_mps_nanmedian", "aoti_torch_mps_avg_pool2d",
-                                                      "aoti_torch_mps__adaptive_avg_pool2d",
-                                                      "aoti_torch_mps_adaptive_max_pool2d"])
-    for seed in (6, 7):
-        x = torch.randn(2, 3, 14, 14, generator=torch.Generator().manual_seed(seed))
-        got, want = runner(x), model(x)
-        for actual, expected in zip(got[:5], want[:5]):
-            assert torch.equal(actual, expected)
-        for actual, expected in zip(got[5:], want[5:]):                 # float sums
-            torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)

@@ -3,7 +3,7 @@ adaptive_max_pool2d against torch eager: kernel / stride /
 padding / dilation / ceil_mode / count_include_pad / divisor_override combinations, 3-D and
 4-D inputs, float32 / float16 / bfloat16, strided (channels-last) inputs, NaN, and bad input.
 (Inductor 2.13 lowers max_pool2d_with_indices itself: no compiled model reaches that fallback;
-test_order_statistics.py compiles one that reaches avg_pool2d.)"""
+test_compiled_fallbacks.py compiles one that reaches the others.)"""
 
 import pytest
 import torch
