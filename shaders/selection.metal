@@ -1,4 +1,4 @@
-// nonzero / nonzero_static, masked_select and repeat_interleave (ATen semantics): outputs whose rows come
+// nonzero / nonzero_static, masked_select / masked_scatter and repeat_interleave (ATen semantics): outputs whose rows come
 // from a running count, built in three passes so that no thread waits for another:
 //   *_chunk_counts   one thread per chunk of kChunk consecutive elements (row-major order):
 //                    how many rows the chunk produces;
@@ -157,13 +157,33 @@ kernel void masked_write(device const T* self [[buffer(0)]], device const bool* 
   }
 }
 
+// masked_scatter: every element of the broadcast shape, from self or, where the mask is true,
+// from source's next element (row-major); rows past source's end keep self's value (the host
+// reports the shortage).
+template <typename T>
+kernel void masked_scatter_write(device const T* self [[buffer(0)]], device const bool* mask [[buffer(1)]],
+                                 device const long* offsets [[buffer(2)]], device T* out [[buffer(3)]],
+                                 device const T* source [[buffer(4)]], constant MaskedParams& p [[buffer(5)]],
+                                 constant SelectionParams& s [[buffer(6)]], uint c [[thread_position_in_grid]]) {
+  const uint end = min((c + 1) * p.chunk, p.numel);
+  long row = offsets[c];
+  for (uint i = c * p.chunk; i < end; ++i) {
+    const MaskedOffsets at = masked_offsets(p, i);
+    const bool from_source = mask[at.mask] && row < long(s.numel);
+    out[i] = from_source ? source[element_offset(s, uint(row))] : self[at.self];
+    if (mask[at.mask]) ++row;
+  }
+}
+
 #define NONZERO_KERNELS(T, NAME)                                                       \
   template [[host_name("nonzero_chunk_counts_" #NAME)]] [[kernel]]                    \
   decltype(nonzero_chunk_counts<T>) nonzero_chunk_counts<T>;                          \
   template [[host_name("nonzero_write_" #NAME)]] [[kernel]]                           \
   decltype(nonzero_write<T>) nonzero_write<T>;                                        \
   template [[host_name("masked_write_" #NAME)]] [[kernel]]                            \
-  decltype(masked_write<T>) masked_write<T>;
+  decltype(masked_write<T>) masked_write<T>;                                          \
+  template [[host_name("masked_scatter_write_" #NAME)]] [[kernel]]                    \
+  decltype(masked_scatter_write<T>) masked_scatter_write<T>;
 
 NONZERO_KERNELS(float, float)
 NONZERO_KERNELS(half, half)

@@ -532,6 +532,37 @@ TOPK_KERNELS(char, uint, char)
 TOPK_KERNELS(uchar, uint, uchar)
 TOPK_KERNELS(bool, uint, bool)
 
+// ---------------------------------------------------------------------------- median
+
+// The median of one line sorted ascending (NaN last): the lower median, or the first NaN when
+// there is one (torch.median); with ignore_nan the lower median of the numbers, or a NaN when
+// there are none (torch.nanmedian). One thread: a binary search for the first NaN.
+template <typename T>
+kernel void sort_median(device const T* sorted [[buffer(0)]],
+                        device T* median [[buffer(1)]],
+                        constant uint& length [[buffer(2)]],
+                        constant uint& ignore_nan [[buffer(3)]],
+                        uint thread_id [[thread_position_in_grid]]) {
+  if (thread_id != 0) return;
+  uint numbers = 0, end = length;
+  while (numbers < end) {
+    const uint middle = (numbers + end) / 2;
+    const T value = sorted[middle];
+    if (value != value) {
+      end = middle;
+    } else {
+      numbers = middle + 1;
+    }
+  }
+  uint at;
+  if (ignore_nan) {
+    at = numbers > 0 ? (numbers - 1) / 2 : 0;
+  } else {
+    at = numbers < length ? numbers : (length - 1) / 2;
+  }
+  median[0] = sorted[at];
+}
+
 // Tiles of 2048 elements (1024 for 64-bit keys) keep threadgroup memory under 32 KB.
 #define SORT_KERNELS(T, K, TILE, NAME)                                                \
   template [[host_name("sort_tiles_" #NAME)]] [[kernel]]                               \
@@ -539,7 +570,9 @@ TOPK_KERNELS(bool, uint, bool)
   template [[host_name("sort_merge_" #NAME)]] [[kernel]]                               \
   decltype(sort_merge<T, K, false>) sort_merge<T, K, false>;                          \
   template [[host_name("sort_merge_final_" #NAME)]] [[kernel]]                         \
-  decltype(sort_merge<T, K, true>) sort_merge<T, K, true>;
+  decltype(sort_merge<T, K, true>) sort_merge<T, K, true>;                            \
+  template [[host_name("sort_median_" #NAME)]] [[kernel]]                              \
+  decltype(sort_median<T>) sort_median<T>;
 
 SORT_KERNELS(float, uint, 2048, float)
 SORT_KERNELS(half, uint, 2048, half)

@@ -64,6 +64,8 @@ TYPE_ALIASES = {
     "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",
     "AOTIMetalShaderLibraryHandle": "struct AOTIMetalShaderLibraryOpaque *",
     "AOTIProxyExecutorHandle": "struct AOTIProxyExecutorOpaque *",
+    "DeviceGuardHandle": "struct DeviceGuardOpaque *",
+    "StreamHandle": "struct StreamOpaque *",
     "aoti_torch_mps_command_block_callback_t":
         "void(*)(struct AOTIMetalKernelFunctionOpaque *, void *)",
 }

@@ -1,9 +1,11 @@
-// aoti_torch_mps_convolution (etmetal/fallback_convolution.h).
+// aoti_torch_mps_convolution and the pooling fallbacks (etmetal/fallback_convolution.h).
+#include <optional>
 #include <vector>
 
 #include "abi/guard.h"
 #include "etmetal/fallback_convolution.h"
 #include "ops/convolution.h"
+#include "ops/pooling.h"
 
 using etm::abi::guarded_encoding;
 using etm::abi::new_handle;
@@ -13,8 +15,8 @@ using etm::abi::tensor_of;
 namespace {
 
 std::vector<int64_t> int_list(const char* name, const int64_t* values, int64_t length) {
-  ETM_REQUIRE(length >= 0, "convolution: ", name, " has negative length ", length);
-  ETM_REQUIRE(values || length == 0, "convolution: ", name, " is null with length ", length);
+  ETM_REQUIRE(length >= 0, name, " has negative length ", length);
+  ETM_REQUIRE(values || length == 0, name, " is null with length ", length);
   return std::vector<int64_t>(values, values + length);
 }
 
@@ -40,5 +42,58 @@ extern "C" AOTITorchError aoti_torch_mps_convolution(
       bias_tensor = &tensor_of(*bias);
     }
     *ret0 = new_handle(etm::ops::convolution(tensor_of(input), tensor_of(weight), bias_tensor, options));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
+    AtenTensorHandle self, const int64_t* kernel_size, int64_t kernel_size_len_, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation,
+    int64_t dilation_len_, int32_t ceil_mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    etm::ops::PoolOutputs outputs = etm::ops::max_pool2d_with_indices(
+        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_),
+        int_list("stride", stride, stride_len_), int_list("padding", padding, padding_len_),
+        int_list("dilation", dilation, dilation_len_), ceil_mode != 0);
+    *ret0 = new_handle(std::move(outputs.values));
+    *ret1 = new_handle(std::move(outputs.indices));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,
+                                                   int64_t kernel_size_len_, const int64_t* stride, int64_t stride_len_,
+                                                   const int64_t* padding, int64_t padding_len_, int32_t ceil_mode,
+                                                   int32_t count_include_pad, int64_t* divisor_override,
+                                                   AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::avg_pool2d(
+        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_), int_list("stride", stride, stride_len_),
+        int_list("padding", padding, padding_len_), ceil_mode != 0, count_include_pad != 0,
+        divisor_override ? std::optional<int64_t>(*divisor_override) : std::nullopt));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                             int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), false)
+            .values);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                            int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                            AtenTensorHandle* ret1) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    etm::ops::PoolOutputs outputs =
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), true);
+    *ret0 = new_handle(std::move(outputs.values));
+    *ret1 = new_handle(std::move(outputs.indices));
   });
 }

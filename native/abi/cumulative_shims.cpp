@@ -1,25 +1,29 @@
-// aoti_torch_mps_cumprod, _cummax, _cummin, _logcumsumexp (etmetal/fallback_reductions.h).
+// aoti_torch_mps_cumsum, _cumprod, _cummax, _cummin, _logcumsumexp (etmetal/fallback_reductions.h).
+#include <memory>
 #include <optional>
 
 #include "abi/guard.h"
 #include "etmetal/fallback_reductions.h"
 #include "ops/cumulative.h"
+#include "ops/scan.h"
 
 using etm::abi::guarded_encoding;
 using etm::abi::new_handle;
 using etm::abi::require_out;
 using etm::abi::tensor_of;
 
-extern "C" AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim,
-                                                 int32_t* dtype, AtenTensorHandle* ret0) {
-  return guarded_encoding(__func__, [&] {
+namespace {
+
+using RunningOp = std::unique_ptr<etm::Tensor> (*)(const etm::Tensor&, int64_t, std::optional<int32_t>);
+
+// cumsum and cumprod: one result, in *dtype when given.
+AOTITorchError running(const char* function, RunningOp op, AtenTensorHandle self, int64_t dim, int32_t* dtype,
+                       AtenTensorHandle* ret0) {
+  return guarded_encoding(function, [&] {
     require_out(ret0, "ret0");
-    *ret0 = new_handle(etm::ops::cumprod(tensor_of(self), dim,
-                                         dtype ? std::optional<int32_t>(*dtype) : std::nullopt));
+    *ret0 = new_handle(op(tensor_of(self), dim, dtype ? std::optional<int32_t>(*dtype) : std::nullopt));
   });
 }
-
-namespace {
 
 AOTITorchError extreme(const char* function, AtenTensorHandle self, int64_t dim, bool max,
                        AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
@@ -33,6 +37,16 @@ AOTITorchError extreme(const char* function, AtenTensorHandle self, int64_t dim,
 }
 
 }  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_cumsum(AtenTensorHandle self, int64_t dim, int32_t* dtype,
+                                                AtenTensorHandle* ret0) {
+  return running(__func__, etm::ops::cumsum, self, dim, dtype, ret0);
+}
+
+extern "C" AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim, int32_t* dtype,
+                                                 AtenTensorHandle* ret0) {
+  return running(__func__, etm::ops::cumprod, self, dim, dtype, ret0);
+}
 
 extern "C" AOTITorchError aoti_torch_mps_cummax(AtenTensorHandle self, int64_t dim,
                                                 AtenTensorHandle* ret0, AtenTensorHandle* ret1) {

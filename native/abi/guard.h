@@ -64,12 +64,29 @@ T* require_out(T* pointer, const char* name) {
   return pointer;
 }
 
+// Throws unless `device_index` names etmetal's one device: 0, or -1 for the current one.
+inline void require_device_index(int32_t device_index) {
+  ETM_REQUIRE(device_index == 0 || device_index == -1, "device index ", device_index,
+              " does not exist (etmetal has one device, index 0)");
+}
+
+// A device guard (aoti_torch_create_device_guard): with one device there is nothing to switch
+// or restore.
+struct DeviceGuard {};
+
+// A stream handle (aoti_torch_get_current_stream): the calling thread's stream, by id only.
+struct StreamId {
+  int64_t id = 0;
+};
+
 // The live objects behind the ABI's handles. Never destroyed, like the runtime: static
 // destructors of a model .so may still delete their handles while the process exits.
 struct Handles {
   HandleRegistry<Tensor> tensors{"tensor"};
   HandleRegistry<ShaderLibrary> libraries{"shader library"};
   BorrowedHandles<KernelFunction> kernels{"kernel function"};
+  HandleRegistry<DeviceGuard> device_guards{"device guard"};
+  HandleRegistry<StreamId> streams{"stream"};
 };
 
 inline Handles& handles() {
@@ -77,7 +94,15 @@ inline Handles& handles() {
   return *live;
 }
 
-inline Tensor& tensor_of(AtenTensorHandle handle) { return *handles().tensors.get(handle); }
+// Any live tensor, also an undefined one (aoti_torch_new_uninitialized_tensor: no storage).
+inline Tensor& any_tensor_of(AtenTensorHandle handle) { return *handles().tensors.get(handle); }
+
+// A live, defined tensor.
+inline Tensor& tensor_of(AtenTensorHandle handle) {
+  Tensor& tensor = any_tensor_of(handle);
+  ETM_REQUIRE(tensor.storage, "undefined tensor (from aoti_torch_new_uninitialized_tensor)");
+  return tensor;
+}
 
 inline AtenTensorHandle new_handle(std::unique_ptr<Tensor> tensor) {
   return reinterpret_cast<AtenTensorHandle>(handles().tensors.add(std::move(tensor)));

@@ -1,6 +1,9 @@
-// aoti_torch_mps_{mm,addmm,bmm,baddbmm}_out (etmetal/fallback_matmul.h).
+// aoti_torch_mps_{mm,addmm,bmm,baddbmm}_out and aoti_torch_mps__grouped_mm (etmetal/fallback_matmul.h).
+#include <optional>
+
 #include "abi/guard.h"
 #include "etmetal/fallback_matmul.h"
+#include "ops/grouped_mm.h"
 #include "ops/matmul.h"
 
 using etm::abi::guarded_encoding;
@@ -36,5 +39,17 @@ extern "C" AOTITorchError aoti_torch_mps_baddbmm_out(AtenTensorHandle out, AtenT
   return guarded_encoding(__func__, [&] {
     etm::ops::baddbmm_out(tensor_of(out), tensor_of(self), tensor_of(batch1), tensor_of(batch2),
                           beta, alpha);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps__grouped_mm(AtenTensorHandle self, AtenTensorHandle mat2,
+                                                     AtenTensorHandle* offs, AtenTensorHandle* bias,
+                                                     int32_t* out_dtype, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    etm::abi::require_out(ret0, "ret0");
+    ETM_REQUIRE(!bias || !*bias, "Bias not supported yet");
+    const etm::Tensor* offsets = offs && *offs ? &tensor_of(*offs) : nullptr;
+    *ret0 = etm::abi::new_handle(etm::ops::grouped_mm(tensor_of(self), tensor_of(mat2), offsets,
+                                                      out_dtype ? std::optional<int32_t>(*out_dtype) : std::nullopt));
   });
 }

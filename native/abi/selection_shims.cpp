@@ -1,4 +1,4 @@
-// aoti_torch_mps_nonzero, _nonzero_static, _masked_select, _repeat_interleave_Tensor
+// aoti_torch_mps_nonzero, _nonzero_static, _masked_select, _masked_scatter, _repeat_interleave_Tensor
 // (etmetal/fallback_reductions.h).
 #include <optional>
 
@@ -31,6 +31,14 @@ extern "C" AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self, At
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(etm::ops::masked_select(tensor_of(self), tensor_of(mask)));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_masked_scatter(AtenTensorHandle self, AtenTensorHandle mask,
+                                                        AtenTensorHandle source, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::masked_scatter(tensor_of(self), tensor_of(mask), tensor_of(source)));
   });
 }
 

@@ -1,4 +1,4 @@
-// aoti_torch_mps_{topk,sort,sort_stable} (etmetal/fallback_reductions.h).
+// aoti_torch_mps_{topk,sort,sort_stable,kthvalue,median,nanmedian} (etmetal/fallback_reductions.h).
 #include "abi/guard.h"
 #include "etmetal/fallback_reductions.h"
 #include "ops/sort.h"
@@ -46,5 +46,28 @@ extern "C" AOTITorchError aoti_torch_mps_sort_stable(AtenTensorHandle self,
     require_out(ret0, "ret0");
     require_out(ret1, "ret1");
     hand_out(etm::ops::sort(tensor_of(self), dim, descending != 0), ret0, ret1);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_kthvalue(AtenTensorHandle self, int64_t k, int64_t dim, int32_t keepdim,
+                                                  AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    require_out(ret1, "ret1");
+    hand_out(etm::ops::kthvalue(tensor_of(self), k, dim, keepdim != 0), ret0, ret1);
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_median(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::median(tensor_of(self), false));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_nanmedian(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::median(tensor_of(self), true));
   });
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "abi/guard.h"
+#include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
 #include "runtime/dtype.h"
 
@@ -38,17 +39,7 @@ AOTITorchError scalar_to_tensor(const char* function, T value, DType dtype, Aten
   extern "C" AOTITorchError aoti_torch_scalar_to_tensor_##name(ctype value, AtenTensorHandle* ret) { \
     return scalar_to_tensor(__func__, value, DType::dtype, ret);                                 \
   }
-SCALAR_TO_TENSOR(float32, float, float32)
-SCALAR_TO_TENSOR(float64, double, float64)
-SCALAR_TO_TENSOR(uint8, uint8_t, uint8)
-SCALAR_TO_TENSOR(uint16, uint16_t, uint16)
-SCALAR_TO_TENSOR(uint32, uint32_t, uint32)
-SCALAR_TO_TENSOR(uint64, uint64_t, uint64)
-SCALAR_TO_TENSOR(int8, int8_t, int8)
-SCALAR_TO_TENSOR(int16, int16_t, int16)
-SCALAR_TO_TENSOR(int32, int32_t, int32)
-SCALAR_TO_TENSOR(int64, int64_t, int64)
-SCALAR_TO_TENSOR(bool, bool, bool_)
+ETM_ABI_SCALAR_TYPES(SCALAR_TO_TENSOR)
 #undef SCALAR_TO_TENSOR
 
 // torch's as_strided: a view of self's storage with self's dim() sizes and strides, starting

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "abi/guard.h"
+#include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
 #include "runtime/dtype.h"
 
@@ -17,8 +18,7 @@ namespace {
 void check_device(int32_t device_type, int32_t device_index) {
   ETM_REQUIRE(device_type == kDeviceCpu || device_type == kDeviceMps, "unsupported device type ",
               device_type, " (etmetal has cpu = 0 and mps = 13)");
-  ETM_REQUIRE(device_index == 0 || device_index == -1, "device index ", device_index,
-              " does not exist (etmetal has one device, index 0)");
+  require_device_index(device_index);
 }
 
 std::vector<int64_t> layout_strides(int64_t ndim, const int64_t* sizes, const int64_t* strides) {
@@ -150,6 +150,43 @@ extern "C" AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, 
     view->sizes.assign(sizes_ptr, sizes_ptr + ndim);
     view->strides = abi::layout_strides(ndim, sizes_ptr, strides_ptr);
     view->storage_offset = offset;
+    *ret_new_tensor = abi::new_handle(std::move(view));
+  });
+}
+
+// torch's at::Tensor(): a handle to no tensor, which aoti_torch_assign_tensors may later make
+// an alias; every other use fails with "undefined tensor".
+extern "C" AOTITorchError aoti_torch_new_uninitialized_tensor(AtenTensorHandle* ret) {
+  return guarded(__func__, [&] {
+    require_out(ret, "ret");
+    auto tensor = std::make_unique<Tensor>();
+    tensor->storage = nullptr;
+    *ret = abi::new_handle(std::move(tensor));
+  });
+}
+
+// torch's _alloc_from_pool: a view of self's storage (self must start at its storage's start)
+// from byte offset_bytes on, with its own dtype, sizes and strides, inside the allocation.
+extern "C" AOTITorchError aoti_torch__alloc_from_pool(AtenTensorHandle self, int64_t offset_bytes, int32_t dtype,
+                                                      int64_t ndim, const int64_t* sizes_ptr,
+                                                      const int64_t* strides_ptr, AtenTensorHandle* ret_new_tensor) {
+  return guarded(__func__, [&] {
+    require_out(ret_new_tensor, "ret_new_tensor");
+    const Tensor& pool = tensor_of(self);
+    ETM_REQUIRE(pool.storage_offset == 0, "the pool tensor must start at its storage's start (storage offset ",
+                pool.storage_offset, ")");
+    ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype);
+    const int64_t item = static_cast<int64_t>(element_size(dtype));
+    ETM_REQUIRE(offset_bytes >= 0 && offset_bytes % item == 0, "offset_bytes ", offset_bytes,
+                " is not a non-negative multiple of the element size ", item);
+    const int64_t extent = checked_extent(ndim, sizes_ptr, strides_ptr, offset_bytes / item);
+    ETM_REQUIRE(storage_nbytes(extent, dtype) <= pool.storage->capacity, "the view reaches ",
+                storage_nbytes(extent, dtype), " bytes, past the end of the pool's ", pool.storage->capacity);
+    auto view = std::make_unique<Tensor>(pool);
+    view->dtype = dtype;
+    view->sizes.assign(sizes_ptr, sizes_ptr + ndim);
+    view->strides = abi::layout_strides(ndim, sizes_ptr, strides_ptr);
+    view->storage_offset = offset_bytes / item;
     *ret_new_tensor = abi::new_handle(std::move(view));
   });
 }
@@ -300,7 +337,7 @@ extern "C" AOTITorchError aoti_torch_is_contiguous(AtenTensorHandle tensor, bool
 extern "C" AOTITorchError aoti_torch_is_defined(AtenTensorHandle tensor, bool* ret_is_defined) {
   return guarded(__func__, [&] {
     require_out(ret_is_defined, "ret_is_defined");
-    *ret_is_defined = tensor != nullptr && (tensor_of(tensor), true);
+    *ret_is_defined = tensor != nullptr && abi::any_tensor_of(tensor).storage != nullptr;
   });
 }
 
@@ -315,7 +352,7 @@ extern "C" AOTITorchError aoti_torch_assign_tensors_out(AtenTensorHandle src,
 extern "C" AOTITorchError aoti_torch_assign_tensors(AtenTensorHandle src, AtenTensorHandle dst) {
   return guarded(__func__, [&] {
     const Tensor& source = tensor_of(src);
-    Tensor& target = tensor_of(dst);
+    Tensor& target = abi::any_tensor_of(dst);  // an undefined dst becomes src's alias
     target = source;
   });
 }
@@ -343,17 +380,7 @@ AOTITorchError read_item(const char* function, AtenTensorHandle handle, DType dt
   }
 ITEM_GETTER(float16, uint16_t, float16)
 ITEM_GETTER(bfloat16, uint16_t, bfloat16)
-ITEM_GETTER(float32, float, float32)
-ITEM_GETTER(float64, double, float64)
-ITEM_GETTER(uint8, uint8_t, uint8)
-ITEM_GETTER(uint16, uint16_t, uint16)
-ITEM_GETTER(uint32, uint32_t, uint32)
-ITEM_GETTER(uint64, uint64_t, uint64)
-ITEM_GETTER(int8, int8_t, int8)
-ITEM_GETTER(int16, int16_t, int16)
-ITEM_GETTER(int32, int32_t, int32)
-ITEM_GETTER(int64, int64_t, int64)
-ITEM_GETTER(bool, bool, bool_)
+ETM_ABI_SCALAR_TYPES(ITEM_GETTER)
 
 extern "C" void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg) {
   try {

@@ -14,19 +14,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "cumulative.metal";
-constexpr int kMaxDims = 8;
-
 // Must match CumulativeParams in shaders/cumulative.metal.
 struct CumulativeParams {
-  int64_t input_outer[kMaxDims];
-  int64_t values_outer[kMaxDims];
-  int64_t indices_outer[kMaxDims];
-  int64_t input_stride;
-  int64_t values_stride;
-  int64_t indices_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
-  uint32_t length;
+  LineLayout layout;
   uint32_t lines;
 };
 static_assert(sizeof(CumulativeParams) == 264, "CumulativeParams must match the MSL layout");
@@ -34,22 +24,8 @@ static_assert(sizeof(CumulativeParams) == 264, "CumulativeParams must match the 
 // Line layout of self and of contiguous results of self's shape; false when there is no
 // element to compute.
 bool plan(const char* op, const Tensor& self, int64_t& dim, CumulativeParams& p) {
-  const int64_t n = self.dim();
-  dim = wrap_dim(op, dim, n);
-  ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
-  const std::vector<int64_t> out_strides = contiguous_strides(self.sizes);
-  int64_t lines;
-  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
-                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
-                                  {out_strides, p.indices_outer}},
-                                 p.outer_sizes, lines);
-  const int64_t length = n == 0 ? 1 : self.sizes[dim];
-  if (n > 0) {
-    p.input_stride = self.strides[dim];
-    p.values_stride = p.indices_stride = out_strides[dim];
-  }
-  if (lines == 0 || length == 0) return false;
-  p.length = checked_u32(op, length, "length");
+  const int64_t lines = lay_out_lines(op, self, dim, contiguous_strides(self.sizes), p.layout);
+  if (lines == 0) return false;
   p.lines = checked_u32(op, lines, "number of lines");
   return true;
 }

@@ -1,10 +1,12 @@
 #include "ops/op_support.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/runtime.h"
 
 namespace etm::ops {
 
@@ -75,6 +77,25 @@ uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int6
   return count;
 }
 
+int64_t lay_out_lines(const char* op, const Tensor& self, int64_t& dim, const std::vector<int64_t>& out_strides,
+                      LineLayout& layout) {
+  const int64_t n = self.dim();
+  dim = wrap_dim(op, dim, n);
+  ETM_REQUIRE(n <= kMaxOuterDims + 1, op, ": at most ", kMaxOuterDims + 1, " dimensions are supported, not ", n);
+  int64_t lines;
+  layout.outer_dims = pack_outer_dims(op, self.sizes, dim,
+                                      {{self.strides, layout.input_outer}, {out_strides, layout.values_outer},
+                                       {out_strides, layout.indices_outer}},
+                                      layout.outer_sizes, lines);
+  if (n > 0) {
+    layout.input_stride = self.strides[dim];
+    layout.values_stride = layout.indices_stride = out_strides[dim];
+  }
+  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  layout.length = checked_u32(op, length, "length");
+  return length == 0 ? 0 : lines;
+}
+
 device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
   device::Size3 group;
   group.x = std::max<uint64_t>(1, std::min(grid.x, limit));
@@ -129,6 +150,20 @@ void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
 
 bool is_supported_group_size(int64_t group_size) {
   return group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256;
+}
+
+std::shared_ptr<Tensor> new_fault_record() {
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> record = runtime.empty_tensor({3}, {1}, static_cast<int32_t>(DType::int32));
+  runtime.current_stream().fill_buffer(record->storage->buffer, record->buffer_offset(), 3 * sizeof(int32_t), 0);
+  return record;
+}
+
+Fault read_fault_record(const Tensor& record) {
+  int32_t words[3];
+  std::memcpy(words, record.data(), sizeof words);
+  const uint64_t bits = (uint64_t{static_cast<uint32_t>(words[2])} << 32) | static_cast<uint32_t>(words[1]);
+  return {words[0] - 1, static_cast<int64_t>(bits)};
 }
 
 }  // namespace etm::ops

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,31 @@ uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int6
                          std::initializer_list<OuterStrides> strides, uint32_t* outer_sizes,
                          int64_t& lines);
 
+// The line-wise ops (sort, cumulative) handle at most this many dimensions besides the line's.
+constexpr int kMaxOuterDims = 8;
+
+// Where a line-wise op's kernels find each line (the elements along one dimension) of its input
+// and of its values and indices outputs. The first member of those ops' parameter structs;
+// their MSL structs begin with the same fields, and it has no padding for theirs to follow.
+struct LineLayout {
+  int64_t input_outer[kMaxOuterDims];  // strides of the other dimensions
+  int64_t values_outer[kMaxOuterDims];
+  int64_t indices_outer[kMaxOuterDims];
+  int64_t input_stride;                // along the line
+  int64_t values_stride;
+  int64_t indices_stride;
+  uint32_t outer_sizes[kMaxOuterDims];
+  uint32_t outer_dims;
+  uint32_t length;                     // elements per line
+};
+static_assert(sizeof(LineLayout) == 256, "LineLayout must have no padding");
+
+// Wraps `dim` (in place), checks self's number of dimensions and fills `layout` for the lines
+// of self along dim and outputs with `out_strides` (both outputs). Returns the number of lines,
+// 0 when there is no element (a zero length).
+int64_t lay_out_lines(const char* op, const Tensor& self, int64_t& dim, const std::vector<int64_t>& out_strides,
+                      LineLayout& layout);
+
 // A threadgroup of at most `limit` threads over a 3-D grid, x fastest.
 device::Size3 group_for(const device::Size3& grid, uint64_t limit);
 
@@ -68,6 +94,16 @@ bool is_floating(int32_t dtype);
 // The output dtype of cumsum / cumprod (torch's rule: a requested dtype, else floating inputs
 // keep theirs and integer / bool inputs give int64); throws for pairs the kernels lack.
 int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int32_t> dtype);
+
+// A kernel's fault record, int32 [fault number + 1 (0: none), low and high words of an int64
+// value], zeroed on the calling thread's stream before the kernel runs.
+std::shared_ptr<Tensor> new_fault_record();
+struct Fault {
+  int32_t number;  // -1: nothing was recorded
+  int64_t value;
+};
+// What the kernel recorded; read it once the kernel has run (in a completion check).
+Fault read_fault_record(const Tensor& record);
 
 // Throws unless t is on the mps device and floating (float32, float16 or bfloat16).
 void require_float_operand(const char* op, const char* name, const Tensor& t);

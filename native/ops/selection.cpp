@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
@@ -120,24 +121,19 @@ std::unique_ptr<Tensor> nonzero_rows(const char* op, const Tensor& self, std::op
   return out;
 }
 
-}  // namespace
-
-std::unique_ptr<Tensor> nonzero(const Tensor& self) { return nonzero_rows("nonzero", self, std::nullopt, 0); }
-
-std::unique_ptr<Tensor> nonzero_static(const Tensor& self, int64_t size, int64_t fill_value) {
-  ETM_REQUIRE(size >= 0, "nonzero_static: 'size' must be an non-negative integer, got ", size);
-  return nonzero_rows("nonzero_static", self, size, fill_value);
-}
-
-std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
-  constexpr const char* op = "masked_select";
+// Checks self and mask of masked_select / masked_scatter; returns self's MSL type name.
+const char* check_masked_operands(const char* op, const Tensor& self, const Tensor& mask) {
   require_mps(op, "self", self);
   require_mps(op, "mask", mask);
   const char* name = msl_element_type_name(self.dtype);
   ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
   ETM_REQUIRE(mask.dtype == static_cast<int32_t>(DType::bool_), op, ": expected BoolTensor for mask, got ",
               dtype_name(mask.dtype));
-  // Broadcast shape, aligned at the last dimension.
+  return name;
+}
+
+// self and mask broadcast to one shape, aligned at the last dimension.
+MaskedParams masked_layout(const char* op, const Tensor& self, const Tensor& mask) {
   const int64_t dims = std::max(self.dim(), mask.dim());
   ETM_REQUIRE(dims <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", dims);
   MaskedParams p{};
@@ -157,26 +153,72 @@ std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
   p.numel = checked_u32(op, numel, "number of elements");
   p.chunk = kChunk;
   p.chunks = (p.numel + kChunk - 1) / kChunk;
+  return p;
+}
 
-  Runtime& runtime = Runtime::get();
+// The mask's counting pass and scan: counts[c] becomes chunk c's first row, counts[chunks] the
+// number of true elements.
+std::shared_ptr<Tensor> masked_counts(const Tensor& mask, const MaskedParams& p) {
   std::shared_ptr<Tensor> counts =
-      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+      Runtime::get().empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "masked_chunk_counts"));
     launch.tensor(0, mask).tensor(1, *counts).value(2, p);
     dispatch_1d(launch, p.chunks);
   }
-  {
-    SelectionParams scan{};
-    scan.chunks = p.chunks;
-    KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
-    launch.tensor(0, *counts).value(1, scan).threads({1, 1, 1}, {1, 1, 1});
-  }
-  p.rows = read_total(op, *counts, p.chunks, numel);
-  auto out = runtime.empty_tensor({p.rows}, {1}, self.dtype);
+  SelectionParams scan{};
+  scan.chunks = p.chunks;
+  KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
+  launch.tensor(0, *counts).value(1, scan).threads({1, 1, 1}, {1, 1, 1});
+  return counts;
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> nonzero(const Tensor& self) { return nonzero_rows("nonzero", self, std::nullopt, 0); }
+
+std::unique_ptr<Tensor> nonzero_static(const Tensor& self, int64_t size, int64_t fill_value) {
+  ETM_REQUIRE(size >= 0, "nonzero_static: 'size' must be an non-negative integer, got ", size);
+  return nonzero_rows("nonzero_static", self, size, fill_value);
+}
+
+std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
+  constexpr const char* op = "masked_select";
+  const char* name = check_masked_operands(op, self, mask);
+  MaskedParams p = masked_layout(op, self, mask);
+  std::shared_ptr<Tensor> counts = masked_counts(mask, p);
+  p.rows = read_total(op, *counts, p.chunks, p.numel);
+  auto out = Runtime::get().empty_tensor({p.rows}, {1}, self.dtype);
   if (p.rows == 0) return out;
   KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_write_") + name));
   launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out).value(4, p);
+  dispatch_1d(launch, p.chunks);
+  return out;
+}
+
+std::unique_ptr<Tensor> masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& source) {
+  constexpr const char* op = "masked_scatter";
+  const char* name = check_masked_operands(op, self, mask);
+  require_mps(op, "source", source);
+  ETM_REQUIRE(source.dtype == self.dtype, op, ": expected self and source to have same dtypes but got ",
+              dtype_name(self.dtype), " and ", dtype_name(source.dtype));
+  MaskedParams p = masked_layout(op, self, mask);
+  std::vector<int64_t> out_sizes(p.sizes, p.sizes + p.dims);
+  auto out = Runtime::get().empty_tensor(out_sizes, contiguous_strides(out_sizes), self.dtype);
+  if (p.numel == 0) return out;
+  const SelectionParams source_layout = layout(op, source);
+  std::shared_ptr<Tensor> counts = masked_counts(mask, p);
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_scatter_write_") + name));
+  launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out)
+      .tensor(4, source.numel() ? source : self).value(5, p).value(6, source_layout);
+  const int64_t available = source.numel();
+  const uint32_t chunks = p.chunks;
+  launch.completion_check([counts, chunks, available]() -> std::string {
+    const int64_t needed = reinterpret_cast<const int64_t*>(counts->data())[chunks];
+    if (needed <= available) return {};
+    return concat("masked_scatter: Number of elements of source < number of ones in mask (", available, " < ",
+                  needed, ")");
+  });
   dispatch_1d(launch, p.chunks);
   return out;
 }

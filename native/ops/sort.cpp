@@ -249,4 +249,50 @@ SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest) {
   return topk_by_selection(self, type_name, k, wrapped, largest);
 }
 
+SortOutputs kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim) {
+  constexpr const char* op = "kthvalue";
+  const int64_t n = self.dim();
+  const int64_t wrapped = wrap_dim(op, dim, n);
+  const int64_t length = n == 0 ? 1 : self.sizes[wrapped];
+  ETM_REQUIRE(k >= 1 && k <= length, op, ": selected number k out of range for dimension ", wrapped,
+              " (k = ", k, ", size ", length, ")");
+  // The k-th smallest is position k - 1 of the ascending sort: the results are views of it.
+  SortOutputs result = sort_lines(op, self, wrapped, false, length);
+  for (Tensor* t : {result.values.get(), result.indices.get()}) {
+    if (n == 0) continue;
+    t->storage_offset += (k - 1) * t->strides[wrapped];
+    t->sizes[wrapped] = 1;
+    if (!keepdim) {
+      t->sizes.erase(t->sizes.begin() + wrapped);
+      t->strides.erase(t->strides.begin() + wrapped);
+    }
+  }
+  return result;
+}
+
+std::unique_ptr<Tensor> median(const Tensor& self, bool ignore_nan) {
+  const char* op = ignore_nan ? "nanmedian" : "median";
+  require_mps(op, "self", self);
+  ETM_REQUIRE(self.numel() > 0, op, ": the median of an empty tensor is not supported");
+  const char* type_name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
+  // All elements as one line: a flat view of a contiguous self, else a contiguous copy.
+  Runtime& runtime = Runtime::get();
+  Tensor flat = self;
+  if (!self.is_contiguous()) {
+    std::unique_ptr<Tensor> copy = runtime.empty_tensor(self.sizes, contiguous_strides(self.sizes), self.dtype);
+    runtime.copy_tensor(*copy, self);
+    flat = *copy;
+  }
+  flat.sizes = {self.numel()};
+  flat.strides = {1};
+  const SortOutputs sorted = sort_lines(op, flat, 0, false, self.numel());
+  std::unique_ptr<Tensor> result = runtime.empty_tensor({}, {}, self.dtype);
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("sort_median_") + type_name));
+  launch.tensor(0, *sorted.values).tensor(1, *result)
+      .value(2, checked_u32(op, self.numel(), "element count")).value(3, uint32_t(ignore_nan ? 1 : 0))
+      .threads({1, 1, 1}, {1, 1, 1});
+  return result;
+}
+
 }  // namespace etm::ops

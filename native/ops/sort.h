@@ -22,4 +22,13 @@ SortOutputs sort(const Tensor& self, int64_t dim, bool descending);
 // radix selection that reads each line once; larger k sort the lines.
 SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest);
 
+// The k-th smallest element along `dim` (1 <= k <= its size; NaN counts as the largest value)
+// and its index, dim kept with size 1 when `keepdim`.
+SortOutputs kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim);
+
+// The lower median of all elements as a 0-dim tensor: NaN when there is one (torch.median),
+// or, with ignore_nan, the lower median of the numbers (NaN when there are none). Self must
+// not be empty.
+std::unique_ptr<Tensor> median(const Tensor& self, bool ignore_nan);
+
 }  // namespace etm::ops

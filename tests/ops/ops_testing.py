@@ -1,8 +1,10 @@
 """Helpers shared by the op tests: device copies of torch tensors (any sizes, strides and
 storage offset), the once-per-module leak check, scale-relative comparison, and the check that
-a failed call poisoned the stream."""
+a failed call poisoned the stream, and compiling a model whose generated code must call given
+C functions."""
 
 import gc
+import zipfile
 
 import pytest
 import torch
@@ -84,3 +86,16 @@ def poisoning_failure(code, *fragments):
     with pytest.raises(etmetal_py.EtmetalError):
         etmetal_py.synchronize()
     return message
+
+
+def compile_and_load(model, args, tmp_path, c_functions):
+    """Compiles the model and checks that its generated code calls `c_functions` (the ops went
+    through their C shims, not through a proxy or a decomposition)."""
+    ep = etmetal_py.export(model, args)
+    package = etmetal_py.aoti_compile_and_package(ep, str(tmp_path / "model.pt2"))
+    with zipfile.ZipFile(package) as archive:
+        sources = "".join(archive.read(name).decode("utf-8", "replace")
+                          for name in archive.namelist() if name.endswith(".cpp"))
+    for function in c_functions:
+        assert f"{function}(" in sources, function
+    return etmetal_py.aoti_load_package(package)

@@ -13,34 +13,19 @@ through libetmetal, against torch eager on CPU (the ops' reference kernels):
 Tolerances relative to the output's scale: float32 models 1e-4 (reductions of a few hundred
 terms, orders of summation differ); the bfloat16 block 3e-2."""
 
-import zipfile
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import etmetal_py
 from etmetal_py.ops import quantize, reference
-from ops_testing import assert_close_scaled
+from ops_testing import assert_close_scaled, compile_and_load
 
 GROUP_SIZE = 32
 
 
 def close(actual, expected, tolerance=1e-4):
     assert_close_scaled(actual, expected, tolerance, same_dtype=True)
-
-
-def compile_and_load(model, args, tmp_path, c_functions):
-    """Compiles the model and checks that its generated code calls `c_functions` (the custom
-    ops went through their C shims, not through a proxy or a decomposition)."""
-    ep = etmetal_py.export(model, args)
-    package = etmetal_py.aoti_compile_and_package(ep, str(tmp_path / "model.pt2"))
-    with zipfile.ZipFile(package) as archive:
-        sources = "".join(archive.read(name).decode("utf-8", "replace")
-                          for name in archive.namelist() if name.endswith(".cpp"))
-    for function in c_functions:
-        assert f"{function}(" in sources, function
-    return etmetal_py.aoti_load_package(package)
 
 
 class MoEBlock(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""aoti_torch_mps_nonzero, _nonzero_static, _masked_select and _repeat_interleave_Tensor against
+"""aoti_torch_mps_nonzero, _nonzero_static, _masked_select, _masked_scatter and _repeat_interleave_Tensor against
 torch eager:
 dtypes, strided views, empty and 0-dim inputs, NaN, more than one chunk of elements, and bad
 input (including the data-dependent errors reported by the stream)."""
@@ -135,3 +135,39 @@ def test_bad_input():
         Tensor(r0[0]).delete()
         with pytest.raises(etmetal_py.EtmetalError, match=message):
             etmetal_py.synchronize()
+
+
+def masked_scatter(x, mask, source):
+    r0 = ffi.new("AtenTensorHandle*")
+    t, m, s = as_device(x), as_device(mask), as_device(source)
+    return lib.aoti_torch_mps_masked_scatter(t.handle, m.handle, s.handle, r0), r0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_scatter_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(8)
+    x = sparse_sample(dtype, (5, 700), 9)
+    mask = torch.rand(5, 700, generator=generator) > 0.5
+    source = sparse_sample(dtype, (2, 1800), 10)            # more elements than needed
+    assert torch.equal(output(*masked_scatter(x, mask, source)), x.masked_scatter(mask, source))
+    row_mask = torch.rand(700, generator=generator) > 0.5   # the mask broadcast over rows
+    assert torch.equal(output(*masked_scatter(x, row_mask, source)), x.masked_scatter(row_mask, source))
+
+
+def test_masked_scatter_broadcast_views_and_bad_input():
+    x, mask = torch.zeros(2, 1), torch.tensor([True, False, True])   # self broadcast too
+    source = torch.arange(9.0).view(3, 3).t()                           # a strided source
+    assert torch.equal(output(*masked_scatter(x, mask, source)), x.masked_scatter(mask, source))
+    base = torch.randn(30, 20)
+    view, view_mask = base.t()[::2], torch.randn(20, 30)[::2] > 0
+    assert torch.equal(output(*masked_scatter(view, view_mask, base)), view.masked_scatter(view_mask, base))
+    empty = torch.empty(0, 3)
+    assert output(*masked_scatter(empty, torch.ones(3, dtype=torch.bool), torch.empty(0))).shape == (0, 3)
+    poisoning_failure(masked_scatter(x, mask, source.half())[0], "aoti_torch_mps_masked_scatter",
+                      "expected self and source to have same dtypes")
+    poisoning_failure(masked_scatter(x, mask.to(torch.uint8), source)[0], "expected BoolTensor for mask")
+    code, r0 = masked_scatter(torch.zeros(4), torch.ones(4, dtype=torch.bool), torch.ones(2))
+    assert code == 0
+    Tensor(r0[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match="Number of elements of source < number of ones in mask"):
+        etmetal_py.synchronize()

@@ -174,6 +174,31 @@ ETMETAL_API AOTITorchError aoti_torch_as_strided(AtenTensorHandle self, const in
 /* Fills self (any strides) with zeros, in stream order. */
 ETMETAL_API AOTITorchError aoti_torch_zero_(AtenTensorHandle self);
 
+/* torch's at::Tensor(): a handle to no tensor. aoti_torch_is_defined gives false for it,
+ * aoti_torch_assign_tensors may make it an alias of a tensor; every other use fails. */
+ETMETAL_API AOTITorchError aoti_torch_new_uninitialized_tensor(AtenTensorHandle* ret);
+
+/* torch's _alloc_from_pool: a view of self's storage (self's storage offset must be 0) from
+ * byte offset_bytes (a multiple of dtype's size) on, with dtype, ndim sizes and strides
+ * (NULL: contiguous); it must stay inside the allocation. */
+ETMETAL_API AOTITorchError aoti_torch__alloc_from_pool(AtenTensorHandle self, int64_t offset_bytes,
+                                                       int32_t dtype, int64_t ndim, const int64_t* sizes_ptr,
+                                                       const int64_t* strides_ptr,
+                                                       AtenTensorHandle* ret_new_tensor);
+
+/* Device-generic guards and streams. etmetal has one device: device_index 0, or -1 for the
+ * current one (always 0); any other index fails. A stream handle names the calling thread's
+ * stream: its id is the same for every handle of that stream while the thread lives. */
+typedef struct DeviceGuardOpaque* DeviceGuardHandle;
+typedef struct StreamOpaque* StreamHandle;
+ETMETAL_API AOTITorchError aoti_torch_create_device_guard(int32_t device_index, DeviceGuardHandle* ret_guard);
+ETMETAL_API AOTITorchError aoti_torch_delete_device_guard(DeviceGuardHandle guard);
+ETMETAL_API AOTITorchError aoti_torch_device_guard_set_index(DeviceGuardHandle guard, int32_t device_index);
+ETMETAL_API AOTITorchError aoti_torch_get_current_device_index(int32_t* ret_device_index);
+ETMETAL_API AOTITorchError aoti_torch_get_current_stream(int32_t device_index, StreamHandle* ret_stream);
+ETMETAL_API AOTITorchError aoti_torch_stream_id(StreamHandle stream, int64_t* ret_stream_id);
+ETMETAL_API AOTITorchError aoti_torch_delete_stream(StreamHandle stream);
+
 /* Always fails (and poisons the calling thread's stream): etmetal has no proxy executor for
  * ops without a C shim. The message names the extern node index the op has in the package. */
 struct AOTIProxyExecutorOpaque;

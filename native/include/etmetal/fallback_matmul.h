@@ -36,6 +36,17 @@ ETMETAL_API AOTITorchError aoti_torch_mps_baddbmm_out(AtenTensorHandle out, Aten
                                                       AtenTensorHandle batch2, double beta,
                                                       double alpha);
 
+/* torch._grouped_mm into a new contiguous *ret0: one product per group. self and mat2 float32,
+ * float16 or bfloat16 (one dtype), 2-D or 3-D, any strides. *offs (int32, 1-D, running group
+ * ends) is required when either is 2-D, refused when both are 3-D: self [M, K] x mat2
+ * [G, K, N] -> [M, N] (groups of rows), self [G, M, K] x mat2 [K, N] -> [M, N] (of columns),
+ * self [M, K] x mat2 [K, N] -> [G, M, N] (of the depth); self [G, M, K] x mat2 [G, K, N] ->
+ * [G, M, N]. Rows or columns past the last end are zeros. bias must be NULL (or point to NULL)
+ * and *out_dtype, when given, self's dtype, as in ATen. */
+ETMETAL_API AOTITorchError aoti_torch_mps__grouped_mm(AtenTensorHandle self, AtenTensorHandle mat2,
+                                                      AtenTensorHandle* offs, AtenTensorHandle* bias,
+                                                      int32_t* out_dtype, AtenTensorHandle* ret0);
+
 ETMETAL_END_DECLS
 
 #endif /* ETMETAL_FALLBACK_MATMUL_H */

@@ -23,6 +23,20 @@ ETMETAL_API AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k,
                                                int32_t largest, int32_t sorted,
                                                AtenTensorHandle* ret0, AtenTensorHandle* ret1);
 
+/* The k-th smallest element of self along dim (1 <= k <= its size; NaN counts as larger than
+ * every number): *ret0 values (self's dtype), *ret1 int64 indices along dim, dim kept with size
+ * 1 when keepdim != 0. Dtypes as topk. */
+ETMETAL_API AOTITorchError aoti_torch_mps_kthvalue(AtenTensorHandle self, int64_t k, int64_t dim,
+                                                   int32_t keepdim, AtenTensorHandle* ret0,
+                                                   AtenTensorHandle* ret1);
+
+/* The lower median of all elements of self as a 0-dim *ret0: NaN when self holds one. self must
+ * not be empty. Dtypes as topk. */
+ETMETAL_API AOTITorchError aoti_torch_mps_median(AtenTensorHandle self, AtenTensorHandle* ret0);
+
+/* median ignoring NaN: the lower median of the numbers, NaN when there are none. */
+ETMETAL_API AOTITorchError aoti_torch_mps_nanmedian(AtenTensorHandle self, AtenTensorHandle* ret0);
+
 /* Stable sort of self along dim, ascending or descending: *ret0 values, *ret1 int64
  * indices. NaN sorts after every number (first when descending). Dtypes as topk. */
 ETMETAL_API AOTITorchError aoti_torch_mps_sort(AtenTensorHandle self, int64_t dim,
@@ -116,6 +130,13 @@ ETMETAL_API AOTITorchError aoti_torch_mps_nonzero_static(AtenTensorHandle self, 
 ETMETAL_API AOTITorchError aoti_torch_mps_masked_select(AtenTensorHandle self,
                                                         AtenTensorHandle mask,
                                                         AtenTensorHandle* ret0);
+/* self with the elements where mask (bool) is true replaced, in row-major order, by source's
+ * elements in row-major order: self and mask broadcast to one shape, the shape of the new
+ * contiguous *ret0; source has self's dtype and any shape. Does not wait: a source with fewer
+ * elements than the mask has true ones is reported at synchronize. Dtypes as masked_select. */
+ETMETAL_API AOTITorchError aoti_torch_mps_masked_scatter(AtenTensorHandle self, AtenTensorHandle mask,
+                                                         AtenTensorHandle source, AtenTensorHandle* ret0);
+
 /* For a 1-D int64 / int32 repeats: each index i repeated repeats[i] times, in repeats' dtype.
  * Without output_size the call waits for the stream (the sum is the length) and fails for a
  * negative repeat; with it, a negative repeat or a sum other than *output_size poisons the
