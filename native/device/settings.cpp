@@ -32,7 +32,7 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CXXFLAGS", Kind::text, "", 0, 0, "none"},
       {"ETMETAL_CACHE_DIR", Kind::text, "", 0, 0, "$XDG_CACHE_HOME/etmetal or ~/.cache/etmetal"},
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
-      {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers", 0, 0, "chosen per kernel"},
+      {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers|regions", 0, 0, "chosen per kernel"},
   };
   return table;
 }
