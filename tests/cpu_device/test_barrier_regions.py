@@ -99,8 +99,9 @@ kernel void big_frames(device const float* in [[buffer(0)]], device float* out [
   out[gid] = shared[lid ^ 1] + scratch[1];
 }
 
-// A barrier in a loop whose trip count the translator cannot see as uniform: fibers.
-kernel void divergent_loop(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+// A barrier in a loop whose trip count is a per-thread variable: Metal requires it to be the
+// same for all threads, so the region form reads it in the first live thread's frame.
+kernel void rotate_rounds(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                            uint size [[threads_per_threadgroup]]) {
   threadgroup float shared[64];
   const uint rounds = size / 32 + lid * 0;
@@ -112,6 +113,15 @@ kernel void divergent_loop(device float* out [[buffer(0)]], uint lid [[thread_in
     shared[lid] = next;
   }
   out[lid] = shared[lid];
+}
+
+// A barrier under an if on a per-thread value (taken by every thread here): fibers.
+kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                            uint size [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = float(lid);
+  if (lid < 1000) threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[lid] = shared[(lid + 1) % size];
 }
 """
 
@@ -169,15 +179,24 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     monkeypatch.setenv("ETMETAL_LOG", "debug")
     library = msl(SOURCE)
     library.kernel("tiled_gemm")
-    library.kernel("divergent_loop")
+    library.kernel("rotate_rounds")
+    library.kernel("guarded_barrier")
     err = capfd.readouterr().err
     assert "kernel 'tiled_gemm' runs as barrier regions" in err
-    assert "kernel 'divergent_loop' runs as fibers: line" in err
-    assert "condition depends on per-thread values" in err
+    assert "kernel 'rotate_rounds' runs as barrier regions" in err
+    assert "kernel 'guarded_barrier' runs as fibers: line" in err
+    assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
 
 
-def test_a_loop_the_region_form_declines_still_runs(msl, path):
-    kernel = msl(SOURCE).kernel("divergent_loop")
+def test_loop_bound_from_a_per_thread_variable(msl, path):
+    kernel = msl(SOURCE).kernel("rotate_rounds")
     out = Tensor.empty([64])
     kernel.run({0: out}, 64, 64)
     np.testing.assert_array_equal(out.numpy(), (np.arange(64) + 2) % 64)
+
+
+def test_a_kernel_the_region_form_declines_still_runs(msl, path):
+    kernel = msl(SOURCE).kernel("guarded_barrier")
+    out = Tensor.empty([48])
+    kernel.run({0: out}, 48, 48)
+    np.testing.assert_array_equal(out.numpy(), (np.arange(48) + 1) % 48)

@@ -181,7 +181,7 @@ class RegionWriter {
           uniform_attributes + prologue_ + "\nstruct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
-          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); uint32_t etm__live = etm__count; (void)etm__live; "
           "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
           parameter_copies_ + "} " + sites_ + body_ + "\nreturn 0; }\n#endif\n";
     return true;
@@ -359,7 +359,7 @@ class RegionWriter {
       }
       if (t_.is(i, "return")) {
         if (!t_.is(i + 1, ";")) return fail(i, "a return with a value");
-        code += "{ etm__done[etm__index] = true; goto etm__next" + std::to_string(region_id_) + "; }";
+        code += "{ etm__done[etm__index] = true; --etm__live; goto etm__next" + std::to_string(region_id_) + "; }";
         region_returns_ = true;
         ++i;
         continue;
@@ -534,9 +534,33 @@ class RegionWriter {
   }
 
   // for / while around a barrier: runs once for the group.
+  // Does [begin, end) call threadgroup_barrier (or a barrier helper)?
+  bool has_barrier(size_t begin, size_t end) const {
+    for (size_t k = begin; k < end; ++k) {
+      if (!t_.identifier(k) || !t_.is(k + 1, "(")) continue;
+      const std::string name = t_.spell(k);
+      if (name == "threadgroup_barrier" || barrier_helpers_.count(name)) return true;
+    }
+    return false;
+  }
+
+  // Per-thread attributes named in [begin, end).
+  bool names_thread_attribute(size_t begin, size_t end) const {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
+      const Name* n = find(t_.spell(i));
+      if (n && n->per_thread && n->member.empty()) return true;
+    }
+    return false;
+  }
+
+  // for / while around a barrier: runs once for the group. A header that names per-thread
+  // variables is read in the first live thread's frame: Metal requires every thread of the
+  // group to reach the barrier in it, so its trip count is uniform (as POCL assumes).
   void uniform_loop(size_t begin, size_t end) {
     const size_t open = begin + 1, close = t_.partner(begin + 1);
-    if (!uniform(open + 1, close)) {
+    const bool leader_header = !uniform(open + 1, close);
+    if (leader_header && (!masks_.empty() || !has_barrier(close + 1, end) || names_thread_attribute(open + 1, close))) {
       fail(begin, "a loop around a barrier whose condition depends on per-thread values");
       return;
     }
@@ -545,6 +569,9 @@ class RegionWriter {
       return;
     }
     close_region();
+    if (leader_header) {
+      body_ += "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; " + aliases();
+    }
     scopes_.push_back({});
     // Variables the header declares are the group's; the body must not change them.
     if (t_.is(begin, "for")) {
@@ -572,6 +599,7 @@ class RegionWriter {
       spine(body, end, false);
     }
     body_ += "}";
+    if (leader_header) body_ += "}";
     scopes_.pop_back();
   }
 
@@ -671,6 +699,8 @@ class RegionWriter {
     region_reset_.clear();
     if (region_returns_) body_ += " etm__next" + std::to_string(region_id_) + ":;";
     body_ += " }";
+    // Once every thread has returned, nothing after runs (group-level code included).
+    if (region_returns_) body_ += " if (etm__live == 0) return 0;";
   }
 
   // A statement with no barrier or SIMD-group call.
@@ -770,6 +800,7 @@ class RegionWriter {
       return true;
     }
     const bool matrix = type.find("simdgroup_") != std::string::npos;
+    if (uniform_constant(begin, name, end)) return true;
     // Declarators, split at top-level commas.
     size_t part = name;
     while (part < end && reason_.empty()) {
@@ -818,6 +849,34 @@ class RegionWriter {
       part = stop + 1;
       if (t_.is(stop, ";")) break;
     }
+    return true;
+  }
+
+  // `const T x = e;` where e names nothing per-thread: one value for the whole group, computed
+  // once where it stands (between the regions around it) and visible to all of them. This
+  // keeps loop bounds derived from parameters uniform (`const uint last = min(first + n, p.rows);`).
+  bool uniform_constant(size_t begin, size_t name, size_t end) {
+    bool top_level_const = false;
+    for (size_t k = begin; k < name; ++k) {
+      if (t_.is(k, "*") || t_.is(k, "&") || t_.is(k, "&&")) top_level_const = false;
+      if (t_.is(k, "const") || t_.is(k, "constant")) top_level_const = true;
+    }
+    // Under a predicated branch the value might be computed when no thread takes the branch.
+    if (!top_level_const || t_.is(begin, "threadgroup") || !masks_.empty()) return false;
+    static const std::set<std::string> kWrites = {"=",  "+=", "-=", "*=",  "/=",  "%=", "&=",
+                                                  "|=", "^=", "<<=", ">>=", "++", "--"};
+    bool initialised = false;
+    for (size_t k = name + 1; k < end; ++k) {
+      if (t_.is(k, "=") && !initialised) {
+        initialised = true;
+        continue;
+      }
+      if (t_.kind(k) == TokenKind::punctuator && kWrites.count(t_.spell(k))) return false;
+    }
+    if (!initialised || !uniform(name + 1, end) || range_synchronises(t_, name + 1, end, synchronising_)) return false;
+    close_region();
+    body_ += text(begin, end);
+    declare_group_names(name, end);
     return true;
   }
 

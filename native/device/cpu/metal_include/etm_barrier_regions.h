@@ -44,6 +44,16 @@ inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
 // the fiber path.
 template <class T>
 inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, float out[8][8]) {
+  if (g.active == 0xffffffffu) {  // a full simdgroup: no lane to skip
+#pragma GCC unroll 32
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
+      const auto& fragment = g.of_lane(m, lane).elements;
+      out[at.row][at.column] = float(fragment.x);
+      out[at.row][at.column + 1] = float(fragment.y);
+    }
+    return;
+  }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
     const bool in = g.has(lane);
@@ -55,6 +65,7 @@ inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, floa
 
 template <class T>
 inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, const float in[8][8]) {
+#pragma GCC unroll 32
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
