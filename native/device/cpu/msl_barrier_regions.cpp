@@ -720,6 +720,7 @@ class RegionWriter {
       }
     }
     if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "using") || t_.is(begin, "typedef") ||
+        t_.is(begin, "struct") || t_.is(begin, "class") || t_.is(begin, "enum") || t_.is(begin, "union") ||
         (t_.is(begin, "threadgroup") && !has_pointer_declarator(begin, end))) {
       // The group's own: constants, types, threadgroup memory (a local of the region function,
       // which runs the whole group).
@@ -729,7 +730,8 @@ class RegionWriter {
         close_region();
         body_ += text(begin, end);
       }
-      if (!t_.is(begin, "using") && !t_.is(begin, "typedef")) declare_group_names(begin, end);
+      if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "threadgroup"))
+        declare_group_names(begin, end);
       return;
     }
     open_region();
@@ -830,11 +832,15 @@ class RegionWriter {
       const std::string member = "m" + std::to_string(next_member_++) + "_" + declared;
       members_ += "std::remove_cv_t<" + type + "> " + member + dimensions + "; ";
       region_code_ += "auto& " + declared + " = etm__frames[etm__index]." + member + "; (void)" + declared + "; ";
-      if (j < stop) {
-        if (!dimensions.empty()) {
-          fail(j, "an initialized array at a level with barriers");
-          return true;
-        }
+      if (j < stop && !dimensions.empty()) {
+        // An array initialiser fills a local array of the same type, copied into the frame.
+        std::string initial;
+        region_text(t_.is(j, "=") ? j + 1 : j, stop, &initial);
+        region_code_ += "{ std::remove_cv_t<" + type + "> etm__initial" + dimensions + " = " + initial +
+                        "; __builtin_memcpy(static_cast<void*>(&" + declared +
+                        "), static_cast<const void*>(&etm__initial), sizeof(" + declared + ")); } ";
+        region_has_code_ = true;
+      } else if (j < stop) {
         std::string value;
         if (t_.is(j, "=")) {
           region_text(j + 1, stop, &value);
