@@ -181,7 +181,8 @@ class RegionWriter {
           uniform_attributes + prologue_ + "\nstruct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
-          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); uint32_t etm__live = etm__count; (void)etm__live; "
+          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+          "uint32_t etm__live = etm__count; (void)etm__live; "
           "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
           parameter_copies_ + "} " + sites_ + body_ + "\nreturn 0; }\n#endif\n";
     return true;
@@ -228,7 +229,8 @@ class RegionWriter {
           j = t_.partner(j);
           continue;
         }
-        if (t_.identifier(j) && (t_.is(j - 1, ",") || j == i + 1 || t_.is(j - 1, ">"))) matrix_names_.insert(t_.spell(j));
+        if (t_.identifier(j) && (t_.is(j - 1, ",") || j == i + 1 || t_.is(j - 1, ">")))
+          matrix_names_.insert(t_.spell(j));
       }
     }
   }
@@ -498,7 +500,8 @@ class RegionWriter {
     for (const CollectiveCall& call : calls) {
       const std::string site = "etm__c" + std::to_string(next_site_++);
       sites.push_back(site);
-      sites_ += "etm_regions::collective " + site + "(__builtin_alloca(size_t(etm__count) * etm_regions::kCollectiveSlotBytes), "
+      sites_ += "etm_regions::collective " + site +
+                "(__builtin_alloca(size_t(etm__count) * etm_regions::kCollectiveSlotBytes), "
                 "__builtin_alloca(size_t((etm__count + 31u) / 32u) * 8u)); ";
       region_reset_ += site + ".reset(etm__index); ";
       std::string operand = "true";
@@ -577,8 +580,8 @@ class RegionWriter {
     if (t_.is(begin, "for")) {
       size_t semicolon = open + 1;
       while (semicolon < close && !t_.is(semicolon, ";")) {
-        if ((t_.is(semicolon, "(") || t_.is(semicolon, "[") || t_.is(semicolon, "{")) && t_.partner(semicolon) != SIZE_MAX)
-          semicolon = t_.partner(semicolon);
+        const bool group = t_.is(semicolon, "(") || t_.is(semicolon, "[") || t_.is(semicolon, "{");
+        if (group && t_.partner(semicolon) != SIZE_MAX) semicolon = t_.partner(semicolon);
         ++semicolon;
       }
       for (size_t k = open + 1; k < semicolon; ++k) {
@@ -991,7 +994,8 @@ SynchronisingFunctions synchronising_functions(const std::string& text, const st
            t.is(j, "threadgroup") || t.is(j, "constant"))
       ++j;
     if (t.is(j, "{") && t.partner(j) != SIZE_MAX)
-      functions.push_back({name, j + 1, t.partner(j), t.partner(i) == i + 1 || (t.is(i + 1, "void") && t.partner(i) == i + 2)});
+      functions.push_back(
+          {name, j + 1, t.partner(j), t.partner(i) == i + 1 || (t.is(i + 1, "void") && t.partner(i) == i + 2)});
   }
   SynchronisingFunctions found;
   for (bool grew = true; grew;) {

@@ -491,11 +491,14 @@ class Translator {
       call_target += "<" + join(names, ", ") + ">";
     }
     std::string regions_code, execution_note;
-    if (!region_form(name, template_header, parameters, parameters_open, end, line, &regions_code, &execution_note)) return;
-    if (is_template) templates_.push_back({name, namespace_path, wrapper_name, parameters, max_threads, execution_note});
-    std::string code = regions_code;
-    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, execution_note.empty(), &code))
+    if (!region_form(name, template_header, parameters, parameters_open, end, line, &regions_code, &execution_note))
       return;
+    if (is_template) {
+      templates_.push_back({name, namespace_path, wrapper_name, parameters, max_threads, execution_note});
+    }
+    std::string code = regions_code;
+    const bool has_regions = execution_note.empty();
+    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, has_regions, &code)) return;
     if (!is_template) {
       TranslatedKernel k;
       k.name = host_name.empty() ? name : host_name;
@@ -804,7 +807,8 @@ class Translator {
 
   // The kernel's barrier-region function (msl_barrier_regions.h) into *code, or in *note why it
   // runs on fibers (or as a plain loop) instead.
-  bool region_form(const std::string& name, const std::string& template_header, const std::vector<Parameter>& parameters,
+  bool region_form(const std::string& name, const std::string& template_header,
+                   const std::vector<Parameter>& parameters,
                    size_t parameters_open, size_t end, int line, std::string* code, std::string* note) {
     size_t body = partner(parameters_open) + 1;
     while (body < end && !is(body, "{") && !is(body, ";")) ++body;
@@ -915,7 +919,8 @@ class Translator {
     return true;
   }
 
-  static std::string entry_code(uint32_t index, const std::string& target, int line, const std::string& execution_note) {
+  static std::string entry_code(uint32_t index, const std::string& target, int line,
+                                const std::string& execution_note) {
     const std::string n = std::to_string(index);
     std::ostringstream code;
     std::string note;
@@ -930,10 +935,12 @@ class Translator {
          << "(const etm_cpu_launch* l, const etm_cpu_group* g, uint32_t i) { " << target << "::etm__thread(l, g, i); } "
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
          << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
-         << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note << "\";";
+         << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
+         << "\";";
     if (execution_note.empty()) {
       code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
-           << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target << "::etm__regions(l, g); }\n#endif";
+           << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
+           << "::etm__regions(l, g); }\n#endif";
     }
     code << "\n#endif";
     return code.str();

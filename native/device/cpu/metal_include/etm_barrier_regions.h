@@ -75,6 +75,20 @@ inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, con
   }
 }
 
+// c += a * b, row by row: a row of c stays in registers while k runs (the order of the fiber
+// path: c, then k = 0..7).
+inline void multiply_rows(const float a[8][8], const float b[8][8], float c[8][8]) {
+  typedef float row_vector __attribute__((vector_size(32)));
+  row_vector rows_of_b[8];
+  __builtin_memcpy(rows_of_b, b, sizeof rows_of_b);
+  for (int row = 0; row < 8; ++row) {
+    row_vector sum;
+    __builtin_memcpy(&sum, c[row], sizeof sum);
+    for (int k = 0; k < 8; ++k) sum += a[row][k] * rows_of_b[k];
+    __builtin_memcpy(c[row], &sum, sizeof sum);
+  }
+}
+
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
@@ -85,12 +99,7 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
   gather(g, a, ma);
   gather(g, b, mb);
   gather(g, c, mc);
-  for (int row = 0; row < 8; ++row) {
-    for (int k = 0; k < 8; ++k) {
-      const float left = ma[row][k];
-      for (int column = 0; column < 8; ++column) mc[row][column] += left * mb[k][column];
-    }
-  }
+  multiply_rows(ma, mb, mc);
   scatter(g, d, mc);
 }
 
@@ -100,12 +109,7 @@ inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8
   float ma[8][8], mb[8][8], mc[8][8] = {};
   gather(g, a, ma);
   gather(g, b, mb);
-  for (int row = 0; row < 8; ++row) {
-    for (int k = 0; k < 8; ++k) {
-      const float left = ma[row][k];
-      for (int column = 0; column < 8; ++column) mc[row][column] += left * mb[k][column];
-    }
-  }
+  multiply_rows(ma, mb, mc);
   scatter(g, d, mc);
 }
 
