@@ -31,7 +31,7 @@ INVALID = [
     ("ETMETAL_MAX_MB_PER_BUFFER", "0", "an integer from 1 to"),
     ("ETMETAL_POOL_MB", "-1", "an integer from 0 to"),
     ("ETMETAL_CPU_THREADS", "0", "an integer from 1 to 1024"),
-    ("ETMETAL_CPU_EXECUTION", "fast", "one of loop or fibers"),
+    ("ETMETAL_CPU_EXECUTION", "fast", "one of loop, fibers or regions"),
     ("ETMETAL_FAST_MATH", "yes", "one of 0 or 1"),
 ]
 

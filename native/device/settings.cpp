@@ -33,7 +33,7 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CACHE_DIR", Kind::text, "", 0, 0, "$XDG_CACHE_HOME/etmetal or ~/.cache/etmetal"},
       {"ETMETAL_CACHE_MAX_MB", Kind::integer, "", 0, int64_t{1} << 30, "1024 (0: no limit)"},
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
-      {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers", 0, 0, "chosen per kernel"},
+      {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers|regions", 0, 0, "chosen per kernel"},
   };
   return table;
 }

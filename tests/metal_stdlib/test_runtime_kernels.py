@@ -91,12 +91,26 @@ kernel void narrow_math(device const half* x [[buffer(0)]], device half* out_hal
 """
 
 
-@pytest.fixture(scope="module")
-def library():
+@pytest.fixture(scope="module", params=["automatic", "fibers"])
+def library(request):
+    """The library with its kernels on each execution path: automatic (barrier regions where a
+    kernel has that form, msl_barrier_regions.h) and fibers. The path is chosen when a kernel
+    is first loaded, which happens inside the tests."""
     if ffi.string(lib.etmetal_device_kind()).decode() != "cpu":
         pytest.skip("these tests run the CPU device")
-    with compile_library(SOURCE) as compiled:
-        yield compiled
+    saved = os.environ.get("ETMETAL_CPU_EXECUTION")
+    if request.param == "automatic":
+        os.environ.pop("ETMETAL_CPU_EXECUTION", None)
+    else:
+        os.environ["ETMETAL_CPU_EXECUTION"] = request.param
+    try:
+        with compile_library(SOURCE) as compiled:
+            yield compiled
+    finally:
+        if saved is None:
+            os.environ.pop("ETMETAL_CPU_EXECUTION", None)
+        else:
+            os.environ["ETMETAL_CPU_EXECUTION"] = saved
 
 
 def test_vectors_swizzles_and_narrow_types(library):

@@ -288,7 +288,7 @@ class FiberScheduler {
 // What the lane calls need to know about the thread they run on.
 struct ExecutionContext {
   Job* job = nullptr;
-  FiberScheduler* scheduler = nullptr;  // null on the loop path
+  FiberScheduler* scheduler = nullptr;  // null on the loop and barrier-region paths
 };
 
 // Read on every barrier and SIMD exchange. (Not initial-exec TLS: libetmetal is dlopen'ed
@@ -318,6 +318,8 @@ void run_job(Job* job) {
   ExecutionContext context;
   context.job = job;
   context.scheduler = dispatch.use_fibers ? &state.scheduler : nullptr;
+  ExecutionContext fallback = context;  // for groups the region form declines
+  fallback.scheduler = &state.scheduler;
   ExecutionContext* saved = tl_context;
   tl_context = &context;
   etm_cpu_group group;
@@ -325,7 +327,14 @@ void run_job(Job* job) {
   while (job->claim(&first, &last)) {
     for (uint64_t g = first; g < last && !job->failed(); ++g) {
       job->describe_group(g, state.arena, &group);
-      if (dispatch.use_fibers) {
+      if (dispatch.regions_entry) {
+        if (dispatch.regions_entry(&dispatch.launch, &group) != 0) {
+          tl_context = &fallback;
+          const bool ran = state.scheduler.run_group(job, &group);
+          tl_context = &context;
+          if (!ran) break;
+        }
+      } else if (dispatch.use_fibers) {
         if (!state.scheduler.run_group(job, &group)) break;
       } else {
         dispatch.loop_entry(&dispatch.launch, &group);
@@ -421,9 +430,9 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   const uint64_t threads = uint64_t{l.grid[0]} * l.grid[1] * l.grid[2];
   const unsigned workers = pool().thread_count();
   // Small dispatches are not worth waking the pool for.
-  const bool parallel = group_count > 1 && threads >= (dispatch.use_fibers ? 256u : 16384u);
-  const uint64_t chunk =
-      dispatch.use_fibers ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
+  const bool per_group = dispatch.use_fibers || dispatch.regions_entry;
+  const bool parallel = group_count > 1 && threads >= (per_group ? 256u : 16384u);
+  const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
   Job job(dispatch, group_count, chunk);
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
@@ -439,7 +448,7 @@ void lane_threadgroup_barrier() {
   if (!context) return;  // not inside a dispatch
   if (!context->scheduler) {
     context->job->fail(
-        "called threadgroup_barrier, but the kernel was prepared for the loop path");
+        "called threadgroup_barrier, but the kernel was prepared for the loop path (or as barrier regions)");
     return;
   }
   Fiber* fiber = context->scheduler->current();
@@ -464,7 +473,7 @@ void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_
                              ? "a SIMD-group exchange of " + std::to_string(size) +
                                    " bytes exceeds the 64-byte limit"
                              : std::string("called a SIMD-group function, but the kernel was "
-                                           "prepared for the loop path"));
+                                           "prepared for the loop path (or as barrier regions)"));
     }
     return;
   }

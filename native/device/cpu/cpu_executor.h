@@ -1,7 +1,8 @@
 // Runs the threadgroups of one dispatch on a persistent pool of worker threads. Kernels that
 // call neither threadgroup_barrier nor a SIMD-group function run as plain loops over the
-// threads of each group; the others run one fiber per GPU thread, with Metal's barrier and
-// SIMD-group rules (kernel_support/../metal_include/etm_lane.h).
+// threads of each group; kernels the translator gave a barrier-region form run each group in
+// one call of it (msl_barrier_regions.h); the others run one fiber per GPU thread, with
+// Metal's barrier and SIMD-group rules (kernel_support/../metal_include/etm_lane.h).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ struct KernelDispatch {
   const std::string* kernel_name = nullptr;
   etm_cpu_loop_entry loop_entry = nullptr;
   etm_cpu_thread_entry thread_entry = nullptr;
+  // Set: groups run as barrier regions (a group the entry declines runs on fibers).
+  etm_cpu_regions_entry regions_entry = nullptr;
   bool use_fibers = false;
   etm_cpu_launch launch{};
   // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit.

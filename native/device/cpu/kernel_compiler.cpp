@@ -624,8 +624,10 @@ Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t ent
   return Status();
 }
 
-Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source) {
-  const std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1"};
+Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1"};
+  selection.insert(selection.end(), extra.begin(), extra.end());
   const std::string marker = cache_directory_ + "/checks/" + key_for(source_hash, selection);
   if (file_exists(marker)) {
     mark_cache_entry_used(marker);

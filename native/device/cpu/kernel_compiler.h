@@ -44,7 +44,9 @@ class KernelCompiler {
                       const std::vector<std::string>& specialization, const SourceProvider& source,
                       std::string* object_path);
   // Compiles every kernel of the source without generating code, to report errors.
-  Status check_library(const std::string& source_hash, const SourceProvider& source);
+  // `extra` adds compiler flags (part of the check's cache key).
+  Status check_library(const std::string& source_hash, const SourceProvider& source,
+                       const std::vector<std::string>& extra = {});
 
   // Small cache records (translation results), by category and key; written atomically.
   bool read_record(const std::string& category, const std::string& key, std::string* text) const;

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -22,17 +23,28 @@
 namespace etm::device::cpu {
 namespace {
 
-// How kernels run: decided per kernel from whether its object calls lane functions, unless
-// ETMETAL_CPU_EXECUTION forces one path ("loop" or "fibers") for testing.
-enum class ExecutionChoice { automatic, loop, fibers };
+// How kernels run: decided per kernel (a plain loop when its object calls no lane function,
+// else its barrier-region form when the translator made one, else fibers), unless
+// ETMETAL_CPU_EXECUTION forces one path ("loop", "fibers", or "regions" where a kernel has
+// that form) for testing. ETMETAL_LOG=debug prints each kernel's path and why.
+enum class ExecutionChoice { automatic, loop, fibers, regions };
 
 ExecutionChoice execution_choice() {
   std::string value;  // the runtime reports an invalid value when it starts
   if (!settings::read_choice("ETMETAL_CPU_EXECUTION", &value).ok()) return ExecutionChoice::automatic;
   if (value == "loop") return ExecutionChoice::loop;
   if (value == "fibers") return ExecutionChoice::fibers;
+  if (value == "regions") return ExecutionChoice::regions;
   return ExecutionChoice::automatic;
 }
+
+bool debug_logging() {
+  std::string value;
+  return settings::read_choice("ETMETAL_LOG", &value).ok() && value == "debug";
+}
+
+// Marks kernel objects built without their barrier-region form (it did not compile).
+const char kWithoutRegions[] = "-DETM_CPU_NO_REGIONS=1";
 
 // One kernel's loaded object. It is never dlclose'd: libraries are often deleted from a model
 // library's static destructors while the process exits, and unloading an object from there
@@ -73,10 +85,28 @@ class KernelObject {
       std::lock_guard<std::mutex> lock(fill_mutex);
       if (!lanes->threadgroup_barrier) *lanes = executor_lane_calls();
     }
-    switch (execution_choice()) {
-      case ExecutionChoice::automatic: object->use_fibers_ = needs_fibers; break;
+    object->regions_ =
+        reinterpret_cast<etm_cpu_regions_entry>(::dlsym(object->handle_, ("etm_kernel_regions_" + n).c_str()));
+    const auto* note = static_cast<const char*>(::dlsym(object->handle_, ("etm_kernel_execution_note_" + n).c_str()));
+    const ExecutionChoice choice = execution_choice();
+    switch (choice) {
+      case ExecutionChoice::automatic:
+      case ExecutionChoice::regions: object->use_fibers_ = needs_fibers; break;
       case ExecutionChoice::loop: object->use_fibers_ = false; break;
       case ExecutionChoice::fibers: object->use_fibers_ = true; break;
+    }
+    const bool regions_allowed = choice == ExecutionChoice::regions || (choice == ExecutionChoice::automatic && needs_fibers);
+    if (!regions_allowed) object->regions_ = nullptr;
+    if (object->regions_) object->use_fibers_ = false;
+    if (debug_logging()) {
+      const char* path = object->regions_ ? "barrier regions" : object->use_fibers_ ? "fibers" : "loop";
+      std::string why;
+      if (!object->regions_ && needs_fibers) {
+        why = note && std::strcmp(note, "barrier regions") != 0 ? note : "its region form did not compile";
+        if (choice == ExecutionChoice::fibers || choice == ExecutionChoice::loop) why = "ETMETAL_CPU_EXECUTION";
+      }
+      std::fprintf(stderr, "etmetal debug: kernel '%s' runs as %s%s%s\n", kernel.name.c_str(), path,
+                   why.empty() ? "" : ": ", why.c_str());
     }
     *out = std::move(object);
     return Status();
@@ -84,6 +114,7 @@ class KernelObject {
 
   etm_cpu_loop_entry loop() const { return loop_; }
   etm_cpu_thread_entry thread() const { return thread_; }
+  etm_cpu_regions_entry regions() const { return regions_; }
   bool use_fibers() const { return use_fibers_; }
   uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
   const std::vector<uint64_t>& argument_sizes() const { return argument_sizes_; }
@@ -93,6 +124,7 @@ class KernelObject {
   void* handle_ = nullptr;
   etm_cpu_loop_entry loop_ = nullptr;
   etm_cpu_thread_entry thread_ = nullptr;
+  etm_cpu_regions_entry regions_ = nullptr;  // null unless the kernel runs as barrier regions
   bool use_fibers_ = true;
   uint64_t static_threadgroup_bytes_ = 0;
   std::vector<uint64_t> argument_sizes_;
@@ -204,6 +236,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.loop_entry = object_->loop();
     dispatch.thread_entry = object_->thread();
     dispatch.use_fibers = object_->use_fibers();
+    dispatch.regions_entry = object_->regions();
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
     Status status = execute_dispatch(dispatch);
@@ -351,8 +384,18 @@ class CpuLibrary : public Library {
 
   Status check() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return compiler_->check_library(description_.source_hash,
-                                    [this](std::string* source) { return translated_source(source); });
+    const KernelCompiler::SourceProvider source = [this](std::string* text) { return translated_source(text); };
+    Status status = compiler_->check_library(description_.source_hash, source);
+    if (status.ok()) return status;
+    std::string text;
+    if (!translated_source(&text).ok() || text.find("etm_kernel_regions_") == std::string::npos) return status;
+    return compiler_->check_library(description_.source_hash, source, {kWithoutRegions});
+  }
+
+  bool has_region_form(const TranslatedKernel& kernel) {
+    std::string text;
+    return translated_source(&text).ok() &&
+           text.find("etm_kernel_regions_" + std::to_string(kernel.entry_index) + "(") != std::string::npos;
   }
 
   // Builds the kernel's object for these function constant flags (from the cache when it
@@ -367,9 +410,15 @@ class CpuLibrary : public Library {
       return Status();
     }
     std::string path;
-    Status status = compiler_->build_kernel(description_.source_hash, kernel.entry_index, specialization,
-                                            [this](std::string* source) { return translated_source(source); },
-                                            &path);
+    const KernelCompiler::SourceProvider source = [this](std::string* text) { return translated_source(text); };
+    Status status = compiler_->build_kernel(description_.source_hash, kernel.entry_index, specialization, source, &path);
+    if (!status.ok() && has_region_form(kernel)) {
+      // The region form is an optimisation: a kernel whose region form does not compile
+      // runs on fibers (the retry reports the kernel's own errors, if any).
+      std::vector<std::string> without_regions = specialization;
+      without_regions.push_back(kWithoutRegions);
+      status = compiler_->build_kernel(description_.source_hash, kernel.entry_index, without_regions, source, &path);
+    }
     if (!status.ok()) return status;
     status = KernelObject::load(path, kernel, out);
     if (!status.ok()) return status;

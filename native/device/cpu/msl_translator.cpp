@@ -1,5 +1,7 @@
 #include "device/cpu/msl_translator.h"
 
+#include "device/cpu/msl_barrier_regions.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -70,6 +72,9 @@ const ThreadAttribute kThreadAttributes[] = {
       "0u", "0u"}},
 };
 
+// Names the barrier-region form of kernel f: etm__regions_f.
+constexpr const char* kRegionPrefix = "etm__regions_";
+
 const ThreadAttribute* find_thread_attribute(const std::string& name) {
   for (const ThreadAttribute& a : kThreadAttributes) {
     if (name == a.name) return &a;
@@ -112,6 +117,7 @@ struct KernelTemplate {
   std::string wrapper_name;
   std::vector<Parameter> parameters;
   uint32_t max_total_threads_per_threadgroup = 0;
+  std::string execution_note;  // empty when the kernel has a barrier-region form
 };
 
 class Translator {
@@ -123,6 +129,7 @@ class Translator {
     std::string error;
     if (!lex_msl(text_, &tokens_, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
     match_brackets();
+    synchronising_ = synchronising_functions(text_, tokens_, partner_);
     strip_attributes_and_constant();
     scan_scope(0, tokens_.size(), {});
     if (!error_.empty()) return Status::error(error_);
@@ -482,10 +489,16 @@ class Translator {
       template_header = "template " + text_.substr(tokens_[begin + 1].begin,
                                                     tokens_[template_close].end - tokens_[begin + 1].begin) + " ";
       call_target += "<" + join(names, ", ") + ">";
-      templates_.push_back({name, namespace_path, wrapper_name, parameters, max_threads});
     }
-    std::string code;
-    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, &code)) return;
+    std::string regions_code, execution_note;
+    if (!region_form(name, template_header, parameters, parameters_open, end, line, &regions_code, &execution_note))
+      return;
+    if (is_template) {
+      templates_.push_back({name, namespace_path, wrapper_name, parameters, max_threads, execution_note});
+    }
+    std::string code = regions_code;
+    const bool has_regions = execution_note.empty();
+    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, has_regions, &code)) return;
     if (!is_template) {
       TranslatedKernel k;
       k.name = host_name.empty() ? name : host_name;
@@ -493,7 +506,7 @@ class Translator {
       k.max_total_threads_per_threadgroup = max_threads;
       k.line = line;
       k.entry_index = static_cast<uint32_t>(kernels_.size());
-      code += entry_code(k.entry_index, wrapper_name, line);
+      code += entry_code(k.entry_index, wrapper_name, line, execution_note);
       if (!add_kernel(std::move(k), line)) return;
     }
     insert_after(last, "\n" + code + "\n#line " + std::to_string(tokens_[last].line) + "\n");
@@ -558,7 +571,7 @@ class Translator {
     k.line = line;
     k.entry_index = static_cast<uint32_t>(kernels_.size());
     const std::string target = qualifier + found->wrapper_name + "<" + arguments + ">";
-    const std::string code = entry_code(k.entry_index, target, line);
+    const std::string code = entry_code(k.entry_index, target, line, found->execution_note);
     if (!add_kernel(std::move(k), line)) return;
     // The instantiation itself goes: the entry point instantiates what it needs.
     erase(begin, end - 1);
@@ -792,13 +805,55 @@ class Translator {
     return true;
   }
 
+  // The kernel's barrier-region function (msl_barrier_regions.h) into *code, or in *note why it
+  // runs on fibers (or as a plain loop) instead.
+  bool region_form(const std::string& name, const std::string& template_header,
+                   const std::vector<Parameter>& parameters,
+                   size_t parameters_open, size_t end, int line, std::string* code, std::string* note) {
+    size_t body = partner(parameters_open) + 1;
+    while (body < end && !is(body, "{") && !is(body, ";")) ++body;
+    if (!is(body, "{") || partner(body) == SIZE_MAX) {
+      *note = "no kernel body";
+      return true;
+    }
+    TranslatedKernel probe;
+    probe.name = name;
+    if (!bind_arguments(parameters, &probe, line)) return false;
+    RegionKernelSource source;
+    source.text = &text_;
+    source.tokens = &tokens_;
+    source.partner = &partner_;
+    source.body_open = body;
+    source.body_close = partner(body);
+    source.function_name = kRegionPrefix + name;
+    source.template_header = template_header;
+    source.suffix_float_literals = options_.suffix_float_literals;
+    for (size_t k = 0; k < parameters.size(); ++k) {
+      const Parameter& p = parameters[k];
+      const KernelArgument& a = probe.arguments[k];
+      RegionParameter r;
+      r.name = p.name;
+      if (a.kind == KernelArgumentKind::thread_attribute) {
+        r.is_attribute = true;
+        r.attribute_type = p.type;
+        r.per_thread = is_per_thread_attribute(a.attribute);
+        if (!attribute_value(p, *find_thread_attribute(a.attribute), line, &r.attribute_value)) return false;
+      } else {
+        r.declaration = p.type + (p.is_array ? "* " : " ") + p.name;
+      }
+      source.parameters.push_back(std::move(r));
+    }
+    if (!barrier_region_function(source, synchronising_, code, note)) code->clear();
+    return true;
+  }
+
   bool wrapper_code(const std::string& kernel_name, const std::string& template_header,
                     const std::string& wrapper_name, const std::string& call_target,
-                    const std::vector<Parameter>& parameters, int line, std::string* out) {
+                    const std::vector<Parameter>& parameters, int line, bool has_regions, std::string* out) {
     TranslatedKernel probe;
     probe.name = kernel_name;
     if (!bind_arguments(parameters, &probe, line)) return false;
-    std::string bindings, arguments, sizes;
+    std::string bindings, arguments, sizes, region_arguments;
     for (size_t k = 0; k < parameters.size(); ++k) {
       const Parameter& p = parameters[k];
       const KernelArgument& a = probe.arguments[k];
@@ -816,12 +871,14 @@ class Translator {
                         ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
           }
           arguments += (k ? ", " : "") + local;
+          region_arguments += local + ", ";
           break;
         case KernelArgumentKind::threadgroup_memory:
           bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
                       ">(etm__group->arena + etm__launch->dynamic_threadgroup_offsets[" +
                       std::to_string(a.index) + "]); ";
           arguments += (k ? ", " : "") + local;
+          region_arguments += local + ", ";
           break;
         case KernelArgumentKind::thread_attribute: {
           std::string value;
@@ -850,22 +907,42 @@ class Translator {
          << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "
          << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
          << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
-         << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} "
-         << "};";
-    *out = code.str();
+         << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} ";
+    if (has_regions) {
+      code << "\n#if !ETM_CPU_NO_REGIONS\n"
+           << "static inline int etm__regions(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
+           << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings << "return "
+           << kRegionPrefix << call_target << "(" << region_arguments << "etm__launch, etm__group); }\n#endif\n";
+    }
+    code << "};";
+    *out += code.str();
     return true;
   }
 
-  static std::string entry_code(uint32_t index, const std::string& target, int line) {
+  static std::string entry_code(uint32_t index, const std::string& target, int line,
+                                const std::string& execution_note) {
     const std::string n = std::to_string(index);
     std::ostringstream code;
+    std::string note;
+    for (char c : execution_note.empty() ? std::string("barrier regions") : execution_note) {
+      if (c == '"' || c == '\\') note += '\\';
+      if (c != '\n') note += c;
+    }
     code << "\n#if ETM_CPU_KERNEL_SELECTED(" << n << ")\n#line " << line << "\n"
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_loop_" << n
          << "(const etm_cpu_launch* l, const etm_cpu_group* g) { " << target << "::etm__loop(l, g); } "
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_thread_" << n
          << "(const etm_cpu_launch* l, const etm_cpu_group* g, uint32_t i) { " << target << "::etm__thread(l, g, i); } "
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
-         << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); }\n#endif";
+         << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
+         << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
+         << "\";";
+    if (execution_note.empty()) {
+      code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
+           << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
+           << "::etm__regions(l, g); }\n#endif";
+    }
+    code << "\n#endif";
     return code.str();
   }
 
@@ -951,6 +1028,7 @@ class Translator {
   std::vector<TranslatedKernel> kernels_;
   std::vector<KernelTemplate> templates_;
   std::set<std::string> declared_kernels_;
+  SynchronisingFunctions synchronising_;
   unsigned next_threadgroup_site_ = 0;
   std::string error_;
 };

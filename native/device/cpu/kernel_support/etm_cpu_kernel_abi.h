@@ -51,12 +51,18 @@ typedef struct etm_cpu_group {
 //       runs every thread of the group, one after the other (no barriers or SIMD calls);
 //   void etm_kernel_thread_N(const etm_cpu_launch*, const etm_cpu_group*, uint32_t index)
 //       runs the thread with thread_index_in_threadgroup == index (on a fiber);
+//   int etm_kernel_regions_N(const etm_cpu_launch*, const etm_cpu_group*)
+//       runs the whole group as barrier regions (only kernels with that form; unless built
+//       with ETM_CPU_NO_REGIONS); returns 1 without running anything when it declines the group;
+//   const char etm_kernel_execution_note_N[]
+//       why the kernel has no barrier-region form ("barrier regions" when it has one);
 //   void etm_kernel_argument_sizes_N(uint64_t* sizes)
 //       bytes read through each reference parameter (0 for the others), in parameter order;
 // and once per object:
 //   uint64_t etm_kernel_static_threadgroup_bytes(void)
 typedef void (*etm_cpu_loop_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_thread_entry)(const etm_cpu_launch*, const etm_cpu_group*, uint32_t);
+typedef int (*etm_cpu_regions_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_argument_sizes_entry)(uint64_t*);
 typedef uint64_t (*etm_cpu_static_threadgroup_bytes_entry)(void);
 

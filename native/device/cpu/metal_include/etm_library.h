@@ -15,6 +15,7 @@
 //   etm_atomic.h             atomics (GCC __atomic builtins: atomic across host threads)
 //   etm_simd.h               simd_* and quad_* collectives over etm_cpu_simd_exchange
 //   etm_simdgroup_matrix.h   8x8 simdgroup matrices (2 elements per lane)
+//   etm_barrier_regions.h    simdgroup matrix operations of the barrier-region form
 //   etm_logging.h            os_log (to standard error)
 //   etm_compiler_builtins.h  __metal_* builtins some MSL code calls directly
 //   etm_address_spaces.h     device, constant, thread, threadgroup ... as empty macros
@@ -48,6 +49,7 @@
 #include "etm_atomic.h"
 #include "etm_simd.h"
 #include "etm_simdgroup_matrix.h"
+#include "etm_barrier_regions.h"
 #include "etm_logging.h"
 #include "etm_compiler_builtins.h"
 #include "etm_address_spaces.h"

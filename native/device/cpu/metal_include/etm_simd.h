@@ -14,34 +14,49 @@
 
 namespace etm_msl {
 
+// What a collective computes from: every lane's published value (lane i at values + i *
+// stride) and the lanes that took part. The fiber path gets it from the executor's exchange;
+// the barrier-region path (etm_barrier_regions.h) from lane arrays it filled before.
+struct lane_values {
+  const unsigned char* values;
+  size_t stride;
+  uint64_t active;  // bit i set: lane i took part
+  uint32_t lane;    // the caller's lane
+  uint32_t width;   // lanes in the simdgroup (32)
+};
+
 // The lanes a collective combines: the whole simdgroup, or the caller's quad.
 struct lane_range {
   uint32_t base;
   uint32_t size;
 };
-inline lane_range simdgroup_range(const etm_cpu_simd_view& view) { return {0u, view.width}; }
-inline lane_range quad_range(const etm_cpu_simd_view& view) { return {view.lane & ~3u, 4u}; }
+inline lane_range simdgroup_range(const lane_values& view) { return {0u, view.width}; }
+inline lane_range quad_range(const lane_values& view) { return {view.lane & ~3u, 4u}; }
 
-inline bool is_active(const etm_cpu_simd_view& view, uint32_t lane) {
+inline bool is_active(const lane_values& view, uint32_t lane) {
   return lane < 64 && ((view.active >> lane) & 1u) != 0;
 }
 
-template <class T> inline T lane_value(const etm_cpu_simd_view& view, uint32_t lane) {
+// Lanes that did not take part read as zero bits.
+template <class T> inline T lane_value(const lane_values& view, uint32_t lane) {
   T value;
-  __builtin_memcpy(static_cast<void*>(&value), view.values + size_t(lane) * sizeof(T), sizeof(T));
+  if (is_active(view, lane)) {
+    __builtin_memcpy(static_cast<void*>(&value), view.values + size_t(lane) * view.stride, sizeof(T));
+  } else {
+    __builtin_memset(static_cast<void*>(&value), 0, sizeof(T));
+  }
   return value;
 }
 
-template <class T> inline etm_cpu_simd_view publish(const call_site& site, const T& value) {
+template <class T> inline lane_values publish(const call_site& site, const T& value) {
   static_assert(sizeof(T) <= 64, "a SIMD-group collective exchanges at most 64 bytes per lane");
-  return exchange(site.id(), &value, uint32_t(sizeof(T)));
+  const etm_cpu_simd_view view = exchange(site.id(), &value, uint32_t(sizeof(T)));
+  return {view.values, sizeof(T), view.active, view.lane, view.width};
 }
 
-template <class T, class Combine>
-inline T reduce(const call_site& site, const T& data, bool quad, Combine combine) {
-  const etm_cpu_simd_view view = publish(site, data);
+template <class T, class Combine> inline T reduce_lanes(const lane_values& view, bool quad, Combine combine) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
-  T result = data;  // the caller is active, so at least one lane contributes
+  T result = lane_value<T>(view, view.lane);  // the caller is active, so at least one lane contributes
   bool first = true;
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane) {
     if (!is_active(view, lane)) continue;
@@ -51,11 +66,14 @@ inline T reduce(const call_site& site, const T& data, bool quad, Combine combine
   }
   return result;
 }
+template <class T, class Combine>
+inline T reduce(const call_site& site, const T& data, bool quad, Combine combine) {
+  return reduce_lanes<T>(publish(site, data), quad, combine);
+}
 
 // Scan over the active lanes below (exclusive) or up to (inclusive) the caller.
 template <class T, class Combine>
-inline T scan(const call_site& site, const T& data, bool quad, bool inclusive, T identity, Combine combine) {
-  const etm_cpu_simd_view view = publish(site, data);
+inline T scan_lanes(const lane_values& view, bool quad, bool inclusive, T identity, Combine combine) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   T result = identity;
   const uint32_t end = inclusive ? view.lane + 1 : view.lane;
@@ -63,14 +81,17 @@ inline T scan(const call_site& site, const T& data, bool quad, bool inclusive, T
     if (is_active(view, lane)) result = T(combine(result, lane_value<T>(view, lane)));
   return result;
 }
+template <class T, class Combine>
+inline T scan(const call_site& site, const T& data, bool quad, bool inclusive, T identity, Combine combine) {
+  return scan_lanes<T>(publish(site, data), quad, inclusive, identity, combine);
+}
 
 enum class shuffle_kind { index, up, down, exclusive_or, rotate_up, rotate_down };
 
 // Shuffles whose source lies outside the lane range keep the caller's value (up, down, xor);
 // rotations wrap around; an index shuffle takes the index modulo the range.
 template <class T>
-inline T shuffle(const call_site& site, const T& data, bool quad, shuffle_kind kind, uint32_t amount) {
-  const etm_cpu_simd_view view = publish(site, data);
+inline T shuffle_lanes(const lane_values& view, bool quad, shuffle_kind kind, uint32_t amount) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   const uint32_t position = view.lane - range.base;
   uint32_t source = 0;
@@ -79,16 +100,16 @@ inline T shuffle(const call_site& site, const T& data, bool quad, shuffle_kind k
       source = amount % range.size;
       break;
     case shuffle_kind::up:
-      if (position < amount) return data;
+      if (position < amount) return lane_value<T>(view, view.lane);
       source = position - amount;
       break;
     case shuffle_kind::down:
-      if (position + amount >= range.size) return data;
+      if (position + amount >= range.size) return lane_value<T>(view, view.lane);
       source = position + amount;
       break;
     case shuffle_kind::exclusive_or:
       source = position ^ amount;
-      if (source >= range.size) return data;
+      if (source >= range.size) return lane_value<T>(view, view.lane);
       break;
     case shuffle_kind::rotate_up:
       source = (position + range.size - amount % range.size) % range.size;
@@ -98,6 +119,10 @@ inline T shuffle(const call_site& site, const T& data, bool quad, shuffle_kind k
       break;
   }
   return lane_value<T>(view, range.base + source);
+}
+template <class T>
+inline T shuffle(const call_site& site, const T& data, bool quad, shuffle_kind kind, uint32_t amount) {
+  return shuffle_lanes<T>(publish(site, data), quad, kind, amount);
 }
 
 // shuffle_and_fill: the range is split into vectors of `modulo` lanes; a lane whose source falls
@@ -111,7 +136,7 @@ template <class T>
 inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling_data, bool quad, bool down,
                           uint32_t delta, uint32_t modulo) {
   const data_and_fill<T> mine{data, filling_data};
-  const etm_cpu_simd_view view = publish(site, mine);
+  const lane_values view = publish(site, mine);
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   const uint32_t width = (modulo == 0 || modulo > range.size) ? range.size : modulo;
   const uint32_t position = view.lane - range.base;
@@ -125,17 +150,18 @@ inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling
   return lane_value<data_and_fill<T>>(view, vector_base + (offset + width - delta % width) % width).fill;
 }
 
-template <class T> inline T broadcast_first(const call_site& site, const T& data, bool quad) {
-  const etm_cpu_simd_view view = publish(site, data);
+template <class T> inline T broadcast_first_lanes(const lane_values& view, bool quad) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane)
     if (is_active(view, lane)) return lane_value<T>(view, lane);
-  return data;
+  return lane_value<T>(view, view.lane);
+}
+template <class T> inline T broadcast_first(const call_site& site, const T& data, bool quad) {
+  return broadcast_first_lanes<T>(publish(site, data), quad);
 }
 
 // Bit i of the result: lane range.base + i is active and voted true.
-inline uint64_t ballot(const call_site& site, bool vote, bool quad, uint64_t* active_mask) {
-  const etm_cpu_simd_view view = publish(site, vote);
+inline uint64_t ballot_lanes(const lane_values& view, bool quad, uint64_t* active_mask) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   uint64_t bits = 0, active = 0;
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane) {
@@ -146,16 +172,22 @@ inline uint64_t ballot(const call_site& site, bool vote, bool quad, uint64_t* ac
   if (active_mask) *active_mask = active;
   return bits;
 }
+inline uint64_t ballot(const call_site& site, bool vote, bool quad, uint64_t* active_mask) {
+  return ballot_lanes(publish(site, vote), quad, active_mask);
+}
 
 // The caller's lane, from a collective that exchanges nothing.
 inline uint32_t current_lane(const call_site& site) { return exchange(site.id(), nullptr, 0).lane; }
 
-inline bool is_first_active(const call_site& site, bool quad) {
-  const etm_cpu_simd_view view = exchange(site.id(), nullptr, 0);
+inline bool is_first_active_lanes(const lane_values& view, bool quad) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane)
     if (is_active(view, lane)) return lane == view.lane;
   return false;
+}
+inline bool is_first_active(const call_site& site, bool quad) {
+  const etm_cpu_simd_view view = exchange(site.id(), nullptr, 0);
+  return is_first_active_lanes({view.values, 0, view.active, view.lane, view.width}, quad);
 }
 
 struct vote_access;

@@ -85,7 +85,7 @@ inline void multiply_accumulate(const call_site& site, metal::simdgroup_matrix<T
     float b[2];
   };
   const operands mine{{float(a.elements.x), float(a.elements.y)}, {float(b.elements.x), float(b.elements.y)}};
-  const etm_cpu_simd_view view = publish(site, mine);
+  const lane_values view = publish(site, mine);
   // Each lane reads the sixteen operand elements its two results need straight from the
   // exchanged fragments (elements of lanes outside the view read as zero).
   const auto element_at = [&](size_t operand_offset, uint32_t row, uint32_t column) {

@@ -1,0 +1,1033 @@
+#include "device/cpu/msl_barrier_regions.h"
+
+#include <cctype>
+#include <cstring>
+#include <map>
+
+namespace etm::device::cpu {
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool is_keyword(const std::string& name) {
+  static const std::set<std::string> kKeywords = {"if",     "for",      "while",         "switch",
+                                                  "return", "sizeof",   "decltype",      "alignof",
+                                                  "catch",  "noexcept", "static_assert", "alignas"};
+  return kKeywords.count(name) != 0;
+}
+
+// Called functions that synchronise: barriers, SIMD-group functions, and c10's helpers
+// (threadgroup_sum, simd_argmax ...), all of which carry one of these prefixes.
+bool is_synchronising_name(const std::string& name) {
+  return starts_with(name, "simd_") || starts_with(name, "quad_") || starts_with(name, "threadgroup_") ||
+         starts_with(name, "simdgroup_");
+}
+
+// The simd_ / quad_ collectives the region form computes from lane arrays, and how many
+// operands each publishes (0: it publishes only that the lane took part).
+int collective_operands(const std::string& name) {
+  std::string base;
+  if (starts_with(name, "simd_")) base = name.substr(5);
+  else if (starts_with(name, "quad_")) base = name.substr(5);
+  else return -1;
+  static const std::set<std::string> kOne = {
+      "sum", "product", "min", "max", "and", "or", "xor", "prefix_inclusive_sum", "prefix_exclusive_sum",
+      "prefix_inclusive_product", "prefix_exclusive_product", "shuffle", "broadcast", "shuffle_up",
+      "shuffle_down", "shuffle_xor", "shuffle_rotate_up", "shuffle_rotate_down", "broadcast_first",
+      "ballot", "all", "any"};
+  if (kOne.count(base)) return 1;
+  if (base == "active_threads_mask" || base == "is_first") return 0;
+  return -1;
+}
+
+// Collectives whose operand is a vote (bool) and whose region form is no template.
+bool is_vote_collective(const std::string& name) {
+  const std::string base = name.substr(5);
+  return base == "ballot" || base == "all" || base == "any" || base == "active_threads_mask" || base == "is_first";
+}
+
+bool is_matrix_type_name(const std::string& name) {
+  return name == "simdgroup_matrix" || name == "simdgroup_float8x8" || name == "simdgroup_half8x8" ||
+         name == "simdgroup_bfloat8x8";
+}
+
+class Tokens {
+ public:
+  Tokens(const std::string& text, const std::vector<Token>& tokens, const std::vector<size_t>& partner)
+      : text_(text), tokens_(tokens), partner_(partner) {}
+
+  size_t size() const { return tokens_.size(); }
+  std::string spell(size_t i) const { return text_.substr(tokens_[i].begin, tokens_[i].end - tokens_[i].begin); }
+  bool is(size_t i, const char* s) const {
+    if (i >= tokens_.size()) return false;
+    const Token& t = tokens_[i];
+    const size_t n = std::strlen(s);
+    return t.kind != TokenKind::directive && t.end - t.begin == n && text_.compare(t.begin, n, s) == 0;
+  }
+  bool identifier(size_t i) const { return i < tokens_.size() && tokens_[i].kind == TokenKind::identifier; }
+  TokenKind kind(size_t i) const { return tokens_[i].kind; }
+  int line(size_t i) const { return tokens_[i].line; }
+  size_t partner(size_t i) const { return i < partner_.size() ? partner_[i] : SIZE_MAX; }
+
+  // The `>` closing the `<` at i before the statement ends, or SIZE_MAX.
+  size_t closing_angle(size_t i, size_t end) const {
+    int depth = 0;
+    for (size_t j = i; j < end; ++j) {
+      if ((is(j, "(") || is(j, "[")) && partner(j) != SIZE_MAX) {
+        j = partner(j);
+        continue;
+      }
+      if (is(j, "<")) ++depth;
+      if (is(j, ">")) --depth;
+      if (is(j, ">>")) depth -= 2;
+      if (is(j, ";") || is(j, "{") || is(j, "}")) return SIZE_MAX;
+      if (depth <= 0) return depth == 0 ? j : SIZE_MAX;
+    }
+    return SIZE_MAX;
+  }
+
+  // Is the identifier at i called (`f(`, `f<...>(`)?
+  bool called(size_t i, size_t end) const {
+    if (is(i + 1, "(")) return true;
+    if (!is(i + 1, "<")) return false;
+    const size_t close = closing_angle(i + 1, end);
+    return close != SIZE_MAX && is(close + 1, "(");
+  }
+
+ private:
+  const std::string& text_;
+  const std::vector<Token>& tokens_;
+  const std::vector<size_t>& partner_;
+};
+
+bool range_synchronises(const Tokens& t, size_t begin, size_t end, const std::set<std::string>& synchronising) {
+  for (size_t i = begin; i < end; ++i) {
+    if (!t.identifier(i)) continue;
+    const std::string name = t.spell(i);
+    if ((is_synchronising_name(name) || synchronising.count(name)) && t.called(i, end)) return true;
+  }
+  return false;
+}
+
+struct Name {
+  std::string name;
+  std::string member;  // frame member, for per-thread names
+  bool per_thread = false;
+  bool matrix = false;
+};
+
+class RegionWriter {
+ public:
+  RegionWriter(const RegionKernelSource& source, const SynchronisingFunctions& synchronising)
+      : s_(source),
+        t_(*source.text, *source.tokens, *source.partner),
+        synchronising_(synchronising.all),
+        barrier_helpers_(synchronising.barriers_only) {}
+
+  bool run(std::string* code, std::string* reason) {
+    const size_t open = s_.body_open, close = s_.body_close;
+    if (!range_synchronises(t_, open + 1, close, synchronising_)) {
+      *reason = "no barrier or SIMD-group call";
+      return false;
+    }
+    if (!check_body(open + 1, close)) return failed(reason);
+    find_matrix_names(open + 1, close);
+    if (!check_matrix_products(open + 1, close)) return failed(reason);
+
+    scopes_.push_back({});
+    std::string parameters, uniform_attributes, thread_attributes;
+    unsigned unnamed = 0;
+    for (const RegionParameter& p : s_.parameters) {
+      if (p.is_attribute) {
+        if (p.name.empty()) continue;
+        const std::string declaration = "const std::remove_cv_t<" + p.attribute_type + "> " + p.name + " = " +
+                                        p.attribute_value + "; (void)" + p.name + "; ";
+        if (p.per_thread) {
+          thread_attributes += declaration;
+          scopes_.back().push_back({p.name, "", true, false});
+        } else {
+          uniform_attributes += declaration;
+          scopes_.back().push_back({p.name, "", false, false});
+        }
+        continue;
+      }
+      std::string name = p.name.empty() ? "etm__unnamed" + std::to_string(unnamed++) : p.name;
+      parameters += p.declaration + (p.name.empty() ? " " + name : "") + ", ";
+      if (!p.name.empty() && writes(open + 1, close, p.name)) {
+        // A parameter the kernel changes (`a += offset;`) becomes a per-thread copy.
+        const std::string member = "m" + std::to_string(next_member_++) + "_" + name;
+        members_ += "std::remove_cv_t<decltype(" + name + ")> " + member + "; ";
+        parameter_copies_ += "etm__frames[etm__i]." + member + " = " + name + "; ";
+        scopes_.back().push_back({name, member, true, false});
+      } else {
+        scopes_.back().push_back({name, "", false, false});
+      }
+    }
+    thread_code_ =
+        "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; if (etm__sx != etm__count) { etm__x = etm__index % "
+        "etm__sx; etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } (void)etm__x; "
+        "(void)etm__y; (void)etm__z; " +
+        thread_attributes;
+
+    spine(open + 1, close, true);
+    if (!reason_.empty()) return failed(reason);
+
+    std::string& out = *code;
+    out = "\n#if !ETM_CPU_NO_REGIONS\n#line " + std::to_string(t_.line(open)) + "\n" + s_.template_header +
+          "inline int " + s_.function_name + "(" + parameters +
+          "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
+          "(void)etm__launch; const uint32_t etm__count = etm__group->thread_count; "
+          "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
+          uniform_attributes + prologue_ + "\nstruct etm__frame { " + members_ +
+          "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
+          "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
+          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+          "uint32_t etm__live = etm__count; (void)etm__live; "
+          "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
+          parameter_copies_ + "} " + sites_ + body_ + "\nreturn 0; }\n#endif\n";
+    return true;
+  }
+
+ private:
+  bool failed(std::string* reason) {
+    *reason = reason_;
+    return false;
+  }
+  bool fail(size_t at, const std::string& why) {
+    if (reason_.empty()) reason_ = "line " + std::to_string(t_.line(at)) + ": " + why;
+    return false;
+  }
+
+  // ---- whole-body checks
+
+  bool check_body(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (t_.kind(i) == TokenKind::directive) return fail(i, "a preprocessor directive inside the kernel body");
+      if (t_.is(i, "goto")) return fail(i, "goto");
+      if (t_.is(i, "[") && t_.is(i + 1, "[")) return fail(i, "an attribute inside the kernel body");
+      // A `[` that does not follow an operand opens a lambda.
+      if (t_.is(i, "[") && !(t_.identifier(i - 1) || t_.is(i - 1, "]") || t_.is(i - 1, ")"))) {
+        return fail(i, "a lambda");
+      }
+      if (t_.is(i, "asm") || t_.is(i, "__asm__")) return fail(i, "inline assembly");
+    }
+    return true;
+  }
+
+  // Names declared with a simdgroup matrix type anywhere in the body.
+  void find_matrix_names(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || !is_matrix_type_name(t_.spell(i)) || t_.called(i, end)) continue;
+      size_t j = i + 1;
+      if (t_.is(j, "<")) {
+        const size_t close = t_.closing_angle(j, end);
+        if (close == SIZE_MAX) continue;
+        j = close + 1;
+      }
+      for (; j < end && !t_.is(j, ";"); ++j) {
+        if ((t_.is(j, "(") || t_.is(j, "[") || t_.is(j, "{")) && t_.partner(j) != SIZE_MAX) {
+          j = t_.partner(j);
+          continue;
+        }
+        if (t_.identifier(j) && (t_.is(j - 1, ",") || j == i + 1 || t_.is(j - 1, ">")))
+          matrix_names_.insert(t_.spell(j));
+      }
+    }
+  }
+
+  // `a * b` on simdgroup matrices is a collective this form cannot see by name.
+  bool check_matrix_products(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.is(i, "*") && !t_.is(i, "*=")) continue;
+      size_t left = i - 1;
+      while ((t_.is(left, "]") || t_.is(left, ")")) && t_.partner(left) != SIZE_MAX) left = t_.partner(left) - 1;
+      if ((t_.identifier(left) && matrix_names_.count(t_.spell(left))) ||
+          (t_.identifier(i + 1) && matrix_names_.count(t_.spell(i + 1)))) {
+        return fail(i, "a product of simdgroup matrices written with '*'");
+      }
+    }
+    return true;
+  }
+
+  // Does [begin, end) assign to, increment, or take the address of `name`?
+  bool writes(size_t begin, size_t end, const std::string& name) const {
+    static const std::set<std::string> kAssignments = {"=",  "+=", "-=", "*=",  "/=",  "%=",
+                                                       "&=", "|=", "^=", "<<=", ">>="};
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || t_.spell(i) != name) continue;
+      if (t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
+      if (i + 1 < end && t_.kind(i + 1) == TokenKind::punctuator && kAssignments.count(t_.spell(i + 1))) return true;
+      if (t_.is(i + 1, "++") || t_.is(i + 1, "--") || t_.is(i - 1, "++") || t_.is(i - 1, "--") ||
+          t_.is(i - 1, "&")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // ---- statements
+
+  // One past the statement starting at i.
+  size_t statement_end(size_t i, size_t end) {
+    if (i >= end) return end;
+    if (t_.is(i, "{")) return t_.partner(i) == SIZE_MAX ? end : t_.partner(i) + 1;
+    if (t_.is(i, "if")) {
+      size_t paren = i + 1;
+      if (t_.is(paren, "constexpr")) ++paren;
+      if (!t_.is(paren, "(") || t_.partner(paren) == SIZE_MAX) return end;
+      size_t next = statement_end(t_.partner(paren) + 1, end);
+      if (t_.is(next, "else")) next = statement_end(next + 1, end);
+      return next;
+    }
+    if (t_.is(i, "for") || t_.is(i, "while") || t_.is(i, "switch")) {
+      if (!t_.is(i + 1, "(") || t_.partner(i + 1) == SIZE_MAX) return end;
+      return statement_end(t_.partner(i + 1) + 1, end);
+    }
+    if (t_.is(i, "do")) {
+      const size_t body_end = statement_end(i + 1, end);
+      if (!t_.is(body_end, "while") || t_.partner(body_end + 1) == SIZE_MAX) return end;
+      return t_.partner(body_end + 1) + 2;
+    }
+    for (size_t j = i; j < end; ++j) {
+      if ((t_.is(j, "(") || t_.is(j, "[") || t_.is(j, "{")) && t_.partner(j) != SIZE_MAX) {
+        j = t_.partner(j);
+        continue;
+      }
+      if (t_.is(j, ";")) return j + 1;
+    }
+    return end;
+  }
+
+  const Name* find(const std::string& name) const {
+    for (size_t s = scopes_.size(); s-- > 0;) {
+      for (const Name& n : scopes_[s])
+        if (n.name == name) return &n;
+    }
+    return nullptr;
+  }
+
+  // True when [begin, end) names nothing that differs between threads.
+  bool uniform(size_t begin, size_t end) const {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
+      const Name* n = find(t_.spell(i));
+      if (n && n->per_thread) return false;
+      // Evaluated once for the group, an atomic would run once instead of per thread.
+      if (starts_with(t_.spell(i), "atomic_")) return false;
+    }
+    return true;
+  }
+
+  std::string text(size_t begin, size_t end) const {
+    std::string out = "\n#line " + std::to_string(t_.line(begin)) + "\n";
+    int line = t_.line(begin);
+    for (size_t i = begin; i < end; ++i) {
+      if (t_.line(i) != line) {
+        out.append(size_t(t_.line(i) > line ? t_.line(i) - line : 0), '\n');
+        line = t_.line(i);
+      } else if (i != begin) {
+        out += ' ';
+      }
+      out += spell_literal(i);
+    }
+    return out;
+  }
+
+  std::string spell_literal(size_t i) const {
+    std::string n = t_.spell(i);
+    if (!s_.suffix_float_literals || t_.kind(i) != TokenKind::number) return n;
+    if (n.size() > 1 && n[0] == '0' && (n[1] == 'x' || n[1] == 'X')) return n;
+    const bool floating = n.find('.') != std::string::npos || n.find_first_of("eE") != std::string::npos;
+    if (floating && !std::isalpha(static_cast<unsigned char>(n.back()))) n += 'f';
+    return n;
+  }
+
+  // Region statement text with `return;` marking the thread done.
+  bool region_text(size_t begin, size_t end, std::string* out) {
+    std::string code = "\n#line " + std::to_string(t_.line(begin)) + "\n";
+    int line = t_.line(begin);
+    for (size_t i = begin; i < end; ++i) {
+      if (t_.line(i) != line) {
+        code.append(size_t(t_.line(i) > line ? t_.line(i) - line : 0), '\n');
+        line = t_.line(i);
+      } else if (i != begin) {
+        code += ' ';
+      }
+      const auto replaced = replacements_.find(i);
+      if (replaced != replacements_.end()) {
+        code += replaced->second.second;
+        i = replaced->second.first - 1;
+        continue;
+      }
+      if (t_.is(i, "return")) {
+        if (!t_.is(i + 1, ";")) return fail(i, "a return with a value");
+        code += "{ etm__done[etm__index] = true; --etm__live; goto etm__next" + std::to_string(region_id_) + "; }";
+        region_returns_ = true;
+        ++i;
+        continue;
+      }
+      code += spell_literal(i);
+    }
+    *out += code;
+    return true;
+  }
+
+  // break / continue that leave the statement (they would belong to a loop around it).
+  bool jumps_out(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.is(i, "break") && !t_.is(i, "continue")) continue;
+      bool inside = false;
+      for (size_t k = begin; k < i && !inside; ++k) {
+        const bool loop = t_.is(k, "for") || t_.is(k, "while") || t_.is(k, "do");
+        if (!loop && !(t_.is(k, "switch") && t_.is(i, "break"))) continue;
+        inside = statement_end(k, end) > i;
+      }
+      if (!inside) return true;
+    }
+    return false;
+  }
+
+  void spine(size_t begin, size_t end, bool top) {
+    scopes_.push_back({});
+    for (size_t i = begin; i < end && reason_.empty();) {
+      const size_t next = statement_end(i, end);
+      if (next <= i || next > end) {
+        fail(i, "cannot parse the statement");
+        break;
+      }
+      statement(i, next, top);
+      i = next;
+    }
+    close_region();
+    scopes_.pop_back();
+  }
+
+  // Where a region loop skips a thread: returned, or outside the current predicated branch.
+  std::string skip_condition() const {
+    if (masks_.empty()) return "etm__done[etm__index]";
+    return "(etm__done[etm__index] || !" + masks_.back() + "[etm__index])";
+  }
+
+  void statement(size_t begin, size_t end, bool top) {
+    if (t_.is(begin, ";")) return;
+    if (!range_synchronises(t_, begin, end, synchronising_)) {
+      region_statement(begin, end, top);
+      return;
+    }
+    if (t_.is(begin, "{")) {
+      close_region();
+      body_ += "{";
+      spine(begin + 1, end - 1, false);
+      body_ += "}";
+      return;
+    }
+    if (t_.is(begin, "for") || t_.is(begin, "while")) return uniform_loop(begin, end);
+    if (t_.is(begin, "if")) return uniform_if(begin, end);
+    size_t call = begin;
+    if (t_.is(call, "metal") && t_.is(call + 1, "::")) call += 2;
+    if (t_.is(call, "::") && t_.is(call + 1, "metal") && t_.is(call + 2, "::")) call += 3;
+    const bool whole_call = t_.identifier(call) && t_.is(call + 1, "(") && t_.partner(call + 1) == end - 2 &&
+                            t_.is(end - 1, ";");
+    const std::string name = t_.identifier(call) ? t_.spell(call) : "";
+    const bool barrier_helper = whole_call && barrier_helpers_.count(name) && t_.partner(call + 1) == call + 2;
+    if (whole_call && (name == "threadgroup_barrier" || name == "simdgroup_barrier" || barrier_helper)) {
+      if (!masks_.empty()) return void(fail(begin, "a barrier under an if on per-thread values"));
+      close_region();
+      return;
+    }
+    if (whole_call && (name == "simdgroup_load" || name == "simdgroup_store" || name == "simdgroup_multiply" ||
+                       name == "simdgroup_multiply_accumulate")) {
+      return simdgroup_step(name, call + 1, end);
+    }
+    if (collective_statement(begin, end, top)) return;
+    fail(begin, "a statement that synchronises in a form barrier regions do not handle");
+  }
+
+  struct CollectiveCall {
+    std::string name;
+    size_t first;  // the call's first token (a `metal::` qualifier included)
+    size_t open;   // its `(`
+    std::vector<std::pair<size_t, size_t>> arguments;
+  };
+
+  // Splits the arguments of the call whose `(` is at open.
+  std::vector<std::pair<size_t, size_t>> call_arguments(size_t open) const {
+    std::vector<std::pair<size_t, size_t>> arguments;
+    const size_t close = t_.partner(open);
+    size_t start = open + 1;
+    for (size_t k = open + 1; k <= close && close != SIZE_MAX; ++k) {
+      if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX && k != close) {
+        k = t_.partner(k);
+        continue;
+      }
+      if (t_.is(k, ",") || k == close) {
+        if (k > start) arguments.push_back({start, k});
+        start = k + 1;
+      }
+    }
+    return arguments;
+  }
+
+  // An expression or declaration statement whose SIMD-group calls are simd_* / quad_*
+  // collectives (not nested, not under ?: && ||): one region publishes their operands, the
+  // next runs the statement with each call answered from the lane array.
+  bool collective_statement(size_t begin, size_t end, bool top) {
+    static const std::set<std::string> kStatements = {"if", "for", "while", "do", "switch", "return", "{"};
+    if (kStatements.count(t_.spell(begin))) return false;
+    std::vector<CollectiveCall> calls;
+    for (size_t k = begin; k < end; ++k) {
+      // A collective under ?: && || would be reached by some threads only.
+      if (t_.is(k, "?") || t_.is(k, "&&") || t_.is(k, "||")) return false;
+      if (!t_.identifier(k) || !t_.called(k, end)) continue;
+      const std::string name = t_.spell(k);
+      if (!is_synchronising_name(name) && !synchronising_.count(name)) continue;
+      if (collective_operands(name) < 0 || !t_.is(k + 1, "(")) return false;
+      size_t first = k;
+      if (t_.is(k - 1, "::")) {
+        if (!t_.is(k - 2, "metal")) return false;
+        first = t_.is(k - 3, "::") ? k - 3 : k - 2;
+      }
+      CollectiveCall call{name, first, k + 1, call_arguments(k + 1)};
+      if (int(call.arguments.size()) < collective_operands(name)) return false;
+      if (range_synchronises(t_, k + 2, t_.partner(k + 1), synchronising_)) return false;
+      calls.push_back(call);
+      k = t_.partner(k + 1);
+    }
+    if (calls.empty()) return false;
+    // Publish.
+    open_region();
+    std::vector<std::string> sites;
+    for (const CollectiveCall& call : calls) {
+      const std::string site = "etm__c" + std::to_string(next_site_++);
+      sites.push_back(site);
+      sites_ += "etm_regions::collective " + site +
+                "(__builtin_alloca(size_t(etm__count) * etm_regions::kCollectiveSlotBytes), "
+                "__builtin_alloca(size_t((etm__count + 31u) / 32u) * 8u)); ";
+      region_reset_ += site + ".reset(etm__index); ";
+      std::string operand = "true";
+      if (collective_operands(call.name) == 1) {
+        operand.clear();
+        if (!region_text(call.arguments[0].first, call.arguments[0].second, &operand)) return true;
+        if (is_vote_collective(call.name)) operand = "bool(" + operand + ")";
+      }
+      region_code_ += site + ".publish(etm__index, " + operand + "); ";
+      region_has_code_ = true;
+    }
+    close_region();
+    // Answer.
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const CollectiveCall& call = calls[c];
+      std::string replacement = "etm_regions::" + call.name;
+      if (!is_vote_collective(call.name)) {
+        std::string operand;
+        region_text(call.arguments[0].first, call.arguments[0].second, &operand);
+        replacement += "<std::decay_t<decltype(" + operand + ")>>";
+      }
+      replacement += "(" + sites[c] + ", etm__index";
+      for (size_t a = size_t(collective_operands(call.name)); a < call.arguments.size(); ++a) {
+        std::string argument;
+        region_text(call.arguments[a].first, call.arguments[a].second, &argument);
+        replacement += ", " + argument;
+      }
+      replacements_[call.first] = {t_.partner(call.open) + 1, replacement + ")"};
+    }
+    region_statement(begin, end, top);
+    replacements_.clear();
+    return true;
+  }
+
+  // for / while around a barrier: runs once for the group.
+  // Does [begin, end) call threadgroup_barrier (or a barrier helper)?
+  bool has_barrier(size_t begin, size_t end) const {
+    for (size_t k = begin; k < end; ++k) {
+      if (!t_.identifier(k) || !t_.is(k + 1, "(")) continue;
+      const std::string name = t_.spell(k);
+      if (name == "threadgroup_barrier" || barrier_helpers_.count(name)) return true;
+    }
+    return false;
+  }
+
+  // Per-thread attributes named in [begin, end).
+  bool names_thread_attribute(size_t begin, size_t end) const {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
+      const Name* n = find(t_.spell(i));
+      if (n && n->per_thread && n->member.empty()) return true;
+    }
+    return false;
+  }
+
+  // for / while around a barrier: runs once for the group. A header that names per-thread
+  // variables is read in the first live thread's frame: Metal requires every thread of the
+  // group to reach the barrier in it, so its trip count is uniform (as POCL assumes).
+  void uniform_loop(size_t begin, size_t end) {
+    const size_t open = begin + 1, close = t_.partner(begin + 1);
+    const bool leader_header = !uniform(open + 1, close);
+    if (leader_header && (!masks_.empty() || !has_barrier(close + 1, end) || names_thread_attribute(open + 1, close))) {
+      fail(begin, "a loop around a barrier whose condition depends on per-thread values");
+      return;
+    }
+    if (range_synchronises(t_, open + 1, close, synchronising_)) {
+      fail(begin, "a SIMD-group call in a loop header");
+      return;
+    }
+    close_region();
+    if (leader_header) {
+      body_ += "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; " + aliases();
+    }
+    scopes_.push_back({});
+    // Variables the header declares are the group's; the body must not change them.
+    if (t_.is(begin, "for")) {
+      size_t semicolon = open + 1;
+      while (semicolon < close && !t_.is(semicolon, ";")) {
+        const bool group = t_.is(semicolon, "(") || t_.is(semicolon, "[") || t_.is(semicolon, "{");
+        if (group && t_.partner(semicolon) != SIZE_MAX) semicolon = t_.partner(semicolon);
+        ++semicolon;
+      }
+      for (size_t k = open + 1; k < semicolon; ++k) {
+        if (!t_.identifier(k) || !(t_.is(k + 1, "=") || t_.is(k + 1, "{") || t_.is(k + 1, ","))) continue;
+        const std::string name = t_.spell(k);
+        if (writes(close + 1, end, name)) {
+          fail(k, "the loop variable '" + name + "' of a loop around a barrier changes in its body");
+          return;
+        }
+        scopes_.back().push_back({name, "", false, false});
+      }
+    }
+    body_ += text(begin, close + 1) + " {";
+    const size_t body = close + 1;
+    if (t_.is(body, "{")) {
+      spine(body + 1, end - 1, false);
+    } else {
+      spine(body, end, false);
+    }
+    body_ += "}";
+    if (leader_header) body_ += "}";
+    scopes_.pop_back();
+  }
+
+  void uniform_if(size_t begin, size_t end) {
+    size_t open = begin + 1;
+    if (t_.is(open, "constexpr")) ++open;
+    const size_t close = t_.partner(open);
+    if (range_synchronises(t_, open + 1, close, synchronising_)) {
+      fail(begin, "a SIMD-group call in an if condition");
+      return;
+    }
+    if (!uniform(open + 1, close)) return predicated_if(end, open, close);
+    close_region();
+    body_ += text(begin, close + 1) + " {";
+    const size_t then_begin = close + 1;
+    const size_t then_end = statement_end(then_begin, end);
+    branch(then_begin, then_end);
+    body_ += "}";
+    if (t_.is(then_end, "else")) {
+      body_ += " else {";
+      branch(then_end + 1, end);
+      body_ += "}";
+    }
+  }
+
+  // An if on per-thread values around SIMD-group collectives (not barriers: Metal requires
+  // those to be reached by the whole group): the condition goes into a per-thread mask, and
+  // each branch runs for the threads of its mask only, so a collective in it sees those lanes.
+  void predicated_if(size_t end, size_t open, size_t close) {
+    for (size_t k = close + 1; k < end; ++k) {
+      if (!t_.identifier(k) || !t_.called(k, end)) continue;
+      const std::string name = t_.spell(k);
+      if ((is_synchronising_name(name) || synchronising_.count(name)) && collective_operands(name) < 0) {
+        fail(k, "a barrier or '" + name + "' under an if on per-thread values");
+        return;
+      }
+    }
+    const std::string then_mask = "etm__m" + std::to_string(next_site_++);
+    const std::string else_mask = then_mask + "_else";
+    sites_ += "bool* " + then_mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); bool* " + else_mask +
+              " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
+    open_region();
+    region_reset_ += then_mask + "[etm__index] = false; " + else_mask + "[etm__index] = false; ";
+    std::string condition;
+    if (!region_text(open + 1, close, &condition)) return;
+    region_code_ += "{ const bool etm__c = bool(" + condition + "); " + then_mask + "[etm__index] = etm__c; " +
+                    else_mask + "[etm__index] = !etm__c; } ";
+    region_has_code_ = true;
+    close_region();
+    const size_t then_begin = close + 1;
+    const size_t then_end = statement_end(then_begin, end);
+    masks_.push_back(then_mask);
+    branch(then_begin, then_end);
+    masks_.pop_back();
+    if (t_.is(then_end, "else")) {
+      masks_.push_back(else_mask);
+      branch(then_end + 1, end);
+      masks_.pop_back();
+    }
+  }
+
+  void branch(size_t begin, size_t end) {
+    if (t_.is(begin, "{")) {
+      spine(begin + 1, end - 1, false);
+    } else {
+      spine(begin, end, false);
+    }
+  }
+
+  // The per-thread names in scope, as references into the thread's frame.
+  std::string aliases() const {
+    std::string code;
+    for (const auto& scope : scopes_) {
+      for (const Name& n : scope) {
+        if (n.per_thread && !n.member.empty())
+          code += "auto& " + n.name + " = etm__frames[etm__index]." + n.member + "; (void)" + n.name + "; ";
+      }
+    }
+    return code;
+  }
+
+  void open_region() {
+    if (region_open_) return;
+    region_open_ = true;
+    region_id_ = next_region_++;
+    region_returns_ = false;
+    region_has_code_ = false;
+    region_code_ = aliases() + "{ ";
+  }
+
+  void close_region() {
+    if (!region_open_) return;
+    region_open_ = false;
+    if (!region_has_code_ && region_reset_.empty()) return;  // declarations without initializers only
+    body_ += "\nfor (uint32_t etm__index = 0; etm__index < etm__count; ++etm__index) { " + region_reset_ + "if (" +
+             skip_condition() + ") continue; " + thread_code_ + region_code_ + "\n}";
+    region_reset_.clear();
+    if (region_returns_) body_ += " etm__next" + std::to_string(region_id_) + ":;";
+    body_ += " }";
+    // Once every thread has returned, nothing after runs (group-level code included).
+    if (region_returns_) body_ += " if (etm__live == 0) return 0;";
+  }
+
+  // A statement with no barrier or SIMD-group call.
+  void region_statement(size_t begin, size_t end, bool top) {
+    if (jumps_out(begin, end)) {
+      fail(begin, "break or continue out of a statement between barriers");
+      return;
+    }
+    for (size_t k = begin; k < end; ++k) {
+      if (t_.is(k, "threadgroup") && k != begin) {
+        bool pointer = false;
+        for (size_t j = k; j < end && !t_.is(j, ";") && !t_.is(j, "=") && !pointer; ++j) pointer = t_.is(j, "*");
+        if (!pointer) {
+          fail(k, "a threadgroup variable declared inside a nested statement");
+          return;
+        }
+      }
+    }
+    if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "using") || t_.is(begin, "typedef") ||
+        t_.is(begin, "struct") || t_.is(begin, "class") || t_.is(begin, "enum") || t_.is(begin, "union") ||
+        (t_.is(begin, "threadgroup") && !has_pointer_declarator(begin, end))) {
+      // The group's own: constants, types, threadgroup memory (a local of the region function,
+      // which runs the whole group).
+      if (top) {
+        prologue_ += text(begin, end);
+      } else {
+        close_region();
+        body_ += text(begin, end);
+      }
+      if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "threadgroup"))
+        declare_group_names(begin, end);
+      return;
+    }
+    open_region();
+    if (!declaration(begin, end)) {
+      if (reason_.empty()) region_text(begin, end, &region_code_);
+      region_has_code_ = true;
+    }
+  }
+
+  bool has_pointer_declarator(size_t begin, size_t end) const {
+    for (size_t k = begin; k < end && !t_.is(k, "=") && !t_.is(k, "["); ++k)
+      if (t_.is(k, "*") || t_.is(k, "&")) return true;
+    return false;
+  }
+
+  void declare_group_names(size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX) {
+        k = t_.partner(k);
+        continue;
+      }
+      if (t_.identifier(k) && (t_.is(k + 1, "=") || t_.is(k + 1, ";") || t_.is(k + 1, "[") || t_.is(k + 1, "{") ||
+                               t_.is(k + 1, ","))) {
+        scopes_.back().push_back({t_.spell(k), "", false, false});
+      }
+    }
+  }
+
+  // `T a = x, b[4];` at a level with barriers: each name moves into the frame, and the
+  // statement becomes assignments. False when the statement is no declaration.
+  bool declaration(size_t begin, size_t end) {
+    // The type: identifiers, `::`, template arguments, `*`, `const`; then the first name.
+    size_t k = begin;
+    if (!t_.identifier(k) && !t_.is(k, "::")) return false;
+    static const std::set<std::string> kStatements = {"return", "if",    "for",   "while",  "do",    "switch",
+                                                      "break",  "continue", "case", "default", "else", "delete"};
+    if (kStatements.count(t_.spell(k))) return false;
+    size_t name = SIZE_MAX;
+    for (; k < end; ++k) {
+      if (t_.is(k, "<")) {
+        const size_t close = t_.closing_angle(k, end);
+        if (close == SIZE_MAX) return false;
+        k = close;
+        continue;
+      }
+      if (t_.identifier(k) || t_.is(k, "::") || t_.is(k, "*")) {
+        if (t_.identifier(k) && k > begin && (t_.is(k + 1, "=") || t_.is(k + 1, ";") || t_.is(k + 1, "[") ||
+                                              t_.is(k + 1, "{") || t_.is(k + 1, ",") || t_.is(k + 1, "("))) {
+          name = k;
+          break;
+        }
+        continue;
+      }
+      if (t_.is(k, "&") || t_.is(k, "&&")) {
+        if (k > begin && t_.identifier(k + 1) && (t_.is(k + 2, "=") || t_.is(k + 2, ";"))) {
+          fail(k, "a reference declared at a level with barriers");
+          return true;
+        }
+        return false;
+      }
+      return false;
+    }
+    if (name == SIZE_MAX) return false;
+    std::string type;
+    for (size_t j = begin; j < name; ++j) type += t_.spell(j) + " ";
+    if (t_.is(begin, "auto") || t_.is(begin + 1, "auto") || type.find("auto ") != std::string::npos) {
+      fail(begin, "an 'auto' declaration at a level with barriers");
+      return true;
+    }
+    const bool matrix = type.find("simdgroup_") != std::string::npos;
+    if (uniform_constant(begin, name, end)) return true;
+    // Declarators, split at top-level commas.
+    size_t part = name;
+    while (part < end && reason_.empty()) {
+      if (!t_.identifier(part)) {
+        fail(part, "cannot parse the declaration");
+        return true;
+      }
+      const std::string declared = t_.spell(part);
+      size_t j = part + 1;
+      std::string dimensions;
+      while (t_.is(j, "[") && t_.partner(j) != SIZE_MAX) {
+        dimensions += text(j, t_.partner(j) + 1);
+        j = t_.partner(j) + 1;
+      }
+      size_t stop = j;
+      while (stop < end && !t_.is(stop, ",") && !t_.is(stop, ";")) {
+        if ((t_.is(stop, "(") || t_.is(stop, "[") || t_.is(stop, "{")) && t_.partner(stop) != SIZE_MAX)
+          stop = t_.partner(stop);
+        // Template arguments of a call (`f<float, 8>(x)`) hold commas that split nothing.
+        if (t_.is(stop, "<") && t_.identifier(stop - 1)) {
+          const size_t close = t_.closing_angle(stop, end);
+          if (close != SIZE_MAX && (t_.is(close + 1, "(") || t_.is(close + 1, "::") || t_.is(close + 1, "{")))
+            stop = close;
+        }
+        ++stop;
+      }
+      const std::string member = "m" + std::to_string(next_member_++) + "_" + declared;
+      members_ += "std::remove_cv_t<" + type + "> " + member + dimensions + "; ";
+      region_code_ += "auto& " + declared + " = etm__frames[etm__index]." + member + "; (void)" + declared + "; ";
+      if (j < stop && !dimensions.empty()) {
+        // An array initialiser fills a local array of the same type, copied into the frame.
+        std::string initial;
+        region_text(t_.is(j, "=") ? j + 1 : j, stop, &initial);
+        region_code_ += "{ std::remove_cv_t<" + type + "> etm__initial" + dimensions + " = " + initial +
+                        "; __builtin_memcpy(static_cast<void*>(&" + declared +
+                        "), static_cast<const void*>(&etm__initial), sizeof(" + declared + ")); } ";
+        region_has_code_ = true;
+      } else if (j < stop) {
+        std::string value;
+        if (t_.is(j, "=")) {
+          region_text(j + 1, stop, &value);
+        } else {
+          region_text(j, stop, &value);
+          value = "std::remove_cv_t<" + type + ">" + value;
+        }
+        region_code_ += declared + " = " + value + "; ";
+        region_has_code_ = true;
+      }
+      scopes_.back().push_back({declared, member, true, matrix});
+      part = stop + 1;
+      if (t_.is(stop, ";")) break;
+    }
+    return true;
+  }
+
+  // `const T x = e;` where e names nothing per-thread: one value for the whole group, computed
+  // once where it stands (between the regions around it) and visible to all of them. This
+  // keeps loop bounds derived from parameters uniform (`const uint last = min(first + n, p.rows);`).
+  bool uniform_constant(size_t begin, size_t name, size_t end) {
+    bool top_level_const = false;
+    for (size_t k = begin; k < name; ++k) {
+      if (t_.is(k, "*") || t_.is(k, "&") || t_.is(k, "&&")) top_level_const = false;
+      if (t_.is(k, "const") || t_.is(k, "constant")) top_level_const = true;
+    }
+    // Under a predicated branch the value might be computed when no thread takes the branch.
+    if (!top_level_const || t_.is(begin, "threadgroup") || !masks_.empty()) return false;
+    static const std::set<std::string> kWrites = {"=",  "+=", "-=", "*=",  "/=",  "%=", "&=",
+                                                  "|=", "^=", "<<=", ">>=", "++", "--"};
+    bool initialised = false;
+    for (size_t k = name + 1; k < end; ++k) {
+      if (t_.is(k, "=") && !initialised) {
+        initialised = true;
+        continue;
+      }
+      if (t_.kind(k) == TokenKind::punctuator && kWrites.count(t_.spell(k))) return false;
+    }
+    if (!initialised || !uniform(name + 1, end) || range_synchronises(t_, name + 1, end, synchronising_)) return false;
+    close_region();
+    body_ += text(begin, end);
+    declare_group_names(name, end);
+    return true;
+  }
+
+  // simdgroup_load / store / multiply(_accumulate): once per simdgroup, on the lanes' frames.
+  void simdgroup_step(const std::string& name, size_t open, size_t end) {
+    const size_t close = t_.partner(open);
+    std::vector<std::pair<size_t, size_t>> arguments;
+    size_t start = open + 1;
+    for (size_t k = open + 1; k <= close; ++k) {
+      if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX && k != close) {
+        k = t_.partner(k);
+        continue;
+      }
+      if (t_.is(k, ",") || k == close) {
+        arguments.push_back({start, k});
+        start = k + 1;
+      }
+    }
+    size_t matrices = 1;
+    if (name == "simdgroup_multiply") matrices = 3;
+    if (name == "simdgroup_multiply_accumulate") matrices = 4;
+    if (arguments.size() < matrices) {
+      fail(open, name + " with too few arguments");
+      return;
+    }
+    for (size_t m = 0; m < matrices; ++m) {
+      const size_t position = name == "simdgroup_store" ? 0 : m;
+      const auto [first, last] = arguments[position];
+      const Name* n = t_.identifier(first) ? find(t_.spell(first)) : nullptr;
+      size_t k = first + 1;
+      while (t_.is(k, "[") && t_.partner(k) != SIZE_MAX) k = t_.partner(k) + 1;
+      if (!n || !n->per_thread || !n->matrix || k != last) {
+        fail(first, name + " on a matrix that is not a variable declared at a level with barriers");
+        return;
+      }
+    }
+    (void)end;
+    if (!masks_.empty()) {
+      fail(open, name + " under an if on per-thread values");
+      return;
+    }
+    close_region();
+    std::string call;
+    region_text(open + 1, close, &call);
+    body_ +=
+        "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) { const uint64_t etm__active = "
+        "etm_regions::active_lanes(etm__done, etm__base, etm__count); if (!etm__active) continue; const uint32_t "
+        "etm__index = etm__base + uint32_t(__builtin_ctzll(etm__active)); " +
+        thread_code_ + aliases() +
+        "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base, sizeof(etm__frame)}; "
+        "etm_regions::" +
+        name + "(etm__simdgroup, " + call + "); }";
+  }
+
+  const RegionKernelSource& s_;
+  Tokens t_;
+  const std::set<std::string>& synchronising_;
+  const std::set<std::string>& barrier_helpers_;
+  std::string reason_;
+  std::vector<std::vector<Name>> scopes_;
+  std::set<std::string> matrix_names_;
+  std::string members_;
+  std::string parameter_copies_;
+  std::string prologue_;
+  std::string body_;
+  std::string thread_code_;
+  bool region_open_ = false;
+  bool region_returns_ = false;
+  bool region_has_code_ = false;
+  unsigned region_id_ = 0;
+  unsigned next_region_ = 0;
+  unsigned next_member_ = 0;
+  std::string region_code_;
+  std::string region_reset_;  // runs for every thread of a region loop, before the skip
+  std::string sites_;         // the collectives' lane arrays and the predicate masks
+  std::vector<std::string> masks_;
+  std::map<size_t, std::pair<size_t, std::string>> replacements_;  // token -> (end, code)
+  unsigned next_site_ = 0;
+};
+
+}  // namespace
+
+bool is_per_thread_attribute(const std::string& attribute) {
+  static const std::set<std::string> kPerThread = {
+      "thread_position_in_grid",     "thread_position_in_threadgroup", "thread_index_in_threadgroup",
+      "thread_index_in_simdgroup",   "simdgroup_index_in_threadgroup", "thread_index_in_quadgroup",
+      "quadgroup_index_in_threadgroup"};
+  return kPerThread.count(attribute) != 0;
+}
+
+SynchronisingFunctions synchronising_functions(const std::string& text, const std::vector<Token>& tokens,
+                                               const std::vector<size_t>& partner) {
+  const Tokens t(text, tokens, partner);
+  struct Function {
+    std::string name;
+    size_t begin, end;
+    bool no_parameters;
+  };
+  std::vector<Function> functions;
+  for (size_t i = 1; i < t.size(); ++i) {
+    if (!t.is(i, "(") || !t.identifier(i - 1) || t.partner(i) == SIZE_MAX) continue;
+    const std::string name = t.spell(i - 1);
+    if (is_keyword(name)) continue;
+    size_t j = t.partner(i) + 1;
+    while (t.is(j, "const") || t.is(j, "noexcept") || t.is(j, "thread") || t.is(j, "device") ||
+           t.is(j, "threadgroup") || t.is(j, "constant"))
+      ++j;
+    if (t.is(j, "{") && t.partner(j) != SIZE_MAX)
+      functions.push_back(
+          {name, j + 1, t.partner(j), t.partner(i) == i + 1 || (t.is(i + 1, "void") && t.partner(i) == i + 2)});
+  }
+  SynchronisingFunctions found;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Function& f : functions) {
+      if (found.all.count(f.name)) continue;
+      if (range_synchronises(t, f.begin, f.end, found.all)) {
+        found.all.insert(f.name);
+        grew = true;
+      }
+    }
+  }
+  // Overloads share a name: a name is a barrier helper only when every definition is one.
+  std::set<std::string> other;
+  for (const Function& f : functions) {
+    bool barriers = f.no_parameters && f.end > f.begin;
+    for (size_t k = f.begin; k < f.end && barriers;) {
+      size_t call = k;
+      if (t.is(call, "metal") && t.is(call + 1, "::")) call += 2;
+      barriers = t.is(call, "threadgroup_barrier") && t.is(call + 1, "(") && t.partner(call + 1) != SIZE_MAX &&
+                 t.is(t.partner(call + 1) + 1, ";");
+      if (barriers) k = t.partner(call + 1) + 2;
+    }
+    (barriers ? found.barriers_only : other).insert(f.name);
+  }
+  for (const std::string& name : other) found.barriers_only.erase(name);
+  return found;
+}
+
+bool barrier_region_function(const RegionKernelSource& source, const SynchronisingFunctions& synchronising,
+                             std::string* code, std::string* reason) {
+  return RegionWriter(source, synchronising).run(code, reason);
+}
+
+}  // namespace etm::device::cpu

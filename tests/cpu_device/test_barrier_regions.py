@@ -1,0 +1,202 @@
+"""Barrier regions (msl_barrier_regions.cpp): kernels with barriers, simd_* collectives and
+simdgroup matrices run a whole threadgroup per call instead of one fiber per thread. Each
+kernel runs on every path it has (ETMETAL_CPU_EXECUTION=regions, =fibers) and is checked
+against numpy; which path a kernel takes, and why, is in the ETMETAL_LOG=debug output."""
+
+import numpy as np
+import pytest
+
+from cpu_device_testing import device_array
+from etmetal_py.tensors import Tensor
+
+PATHS = ["regions", "fibers"]
+
+SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+// C = A (M x K) * B (K x N) by 32x32 blocks: barriers around threadgroup tiles inside a K loop,
+// per-thread pointers and values live across them, simdgroup matrices accumulating.
+kernel void tiled_gemm(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+                       device float* c [[buffer(2)]], constant uint3& mnk [[buffer(3)]],
+                       uint2 group [[threadgroup_position_in_grid]],
+                       uint t [[thread_index_in_threadgroup]], uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float a_tile[32 * 8];
+  threadgroup float b_tile[8 * 32], results[32 * 32];
+  const uint row0 = group.y * 32, column0 = group.x * 32;
+  const uint sr = (simdgroup / 2) * 16, sc = (simdgroup % 2) * 16;
+  simdgroup_float8x8 acc[2][2];
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0; k0 < mnk.z; k0 += 8) {
+    for (uint i = t; i < 32 * 8; i += 128) {
+      const uint row = row0 + i / 8, k = k0 + i % 8;
+      a_tile[i] = row < mnk.x && k < mnk.z ? a[row * mnk.z + k] : 0.0f;
+      const uint kb = k0 + i / 32, column = column0 + i % 32;
+      b_tile[i] = kb < mnk.z && column < mnk.y ? b[kb * mnk.y + column] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    simdgroup_float8x8 left[2], right[2];
+    for (uint i = 0; i < 2; ++i) simdgroup_load(left[i], a_tile, 8, ulong2(0, sr + 8 * i));
+    for (uint j = 0; j < 2; ++j) simdgroup_load(right[j], b_tile, 32, ulong2(sc + 8 * j, 0));
+    for (uint i = 0; i < 2; ++i)
+      for (uint j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], left[i], right[j], acc[i][j]);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 2; ++j) simdgroup_store(acc[i][j], results, 32, ulong2(sc + 8 * j, sr + 8 * i));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = t; i < 32 * 32; i += 128) {
+    const uint row = row0 + i / 32, column = column0 + i % 32;
+    if (row < mnk.x && column < mnk.y) c[row * mnk.y + column] = results[i];
+  }
+}
+
+// Per group of up to 256: threads past n return first; the others reduce in threadgroup
+// memory (a changed pointer parameter, a value kept across barriers), then by simd_sum
+// and shuffles in a uniform loop, with collectives under ifs on per-thread values.
+kernel void reduce_rows(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                        constant uint& n [[buffer(2)]],
+                        uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                        uint group [[threadgroup_position_in_grid]], uint size [[threads_per_threadgroup]]) {
+  threadgroup float partial[8];
+  if (gid >= n) return;
+  in += group * 256;
+  const float x = in[lid];
+  float shuffled = x;
+  for (ushort offset = 16; offset > 0; offset /= 2) shuffled += simd_shuffle_down(shuffled, offset);
+  const float s = simd_sum(x);
+  if (lane == 0) partial[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float odd_even;
+  if (lane % 2 == 0) {
+    odd_even = simd_sum(x);
+  } else {
+    odd_even = -simd_max(x);
+  }
+  if (sg == 0) {
+    const uint live = min(size, n - group * 256);
+    const float total = simd_sum(lane < (live + 31) / 32 ? partial[lane] : 0.0f);
+    if (lane == 0) out[group * 4] = total;
+  }
+  if (lid == 0) {
+    out[group * 4 + 1] = s;
+    out[group * 4 + 2] = shuffled;
+    out[group * 4 + 3] = odd_even + x;
+  }
+}
+
+// A per-thread array live across a barrier, too large for the region form's frames: those
+// groups run on fibers.
+kernel void big_frames(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                       uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[1024];
+  float scratch[512];
+  for (uint i = 0; i < 512; ++i) scratch[i] = in[gid] * float(i);
+  shared[lid] = scratch[511];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[gid] = shared[lid ^ 1] + scratch[1];
+}
+
+// A barrier in a loop whose trip count is a per-thread variable: Metal requires it to be the
+// same for all threads, so the region form reads it in the first live thread's frame.
+kernel void rotate_rounds(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                           uint size [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  const uint rounds = size / 32 + lid * 0;
+  shared[lid] = float(lid);
+  for (uint r = 0; r < rounds; ++r) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const float next = shared[(lid + 1) % size];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    shared[lid] = next;
+  }
+  out[lid] = shared[lid];
+}
+
+// A barrier under an if on a per-thread value (taken by every thread here): fibers.
+kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                            uint size [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = float(lid);
+  if (lid < 1000) threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[lid] = shared[(lid + 1) % size];
+}
+"""
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    monkeypatch.setenv("ETMETAL_CPU_EXECUTION", request.param)
+    return request.param
+
+
+def test_tiled_simdgroup_matrix_gemm(msl, path):
+    kernel = msl(SOURCE).kernel("tiled_gemm")
+    m, n, k = 70, 45, 37  # partial blocks and a partial last K step
+    rng = np.random.default_rng(5)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = (rng.integers(-4, 5, (k, n)) * 0.5).astype(np.float32)
+    c = Tensor.empty([m * n])
+    mnk = device_array(np.array([m, n, k, 0], np.uint32))
+    groups = (-(-n // 32), -(-m // 32))
+    kernel.run({0: device_array(a.ravel()), 1: device_array(b.ravel()), 2: c, 3: mnk},
+               (groups[0] * 128, groups[1]), (128, 1))
+    np.testing.assert_array_equal(c.numpy().reshape(m, n), a @ b)
+
+
+def test_returns_collectives_and_predicated_branches(msl, path):
+    kernel = msl(SOURCE).kernel("reduce_rows")
+    n = 256 * 3 + 77  # the last group: 77 live threads of 96 launched (three simdgroups)
+    groups = 4
+    x = np.random.default_rng(6).integers(-20, 20, groups * 256).astype(np.float32)
+    out = Tensor.empty([groups * 4])
+    out.write(np.full(groups * 4, -1.0, np.float32))
+    count = device_array(np.array([n], np.uint32))
+    kernel.run({0: device_array(x), 1: out, 2: count}, 256 * 3 + 96, 256)
+    got = out.numpy().reshape(groups, 4)
+    for g in range(groups):
+        live = min(256, n - g * 256)
+        rows = x[g * 256:g * 256 + live]
+        first = rows[:min(32, live)]
+        assert got[g, 0] == rows.sum()
+        assert got[g, 1] == first.sum()
+        assert got[g, 2] == first.sum()  # the shuffle-down tree leaves the sum in lane 0
+        assert got[g, 3] == first[0::2].sum() + first[0]
+
+
+def test_frames_too_large_for_the_region_form_run_on_fibers(msl, path):
+    kernel = msl(SOURCE).kernel("big_frames")
+    x = np.arange(1024 * 2, dtype=np.float32)
+    out = Tensor.empty([x.size])
+    kernel.run({0: device_array(x), 1: out}, x.size, 1024)
+    partner = np.arange(x.size) ^ 1
+    np.testing.assert_array_equal(out.numpy(), x[partner] * 511 + x)
+
+
+def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    library = msl(SOURCE)
+    library.kernel("tiled_gemm")
+    library.kernel("rotate_rounds")
+    library.kernel("guarded_barrier")
+    err = capfd.readouterr().err
+    assert "kernel 'tiled_gemm' runs as barrier regions" in err
+    assert "kernel 'rotate_rounds' runs as barrier regions" in err
+    assert "kernel 'guarded_barrier' runs as fibers: line" in err
+    assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
+
+
+def test_loop_bound_from_a_per_thread_variable(msl, path):
+    kernel = msl(SOURCE).kernel("rotate_rounds")
+    out = Tensor.empty([64])
+    kernel.run({0: out}, 64, 64)
+    np.testing.assert_array_equal(out.numpy(), (np.arange(64) + 2) % 64)
+
+
+def test_a_kernel_the_region_form_declines_still_runs(msl, path):
+    kernel = msl(SOURCE).kernel("guarded_barrier")
+    out = Tensor.empty([48])
+    kernel.run({0: out}, 48, 48)
+    np.testing.assert_array_equal(out.numpy(), (np.arange(48) + 1) % 48)
