@@ -110,6 +110,10 @@ class _AttributePatcher:
                 setattr(owner, name, previous)
 
 
+# The attribute of a fake "mps" constant that holds its real CPU value.
+REAL_VALUE_ATTR = "_etmetal_real_value"
+
+
 class RealConstants:
     """Real CPU values of the fake "mps" constants of one program, by graph attribute name."""
 
@@ -243,6 +247,8 @@ def _patch_constant_values(patcher: _AttributePatcher, real: RealConstants) -> N
         value = original_value_of(self, name)
         if serializing.is_set() and _is_fake(value):
             replacement = real.lookup(self.allocated_constant_name.get(name))
+            if replacement is None:
+                replacement = getattr(value, REAL_VALUE_ATTR, None)
             if replacement is None:
                 raise RuntimeError(
                     f"etmetal: no real value for constant {name!r} "

@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._compat import check_torch_version, mps_available, quiet_treespec_deprecation
+from ._compat import REAL_VALUE_ATTR, check_torch_version, mps_available, quiet_treespec_deprecation
 from ._mps_guard import ensure_mps_device_guard
 
 # Fake tensors report the indexed device; graph arguments must say the same.
@@ -147,7 +147,11 @@ def move_program_to_mps(ep: ExportedProgram) -> ExportedProgram:
             else:
                 real = _standalone_copy(value)
                 real_constants[name] = real
-                ep._constants[name] = fake_on_mps(real)
+                moved = fake_on_mps(real)
+                # A tensor constant created in forward() reaches Inductor under a name of its
+                # own (_tensor_constant0): the fake carries its real value along.
+                setattr(moved, REAL_VALUE_ATTR, real)
+                ep._constants[name] = moved
         if ep.example_inputs is not None:
             ep._example_inputs = pytree.tree_map_only(torch.Tensor, move_value, ep.example_inputs)
         for module in ep.graph_module.modules():

@@ -17,10 +17,12 @@ from torch.export import Dim
 
 class PointwiseChain(nn.Module):
     """A chain of pointwise ops, with outputs of four dtypes (the bool and int ones computed
-    exactly in any floating-point precision)."""
+    exactly in any floating-point precision), and a tensor constant created in forward (export
+    lifts it; Inductor serializes it under a name of its own)."""
 
     def forward(self, x: torch.Tensor, y: torch.Tensor):
         z = torch.sigmoid(x * 2.0 + y) * torch.tanh(y) - x.abs().sqrt()
+        z = z * torch.tensor([0.5, 1.0, 1.5]).to(z.dtype).repeat(11)
         z = torch.where(z > 0, z.exp(), z * 0.5).clamp(-3.0, 3.0)
         return z, y > x, (x * 4).floor().to(torch.int32), (z + 1).to(torch.float16)
 
