@@ -91,10 +91,11 @@ def test_a_model_binds_to_libetmetal_even_when_another_library_provides_the_abi(
     # The provider stays in the global scope for the rest of its process: run in a child, so
     # that later tests do not resolve aoti_torch_dtype_float32 to it.
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import sys, pathlib; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import test_loader; "
-            "test_loader.check_binding_beside_another_provider(pathlib.Path(sys.argv[3]))")
-    result = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(os.path.dirname(here)),
-                             str(tmp_path)], capture_output=True, text=True, timeout=300)
+    tests = os.path.dirname(here)
+    code = ("import sys, pathlib; sys.path[:0] = sys.argv[1:4]; import test_loader; "
+            "test_loader.check_binding_beside_another_provider(pathlib.Path(sys.argv[4]))")
+    result = subprocess.run([sys.executable, "-c", code, here, tests, os.path.dirname(tests), str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
