@@ -303,6 +303,7 @@ struct TopkParams {
   long indices_stride;
   uint outer_sizes[kMaxDims];
   uint outer_dims;
+  uint length;                  // elements per line of the input
   uint lines;
   uint k;
   uint largest;

@@ -15,7 +15,6 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "sort.metal";
-constexpr int kMaxDims = 8;
 // Must match the constants and tile sizes of shaders/sort.metal.
 constexpr uint32_t kSortTile = 2048;      // elements a threadgroup sorts before merging
 constexpr uint32_t kLongSortTile = 1024;  // the same, for int64 (64-bit keys)
@@ -27,15 +26,7 @@ constexpr uint32_t kTopkGroup = 256;  // threads per threadgroup
 
 // Must match SortParams in shaders/sort.metal.
 struct SortParams {
-  int64_t input_outer[kMaxDims];
-  int64_t values_outer[kMaxDims];
-  int64_t indices_outer[kMaxDims];
-  int64_t input_stride;
-  int64_t values_stride;
-  int64_t indices_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
-  uint32_t length;
+  LineLayout layout;
   uint32_t lines;
   uint32_t width;
   uint32_t count;
@@ -51,7 +42,6 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   ETM_REQUIRE(type_name, op, ": dtype ", dtype_name(self.dtype), " is not supported");
   const int64_t n = self.dim();
   dim = wrap_dim(op, dim, n);
-  ETM_REQUIRE(n <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
   const int64_t length = n == 0 ? 1 : self.sizes[dim];
   ETM_REQUIRE(count >= 0 && count <= length, op, ": k = ", count, " is out of range for ", length,
               " elements along dim ", dim);
@@ -65,18 +55,8 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
 
   SortParams p{};
-  int64_t lines;
-  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
-                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
-                                  {out_strides, p.indices_outer}},
-                                 p.outer_sizes, lines);
-  if (n > 0) {
-    p.input_stride = self.strides[dim];
-    p.values_stride = out_strides[dim];
-    p.indices_stride = out_strides[dim];
-  }
-  if (lines == 0 || length == 0) return result;
-  p.length = checked_u32(op, length, "length");
+  const int64_t lines = lay_out_lines(op, self, dim, out_strides, p.layout);
+  if (lines == 0) return result;
   p.lines = checked_u32(op, lines, "number of lines");
   checked_u32(op, lines * length, "element count");
   p.count = static_cast<uint32_t>(count);
@@ -90,7 +70,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   const uint32_t tile = is_long ? kLongSortTile : kSortTile;
   // kTileRun elements a thread; the threads' share of a tile must be a power of two.
   uint32_t group = 1;
-  while (group * kTileRun < std::min(p.length, tile)) group *= 2;
+  while (group * kTileRun < std::min(p.layout.length, tile)) group *= 2;
   ETM_REQUIRE(group <= tiles_kernel.max_threads_per_group(), op, ": the device allows only ",
               tiles_kernel.max_threads_per_group(), " threads per threadgroup (", group, " needed)");
   const uint64_t tiles = (static_cast<uint64_t>(length) + tile - 1) / tile;
@@ -131,14 +111,7 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
 
 // Must match TopkParams in shaders/sort.metal.
 struct TopkParams {
-  int64_t input_outer[kMaxDims];
-  int64_t values_outer[kMaxDims];
-  int64_t indices_outer[kMaxDims];
-  int64_t input_stride;
-  int64_t values_stride;
-  int64_t indices_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
+  LineLayout layout;
   uint32_t lines;
   uint32_t k;
   uint32_t largest;
@@ -166,18 +139,9 @@ SortOutputs topk_by_selection(const Tensor& self, const char* type_name, int64_t
   result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
 
   TopkParams p{};
-  int64_t lines;
-  p.outer_dims = pack_outer_dims(op, self.sizes, dim,
-                                 {{self.strides, p.input_outer}, {out_strides, p.values_outer},
-                                  {out_strides, p.indices_outer}},
-                                 p.outer_sizes, lines);
+  const int64_t lines = lay_out_lines(op, self, dim, out_strides, p.layout);
   if (lines == 0) return result;
-  if (n > 0) {
-    p.input_stride = self.strides[dim];
-    p.values_stride = out_strides[dim];
-    p.indices_stride = out_strides[dim];
-  }
-  const int64_t length = n == 0 ? 1 : self.sizes[dim];
+  const int64_t length = p.layout.length;
   p.lines = checked_u32(op, lines, "number of lines");
   p.k = static_cast<uint32_t>(k);
   p.largest = largest ? 1 : 0;
