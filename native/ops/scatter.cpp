@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kShaderFile = "indexing.metal";
 constexpr int kMaxDims = 9;
 
-// Must match ScatterParams in shaders/scatter.metal.
+// Must match ScatterParams in shaders/indexing.metal.
 struct ScatterParams {
   int64_t out_strides[kMaxDims];
   int64_t index_strides[kMaxDims];

@@ -34,6 +34,18 @@ struct SortParams {
 };
 static_assert(sizeof(SortParams) == 272, "SortParams must match the MSL layout");
 
+// Contiguous values and int64 indices shaped like self with `count` elements along dim.
+SortOutputs empty_outputs(const Tensor& self, int64_t dim, int64_t count) {
+  std::vector<int64_t> sizes = self.sizes;
+  if (!sizes.empty()) sizes[dim] = count;
+  const std::vector<int64_t> strides = contiguous_strides(sizes);
+  Runtime& runtime = Runtime::get();
+  SortOutputs outputs;
+  outputs.values = runtime.empty_tensor(sizes, strides, self.dtype);
+  outputs.indices = runtime.empty_tensor(sizes, strides, static_cast<int32_t>(DType::int64));
+  return outputs;
+}
+
 // Sorts every line of `self` along `dim` and keeps the first `count` elements of each.
 SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool descending,
                        int64_t count) {
@@ -46,16 +58,11 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   ETM_REQUIRE(count >= 0 && count <= length, op, ": k = ", count, " is out of range for ", length,
               " elements along dim ", dim);
 
-  std::vector<int64_t> out_sizes = self.sizes;
-  if (n > 0) out_sizes[dim] = count;
-  const std::vector<int64_t> out_strides = contiguous_strides(out_sizes);
   Runtime& runtime = Runtime::get();
-  SortOutputs result;
-  result.values = runtime.empty_tensor(out_sizes, out_strides, self.dtype);
-  result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
+  SortOutputs result = empty_outputs(self, dim, count);
 
   SortParams p{};
-  const int64_t lines = lay_out_lines(op, self, dim, out_strides, p.layout);
+  const int64_t lines = lay_out_lines(op, self, dim, result.values->strides, p.layout);
   if (lines == 0) return result;
   p.lines = checked_u32(op, lines, "number of lines");
   checked_u32(op, lines * length, "element count");
@@ -129,17 +136,11 @@ static_assert(sizeof(TopkParams) == 288, "TopkParams must match the MSL layout")
 SortOutputs topk_by_selection(const Tensor& self, const char* type_name, int64_t k, int64_t dim,
                               bool largest) {
   constexpr const char* op = "topk";
-  const int64_t n = self.dim();
-  std::vector<int64_t> out_sizes = self.sizes;
-  if (n > 0) out_sizes[dim] = k;
-  const std::vector<int64_t> out_strides = contiguous_strides(out_sizes);
   Runtime& runtime = Runtime::get();
-  SortOutputs result;
-  result.values = runtime.empty_tensor(out_sizes, out_strides, self.dtype);
-  result.indices = runtime.empty_tensor(out_sizes, out_strides, static_cast<int32_t>(DType::int64));
+  SortOutputs result = empty_outputs(self, dim, k);
 
   TopkParams p{};
-  const int64_t lines = lay_out_lines(op, self, dim, out_strides, p.layout);
+  const int64_t lines = lay_out_lines(op, self, dim, result.values->strides, p.layout);
   if (lines == 0) return result;
   const int64_t length = p.layout.length;
   p.lines = checked_u32(op, lines, "number of lines");
