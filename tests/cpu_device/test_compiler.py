@@ -270,7 +270,8 @@ def test_kernels_resolve_lane_calls_when_libetmetal_is_loaded_locally(child_setu
 def test_cache_limit_evicts_least_recently_used_entries(child_setup):
     """ETMETAL_CACHE_MAX_MB: over the limit, the oldest-used entries go first (an object with
     its kept source, a record, an old header folder, each whole); temporaries older than any
-    compile go; 0 means no limit."""
+    compile go; 0 means no limit; processes starting within the hour of the last maintenance
+    skip it."""
     tmp_path, env, _ = child_setup
     cache = tmp_path / "cache" / "cpu"
     now = time.time()
@@ -299,6 +300,12 @@ def test_cache_limit_evicts_least_recently_used_entries(child_setup):
     finish(start_child(tmp_path, dict(env, ETMETAL_CACHE_MAX_MB="0"), 1))
     assert all(present(name) for name in entries)
     assert not stale.exists() and in_progress.exists()
+
+    # Start-up maintenance walks the whole cache: once an hour among the processes sharing it.
+    finish(start_child(tmp_path, dict(env, ETMETAL_CACHE_MAX_MB="1"), 2))
+    assert all(present(name) for name in entries)
+    marker = cache / "maintained"
+    os.utime(marker, (now - 2 * 3600, now - 2 * 3600))
 
     finish(start_child(tmp_path, dict(env, ETMETAL_CACHE_MAX_MB="1"), 2))
     kept = [present(name) for name in entries]

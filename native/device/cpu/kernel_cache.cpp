@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <system_error>
 #include <vector>
@@ -75,6 +76,20 @@ uint64_t folder_bytes(const fs::path& folder) {
 
 void mark_cache_entry_used(const std::string& path) {
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+}
+
+bool claim_cache_maintenance(const std::string& cache_directory, double period_seconds) {
+  const fs::path marker = fs::path(cache_directory) / "maintained";
+  std::error_code error;
+  const fs::file_time_type last = fs::last_write_time(marker, error);
+  if (!error && last > fs::file_time_type::clock::now() -
+                           std::chrono::duration_cast<fs::file_time_type::duration>(
+                               std::chrono::duration<double>(period_seconds))) {
+    return false;
+  }
+  std::ofstream(marker, std::ios::app);  // creates it when missing
+  mark_cache_entry_used(marker.string());
+  return true;
 }
 
 size_t remove_stale_cache_temporaries(const std::string& cache_directory, double max_age_seconds) {

@@ -16,6 +16,11 @@ namespace etm::device::cpu {
 // Records that the cache entry at `path` was used now.
 void mark_cache_entry_used(const std::string& path);
 
+// True for the first caller in `period_seconds` among all processes sharing the cache (a
+// marker file's modification time records the last one): start-up maintenance walks the whole
+// cache, which need not happen on every process start.
+bool claim_cache_maintenance(const std::string& cache_directory, double period_seconds);
+
 // Removes files in <cache>/tmp older than `max_age_seconds`: the leftovers of compilers and
 // processes killed mid-write. Returns how many were removed.
 size_t remove_stale_cache_temporaries(const std::string& cache_directory, double max_age_seconds);

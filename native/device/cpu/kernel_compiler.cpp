@@ -433,10 +433,12 @@ Status KernelCompiler::initialize() {
   status = settings::read_integer("ETMETAL_CACHE_MAX_MB", &max_megabytes);
   if (!status.ok()) return status;
   cache_max_bytes_ = uint64_t(max_megabytes) << 20;
-  // A compile killed with its process leaves its temporaries; none lives longer than a compile.
-  remove_stale_cache_temporaries(cache_directory_, std::max(3600.0, 2 * compile_timeout_seconds()));
   mark_cache_entry_used(header_directory_ + "/complete");
-  enforce_cache_limit();
+  if (claim_cache_maintenance(cache_directory_, 3600.0)) {
+    // A compile killed with its process leaves its temporaries; none lives longer than a compile.
+    remove_stale_cache_temporaries(cache_directory_, std::max(3600.0, 2 * compile_timeout_seconds()));
+    enforce_cache_limit();
+  }
 
   flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
