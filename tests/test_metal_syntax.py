@@ -31,7 +31,7 @@ CLANG = shutil.which("clang")
 requires_clang = pytest.mark.skipif(
     CLANG is None, reason="clang is not installed (apt-get install clang); .ci/run installs it")
 
-SDK_VERSIONS = {"macOS 15 SDK": 150000, "macOS 14 SDK": 140000}
+SDK_VERSIONS = {"macOS 26 SDK": 260000, "macOS 15 SDK": 150000, "macOS 14 SDK": 140000}
 OBJCXX = ["-x", "objective-c++", "-fobjc-arc", "-fblocks", "-std=c++17"]
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 
@@ -510,61 +510,43 @@ def test_builtin_fill_handles_unaligned_ranges(builtin_kernels):
 
 
 # ----------------------------------------------------------------------------------------
-# The Metal device run against a fake Metal (tests/metal_stubs/fake/): its logic on Linux,
-# with the GNUstep Objective-C runtime (libobjc2, which has ARC and blocks), where one is
-# installed. Debian's libobjc (GCC's runtime) has no ARC; build libobjc2 from
-# github.com/gnustep/libobjc2 with cmake and point ETMETAL_LIBOBJC2 at its install prefix.
+# The Metal device run against a fake Metal (tests/metal_stubs/fake/): its logic on Linux.
+# Objective-C needs a runtime; Linux distributions ship none with ARC, so the fake brings a
+# small one (objc_runtime.cpp) for the GNUstep 2.0 ABI, with message sends compiled as
+# lookup-then-call ("legacy" dispatch) so that it needs no assembly.
 
 FAKE = STUBS / "fake"
 FAKE_SCENARIOS = ["device_properties", "buffers", "no_copy", "compile_options", "libraries",
-                  "dispatches", "blits", "encoding_errors", "gpu_failure", "lifetimes",
-                  "completion"]
-
-
-def find_libobjc2():
-    candidates = [os.environ.get("ETMETAL_LIBOBJC2", ""), "/usr/local", "/usr"]
-    for prefix in filter(None, candidates):
-        prefix = Path(prefix)
-        # objc-arc.h is libobjc2's; GCC's libobjc has no ARC.
-        if (prefix / "include" / "objc" / "objc-arc.h").exists():
-            for lib in ("lib", "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"):
-                if list((prefix / lib).glob("libobjc.so*")):
-                    return prefix, prefix / lib
-    return None
+                  "function_constants", "dispatches", "blits", "encoding_errors",
+                  "gpu_failure", "lifetimes", "completion"]
 
 
 @pytest.fixture(scope="module")
 def fake_device_binary(tmp_path_factory):
     if CLANG is None:
         pytest.skip("clang is not installed")
-    found = find_libobjc2()
-    if found is None:
-        pytest.skip("libobjc2 (GNUstep Objective-C runtime with ARC) not found; set "
-                    "ETMETAL_LIBOBJC2 to its install prefix")
-    _, library_dir = found
     clangxx = shutil.which("clang++") or CLANG
     directory = tmp_path_factory.mktemp("fake_metal")
-    objc = ["-x", "objective-c++", "-fobjc-runtime=gnustep-2.0", "-fblocks", "-std=c++17",
-            "-Wall", "-Wextra", "-Werror", "-isystem", str(STUBS), "-I", str(NATIVE), "-I",
-            str(FAKE)]
+    cxx = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE), "-I", str(FAKE)]
+    objc = ["-x", "objective-c++", "-fobjc-runtime=gnustep-2.0", "-Xclang",
+            "-fobjc-dispatch-method=legacy", "-fblocks", "-DETM_STUB_SDK_VERSION=260000",
+            "-isystem", str(STUBS), *cxx]
     units = [
         (FAKE / "fake_foundation_root.mm", [*objc, "-fno-objc-arc"]),
         (FAKE / "fake_metal.mm", [*objc, "-fobjc-arc"]),
         (DEVICE_SOURCE, [*objc, "-fobjc-arc"]),
-        (FAKE / "device_scenarios.cpp",
-         ["-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE), "-I",
-          str(FAKE)]),
+        (FAKE / "device_scenarios.cpp", ["-x", "c++", *cxx]),
+        (FAKE / "objc_runtime.cpp", ["-x", "c++", *cxx]),
     ]
     objects = []
     for source, flags in units:
         target = directory / (source.stem + ".o")
-        result = subprocess.run([clangxx, "-c", *flags, str(source), "-o", str(target)],
+        result = subprocess.run([clangxx, "-c", "-g", *flags, str(source), "-o", str(target)],
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         objects.append(str(target))
     binary = directory / "device_scenarios"
-    result = subprocess.run([clangxx, *objects, f"-L{library_dir}", "-lobjc",
-                             f"-Wl,-rpath,{library_dir}", "-pthread", "-o", str(binary)],
+    result = subprocess.run([clangxx, *objects, "-pthread", "-o", str(binary)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return binary

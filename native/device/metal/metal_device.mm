@@ -36,6 +36,11 @@
 #else
 #define ETM_METAL_SDK_HAS_MACOS_15 0
 #endif
+#if defined(__MAC_OS_X_VERSION_MAX_ALLOWED) && __MAC_OS_X_VERSION_MAX_ALLOWED >= 260000
+#define ETM_METAL_SDK_HAS_MACOS_26 1
+#else
+#define ETM_METAL_SDK_HAS_MACOS_26 0
+#endif
 
 #define ETM_NEEDS_MACOS_14 API_AVAILABLE(macos(14.0))
 
@@ -376,8 +381,12 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
   const size_t max_threadgroup_memory_length;
 
  private:
-  // MSL 3.2 where the OS has it (PyTorch's c10 headers use its lambdas), else 3.1.
+  // The newest MSL the OS has, as PyTorch chooses: 4.0 on macOS 26, 3.2 on macOS 15 (the c10
+  // headers use its lambdas), else 3.1.
   static MTLLanguageVersion language_version() {
+#if ETM_METAL_SDK_HAS_MACOS_26
+    if (@available(macOS 26.0, *)) return MTLLanguageVersion4_0;
+#endif
 #if ETM_METAL_SDK_HAS_MACOS_15
     if (@available(macOS 15.0, *)) return MTLLanguageVersion3_2;
 #endif

@@ -137,6 +137,9 @@ typedef NS_ENUM(NSUInteger, MTLLanguageVersion){
 #if ETM_STUB_SDK_VERSION >= 150000
     MTLLanguageVersion3_2 API_AVAILABLE(macos(15.0)) = (3 << 16) + 2,
 #endif
+#if ETM_STUB_SDK_VERSION >= 260000
+    MTLLanguageVersion4_0 API_AVAILABLE(macos(26.0)) = (4 << 16) + 0,
+#endif
 };
 
 #if ETM_STUB_SDK_VERSION >= 150000

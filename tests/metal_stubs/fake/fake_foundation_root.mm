@@ -1,10 +1,9 @@
 // The root class and the constant-string class of the fake Foundation, for running
-// native/device/metal/ on Linux with the GNUstep Objective-C runtime (libobjc2); see
+// native/device/metal/ on Linux with objc_runtime.cpp (the GNUstep 2.0 ABI); see
 // fake_metal.mm. Compiled without ARC: a root class allocates and frees objects itself.
 #import <Foundation/Foundation.h>
 
-// From libobjc2's runtime; declared here because its headers define BOOL differently from
-// the stub SDK.
+// From the Objective-C runtime (objc_runtime.cpp).
 extern "C" id class_createInstance(Class cls, size_t extra_bytes);
 extern "C" id object_dispose(id object);
 

@@ -1,5 +1,5 @@
-// A fake Metal.framework and Foundation for running native/device/metal/ on Linux (GNUstep
-// Objective-C runtime, libobjc2): the classes and protocols of the stub headers implemented
+// A fake Metal.framework and Foundation for running native/device/metal/ on Linux (with
+// objc_runtime.cpp, the GNUstep 2.0 ABI): the classes and protocols of the stub headers implemented
 // on the CPU, with the checks real Metal makes as validation assertions recorded as
 // violations instead. Command buffers execute on one worker thread per queue, in commit
 // order; kernels are a few known names run in C++:
@@ -215,9 +215,40 @@ static NSString* make_string(const std::string& text) {
   (void)key;
   return nil;
 }
+- (NSArray*)allValues {
+  return [[FakeArray alloc] initWithObjects:{}];
+}
 - (id)copyWithZone:(NSZone*)zone {
   (void)zone;
   return self;
+}
+@end
+
+// A dictionary keyed by strings, in insertion order.
+@interface FakeDictionary : NSDictionary
+- (instancetype)initWithEntries:(std::vector<std::pair<std::string, id>>)entries;
+@end
+
+@implementation FakeDictionary {
+  std::vector<std::pair<std::string, id>> entries_;
+}
+- (instancetype)initWithEntries:(std::vector<std::pair<std::string, id>>)entries {
+  entries_ = std::move(entries);
+  return self;
+}
+- (NSUInteger)count {
+  return entries_.size();
+}
+- (id)objectForKey:(id)key {
+  const std::string name = static_cast<NSString*>(key).UTF8String;
+  for (const auto& entry : entries_)
+    if (entry.first == name) return entry.second;
+  return nil;
+}
+- (NSArray*)allValues {
+  std::vector<id> values;
+  for (const auto& entry : entries_) values.push_back(entry.second);
+  return [[FakeArray alloc] initWithObjects:values];
 }
 @end
 
@@ -329,15 +360,90 @@ extern "C" NSErrorDomain const MTLCommandBufferErrorDomain = @"MTLCommandBufferE
 }
 @end
 
+// A `constant T name [[function_constant(index)]]` declaration of the library's source.
+struct DeclaredConstant {
+  std::string name;
+  MTLDataType type;
+  NSUInteger index;
+};
+
+@interface MTLFunctionConstant ()
+- (instancetype)initWithDeclaration:(const DeclaredConstant&)declaration;
+@end
+
+@implementation MTLFunctionConstant {
+  DeclaredConstant declaration_;
+}
+- (instancetype)initWithDeclaration:(const DeclaredConstant&)declaration {
+  declaration_ = declaration;
+  return self;
+}
+- (NSString*)name {
+  return make_string(declaration_.name);
+}
+- (MTLDataType)type {
+  return declaration_.type;
+}
+- (NSUInteger)index {
+  return declaration_.index;
+}
+- (BOOL)required {
+  return YES;
+}
+@end
+
+// Values by index, as "<type>:<little-endian hex bytes>".
+@interface MTLFunctionConstantValues ()
+@property(readonly) std::map<NSUInteger, std::string> values;
+@end
+
+@implementation MTLFunctionConstantValues {
+  std::map<NSUInteger, std::string> values_;
+}
+- (void)setConstantValue:(const void*)value type:(MTLDataType)type atIndex:(NSUInteger)index {
+  size_t size = 0;
+  switch (type) {
+    case MTLDataTypeBool: case MTLDataTypeChar: case MTLDataTypeUChar: size = 1; break;
+    case MTLDataTypeShort: case MTLDataTypeUShort: case MTLDataTypeHalf: case MTLDataTypeBFloat:
+      size = 2;
+      break;
+    case MTLDataTypeInt: case MTLDataTypeUInt: case MTLDataTypeFloat: size = 4; break;
+    case MTLDataTypeLong: case MTLDataTypeULong: size = 8; break;
+    default: violation("setConstantValue: unsupported MTLDataType " + std::to_string(type)); return;
+  }
+  std::string text = std::to_string(type) + ":";
+  for (size_t i = 0; i < size; ++i) {
+    char digits[3];
+    std::snprintf(digits, sizeof digits, "%02x", static_cast<const unsigned char*>(value)[i]);
+    text += digits;
+  }
+  values_[index] = text;
+}
+- (void)setConstantValue:(const void*)value type:(MTLDataType)type withName:(NSString*)name {
+  (void)value;
+  (void)type;
+  violation(std::string("setConstantValue:withName: ") + name.UTF8String + " is not modelled");
+}
+- (std::map<NSUInteger, std::string>)values {
+  return values_;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
 @interface FakeFunction : NSObject <MTLFunction>
-- (instancetype)initWithName:(NSString*)name;
+- (instancetype)initWithName:(NSString*)name constants:(std::vector<DeclaredConstant>)constants;
 @end
 
 @implementation FakeFunction {
   NSString* name_;
+  std::vector<DeclaredConstant> constants_;
 }
-- (instancetype)initWithName:(NSString*)name {
+- (instancetype)initWithName:(NSString*)name constants:(std::vector<DeclaredConstant>)constants {
   name_ = name;
+  constants_ = std::move(constants);
   return self;
 }
 - (MTLFunctionType)functionType {
@@ -346,23 +452,59 @@ extern "C" NSErrorDomain const MTLCommandBufferErrorDomain = @"MTLCommandBufferE
 - (NSString*)name {
   return name_;
 }
+- (NSDictionary<NSString*, MTLFunctionConstant*>*)functionConstantsDictionary {
+  std::vector<std::pair<std::string, id>> entries;
+  for (const DeclaredConstant& constant : constants_)
+    entries.emplace_back(constant.name, [[MTLFunctionConstant alloc] initWithDeclaration:constant]);
+  return [[FakeDictionary alloc] initWithEntries:entries];
+}
 @end
 
 @interface FakeLibrary : NSObject <MTLLibrary>
-- (instancetype)initWithNames:(std::vector<std::string>)names;
+- (instancetype)initWithNames:(std::vector<std::string>)names
+                    constants:(std::vector<DeclaredConstant>)constants;
 @end
 
+// Every function of a fake library sees all of the source's function constants.
 @implementation FakeLibrary {
   std::vector<std::string> names_;
+  std::vector<DeclaredConstant> constants_;
 }
-- (instancetype)initWithNames:(std::vector<std::string>)names {
+- (instancetype)initWithNames:(std::vector<std::string>)names
+                    constants:(std::vector<DeclaredConstant>)constants {
   names_ = std::move(names);
+  constants_ = std::move(constants);
   return self;
 }
 - (id<MTLFunction>)newFunctionWithName:(NSString*)functionName {
   for (const std::string& name : names_)
-    if (name == functionName.UTF8String) return [[FakeFunction alloc] initWithName:functionName];
+    if (name == functionName.UTF8String)
+      return [[FakeFunction alloc] initWithName:functionName constants:constants_];
   return nil;
+}
+// Logs "specialize <name> <index>=<type>:<bytes> ..."; a constant left unset fails, as
+// Metal fails for a required constant.
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName
+                        constantValues:(MTLFunctionConstantValues*)constantValues
+                                 error:(NSError**)error {
+  id<MTLFunction> function = [self newFunctionWithName:functionName];
+  if (function == nil) return nil;
+  const std::map<NSUInteger, std::string> values = constantValues.values;
+  std::string entry = std::string("specialize ") + functionName.UTF8String;
+  for (const DeclaredConstant& constant : constants_) {
+    auto found = values.find(constant.index);
+    if (found == values.end()) {
+      if (error)
+        *error = [NSError fakeErrorWithDomain:make_string("MTLLibraryErrorDomain")
+                                         code:3
+                                  description:"function constant '" + constant.name +
+                                              "' has no value"];
+      return nil;
+    }
+    entry += " " + std::to_string(constant.index) + "=" + found->second;
+  }
+  log(entry);
+  return function;
 }
 - (NSArray<NSString*>*)functionNames {
   std::vector<id> names;
@@ -952,7 +1094,19 @@ static CFTimeInterval steadySeconds() {
   for (std::sregex_iterator it(text.begin(), text.end(), kernel), end; it != end; ++it)
     names.push_back((*it)[1]);
   if (text.find("helper") != std::string::npos) names.push_back("helper");
-  return [[FakeLibrary alloc] initWithNames:names];
+  const std::map<std::string, MTLDataType> types = {
+      {"bool", MTLDataTypeBool},   {"char", MTLDataTypeChar},     {"uchar", MTLDataTypeUChar},
+      {"short", MTLDataTypeShort}, {"ushort", MTLDataTypeUShort}, {"int", MTLDataTypeInt},
+      {"uint", MTLDataTypeUInt},   {"long", MTLDataTypeLong},     {"ulong", MTLDataTypeULong},
+      {"float", MTLDataTypeFloat}, {"half", MTLDataTypeHalf},     {"bfloat", MTLDataTypeBFloat}};
+  std::vector<DeclaredConstant> constants;
+  const std::regex constant(R"(constant\s+(\w+)\s+(\w+)\s*\[\[\s*function_constant\((\d+)\)\s*\]\])");
+  for (std::sregex_iterator it(text.begin(), text.end(), constant), end; it != end; ++it) {
+    auto type = types.find((*it)[1]);
+    if (type == types.end()) continue;
+    constants.push_back({(*it)[2], type->second, std::stoul((*it)[3])});
+  }
+  return [[FakeLibrary alloc] initWithNames:names constants:constants];
 }
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)function
                                                              error:(__autoreleasing NSError**)error {
