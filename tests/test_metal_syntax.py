@@ -270,15 +270,6 @@ int main() {
   add("foreign", quote(support::describe_foreign_command_buffer_error("NSPOSIXErrorDomain", 12,
                                                                       "Cannot allocate")));
   add("no error object", quote(support::describe_foreign_command_buffer_error("", 0, "")));
-  for (const char* value : {"", "0", "1", "yes", "2"}) {
-    bool fast = false;
-    Status status = support::parse_fast_math_setting(value, &fast);
-    add(std::string("fast math '") + value + "'",
-        status.ok() ? (fast ? "true" : "false") : quote(status.message()));
-  }
-  bool fast = true;
-  support::parse_fast_math_setting(nullptr, &fast);
-  add("fast math unset", fast ? "true" : "false");
   for (const char* path : {"/tmp/run.gputrace", "/tmp/run.trace", ".gputrace"}) {
     Status status = support::check_capture_path(path);
     add(std::string("capture ") + path, status.ok() ? "null" : quote(status.message()));
@@ -374,15 +365,6 @@ def test_command_buffer_errors_are_named(support_results):
         "Metal command buffer failed: NSPOSIXErrorDomain error 12: Cannot allocate")
     assert support_results["no error object"] == (
         "Metal command buffer failed without reporting an error")
-
-
-def test_fast_math_setting(support_results):
-    assert support_results["fast math ''"] is False
-    assert support_results["fast math '0'"] is False
-    assert support_results["fast math unset"] is False
-    assert support_results["fast math '1'"] is True
-    assert support_results["fast math 'yes'"] == "ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
-    assert support_results["fast math '2'"] == "ETMETAL_FAST_MATH must be 0 or 1, not '2'"
 
 
 def test_capture_path_must_be_a_gputrace(support_results):
@@ -517,7 +499,7 @@ def test_builtin_fill_handles_unaligned_ranges(builtin_kernels):
 
 FAKE = STUBS / "fake"
 FAKE_SCENARIOS = ["device_properties", "buffers", "no_copy", "compile_options", "libraries",
-                  "function_constants", "dispatches", "blits", "encoding_errors",
+                  "function_constants", "residency", "dispatches", "blits", "encoding_errors",
                   "gpu_failure", "lifetimes", "completion"]
 
 
@@ -537,6 +519,7 @@ def fake_device_binary(tmp_path_factory):
         (DEVICE_SOURCE, [*objc, "-fobjc-arc"]),
         (FAKE / "device_scenarios.cpp", ["-x", "c++", *cxx]),
         (FAKE / "objc_runtime.cpp", ["-x", "c++", *cxx]),
+        (NATIVE / "device" / "settings.cpp", ["-x", "c++", *cxx]),
     ]
     objects = []
     for source, flags in units:
@@ -562,7 +545,9 @@ def run_scenario(binary, scenario, **environment):
 
 @pytest.mark.parametrize("scenario", FAKE_SCENARIOS)
 def test_metal_device_on_fake_metal(fake_device_binary, scenario):
-    result = run_scenario(fake_device_binary, scenario)
+    # The fake device's working set is 1 MiB: a 1 MiB residency set can fill it.
+    settings = {"ETMETAL_RESIDENT_MB": "1"} if scenario == "residency" else {}
+    result = run_scenario(fake_device_binary, scenario, **settings)
     assert result.returncode == 0 and result.stdout.endswith("done\n"), (
         result.stdout + result.stderr)
 
@@ -587,7 +572,9 @@ def test_metal_device_creation_errors_on_fake_metal(fake_device_binary):
     # A residency set is an optimization: without one the device still works.
     assert creation_report(fake_device_binary, FAKE_METAL_NO_RESIDENCY_SET="1")[0] == "create: ok"
     lines = creation_report(fake_device_binary, ETMETAL_FAST_MATH="yes")
-    assert lines[0] == "create: ETMETAL_FAST_MATH must be 0 or 1, not 'yes'"
+    assert lines[0] == "create: ETMETAL_FAST_MATH must be one of 0 or 1, not 'yes'"
+    lines = creation_report(fake_device_binary, ETMETAL_RESIDENT_MB="-1")
+    assert lines[0].startswith("create: ETMETAL_RESIDENT_MB must be an integer from 0 to")
 
 
 def test_gpu_capture_on_fake_metal(fake_device_binary, tmp_path):

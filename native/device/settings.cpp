@@ -28,6 +28,8 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_POOL_MB", Kind::integer, "", 0, int64_t{1} << 40, "a quarter of the working set"},
       {"ETMETAL_FAST_MATH", Kind::choice, "0|1", 0, 0, "0"},
       {"ETMETAL_CAPTURE", Kind::text, "", 0, 0, "no GPU capture"},
+      {"ETMETAL_RESIDENT_MB", Kind::integer, "", 0, int64_t{1} << 40,
+       "0: no residency set (Metal makes buffers resident per command buffer)"},
       {"ETMETAL_CXX", Kind::text, "", 0, 0, "g++ >= 12 or clang++ >= 15 on PATH"},
       {"ETMETAL_CXXFLAGS", Kind::text, "", 0, 0, "none"},
       {"ETMETAL_CACHE_DIR", Kind::text, "", 0, 0, "$XDG_CACHE_HOME/etmetal or ~/.cache/etmetal"},

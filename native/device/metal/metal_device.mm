@@ -25,6 +25,7 @@
 #include "device/metal/metal_builtin_kernels.h"
 #include "device/metal/metal_device.h"
 #include "device/metal/metal_support.h"
+#include "device/settings.h"
 
 #if !__has_feature(objc_arc)
 #error "metal_device.mm must be compiled with -fobjc-arc"
@@ -163,11 +164,14 @@ Status start_capture(id<MTLDevice> device, const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Residency (macOS 15): every allocation joins one set attached to each queue, up to the
-// device's recommended working set, so the GPU need not make buffers resident per command
-// buffer. Allocations beyond that still work; Metal makes them resident when used. The set is
-// an optimization: where Metal cannot make one (virtual machines, paravirtual GPUs) the
-// device works without it.
+// Residency (macOS 15), opt-in as in MLX: with ETMETAL_RESIDENT_MB set, buffers the device
+// allocates join one set attached to each queue, up to that many bytes (at most the device's
+// recommended working set), so the GPU need not make them resident per command buffer.
+// Resident memory is wired: the system cannot page it out, hence off by default. Caller
+// memory wrapped without a copy never joins (the caller owns its paging). Allocations beyond
+// the capacity still work; Metal makes them resident when used. The set is an optimization:
+// where Metal cannot make one (virtual machines, paravirtual GPUs) the device works without
+// it.
 
 #if ETM_METAL_SDK_HAS_MACOS_15
 class Residency {
@@ -175,6 +179,7 @@ class Residency {
   explicit Residency(size_t capacity) : capacity_(capacity) {}
 
   void create_set(id<MTLDevice> device) {
+    if (capacity_ == 0) return;
     if (@available(macOS 15.0, *)) {
       MTLResidencySetDescriptor* descriptor = [[MTLResidencySetDescriptor alloc] init];
       descriptor.label = @"etmetal allocations";
@@ -200,6 +205,7 @@ class Residency {
       @autoreleasepool {
         [set addAllocation:buffer];
         [set commit];
+        [set requestResidency];
       }
       resident_bytes_ += bytes;
       return true;
@@ -243,9 +249,9 @@ class Residency {
 
 class ETM_NEEDS_MACOS_14 DeviceContext {
  public:
-  DeviceContext(id<MTLDevice> device, bool fast_math, size_t page_size)
+  DeviceContext(id<MTLDevice> device, bool fast_math, size_t resident_bytes, size_t page_size)
       : device(device),
-        residency(static_cast<size_t>(device.recommendedMaxWorkingSetSize)),
+        residency(std::min(resident_bytes, static_cast<size_t>(device.recommendedMaxWorkingSetSize))),
         fast_math(fast_math),
         page_size(page_size),
         max_buffer_length(device.maxBufferLength),
@@ -422,12 +428,14 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
 
 class ETM_NEEDS_MACOS_14 MetalBuffer final : public Buffer {
  public:
-  MetalBuffer(std::shared_ptr<DeviceContext> context, id<MTLBuffer> buffer, size_t length)
+  // Only buffers the device allocated may join the residency set.
+  MetalBuffer(std::shared_ptr<DeviceContext> context, id<MTLBuffer> buffer, size_t length,
+              bool may_be_resident)
       : context_(std::move(context)),
         buffer_(buffer),
         contents_(contents_of(buffer)),
         length_(length),
-        resident_(context_->residency.add(buffer, buffer.length)) {}
+        resident_(may_be_resident && context_->residency.add(buffer, buffer.length)) {}
 
   ~MetalBuffer() override {
     if (resident_) context_->residency.remove(buffer_, buffer_.length);
@@ -1033,7 +1041,7 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
         return Status::error("Metal could not allocate a buffer of " +
                              std::to_string(allocation) + " bytes (out of memory?)");
       }
-      *out = std::make_shared<MetalBuffer>(context_, buffer, length);
+      *out = std::make_shared<MetalBuffer>(context_, buffer, length, true);
     }
     return Status();
   }
@@ -1054,7 +1062,7 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
                                                             deallocator:nil];
       // Metal may still refuse memory it cannot map (e.g. not from the VM allocator): the
       // caller then copies, as for unaligned memory.
-      if (buffer != nil) *out = std::make_shared<MetalBuffer>(context_, buffer, length);
+      if (buffer != nil) *out = std::make_shared<MetalBuffer>(context_, buffer, length, false);
     }
     return Status();
   }
@@ -1086,13 +1094,20 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
 struct Settings {
   bool fast_math = false;
   std::string capture_path;
+  size_t resident_bytes = 0;
 };
 
 Status read_settings(Settings* settings) {
-  Status status = support::parse_fast_math_setting(std::getenv("ETMETAL_FAST_MATH"),
-                                                   &settings->fast_math);
+  std::string fast_math = "0";
+  Status status = etm::settings::read_choice("ETMETAL_FAST_MATH", &fast_math);
   if (!status.ok()) return status;
-  if (const char* capture = std::getenv("ETMETAL_CAPTURE")) settings->capture_path = capture;
+  settings->fast_math = fast_math == "1";
+  status = etm::settings::read_text("ETMETAL_CAPTURE", &settings->capture_path);
+  if (!status.ok()) return status;
+  int64_t resident_mb = 0;
+  status = etm::settings::read_integer("ETMETAL_RESIDENT_MB", &resident_mb);
+  if (!status.ok()) return status;
+  settings->resident_bytes = static_cast<size_t>(resident_mb) << 20;
   return Status();
 }
 
@@ -1120,6 +1135,7 @@ Status create_metal_device(std::unique_ptr<Device>* out) {
                              "a process that may not use the GPU)");
       }
       auto context = std::make_shared<DeviceContext>(device, settings.fast_math,
+                                                     settings.resident_bytes,
                                                      static_cast<size_t>(page_size));
       context->residency.create_set(device);
       if (!settings.capture_path.empty()) {

@@ -125,20 +125,6 @@ inline std::string describe_foreign_command_buffer_error(const std::string& doma
   return message;
 }
 
-// ETMETAL_FAST_MATH: unset, "" or "0" selects safe math, "1" fast math; anything else is an
-// error so that a typo does not silently change numerics.
-inline Status parse_fast_math_setting(const char* value, bool* fast_math) {
-  const std::string text = value ? value : "";
-  if (text.empty() || text == "0") {
-    *fast_math = false;
-    return Status();
-  }
-  if (text == "1") {
-    *fast_math = true;
-    return Status();
-  }
-  return Status::error("ETMETAL_FAST_MATH must be 0 or 1, not '" + text + "'");
-}
 
 // ETMETAL_CAPTURE names the trace to write; Metal writes only .gputrace documents.
 inline Status check_capture_path(const std::string& path) {

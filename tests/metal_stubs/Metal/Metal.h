@@ -321,6 +321,8 @@ API_AVAILABLE(macos(15.0), ios(18.0))
 - (void)removeAllocation:(id<MTLAllocation>)allocation;
 // docs: metal/mtlresidencyset/commit()
 - (void)commit;
+// docs: metal/mtlresidencyset/requestresidency()
+- (void)requestResidency;
 // docs: metal/mtlresidencyset/allocatedsize
 @property(readonly) uint64_t allocatedSize;
 @end

@@ -107,9 +107,43 @@ void device_properties() {
   expect_equal(device->kind(), "metal", "kind");
   expect_equal(device->architecture(), "applegpu_g13s", "architecture");
   expect(device->recommended_max_working_set_size() == (size_t{1} << 20), "working set");
+  auto queue = device->new_command_queue();
+  auto resident = buffer(*device, 100);
+  expect(fake_metal::queues_with_residency() == 0 && fake_metal::residency_allocations() == 0,
+         "no residency set unless ETMETAL_RESIDENT_MB asks for one");
+}
+
+// Run with ETMETAL_RESIDENT_MB=1: the set fills the fake's 1 MiB working set.
+void residency() {
+  auto device = make_device();
   expect(fake_metal::queues_with_residency() == 0, "no queue yet");
   auto queue = device->new_command_queue();
   expect(fake_metal::queues_with_residency() == 1, "the residency set is attached to the queue");
+  {
+    auto small = buffer(*device, 100);
+    auto empty = buffer(*device, 0);
+    expect(fake_metal::residency_allocations() == 2, "both joined the residency set");
+    expect(fake_metal::residency_requests() == 2, "residency requested after each commit");
+    // Allocations are whole pages; the set holds up to the 1 MiB working set.
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t fitting = 2 + ((size_t{1} << 20) - 2 * page) / 16384;
+    std::vector<std::shared_ptr<Buffer>> many;
+    for (int i = 0; i < 70; ++i) many.push_back(buffer(*device, 16384));
+    expect(fake_metal::residency_allocations() == fitting, "the set stops at its capacity");
+    many.clear();
+    expect(fake_metal::residency_allocations() == 2, "freed buffers leave the set");
+    // Caller memory wrapped without a copy is the caller's to page: it never joins.
+    void* memory = nullptr;
+    expect(posix_memalign(&memory, 16384, 16384) == 0, "posix_memalign");
+    std::shared_ptr<Buffer> wrapped;
+    Status status = device->new_buffer_no_copy(memory, 16384, &wrapped);
+    expect(status.ok() && wrapped, "no-copy buffer: " + status.message());
+    expect(fake_metal::residency_allocations() == 2, "no-copy memory stays out of the set");
+    wrapped.reset();
+    std::free(memory);
+  }
+  expect(fake_metal::residency_allocations() == 0, "all buffers left the set");
+  expect_no_violations("residency");
 }
 
 void buffers() {
@@ -125,15 +159,6 @@ void buffers() {
     expect(zero, "new buffers are zeroed");
     auto empty = buffer(*device, 0);
     expect(empty && empty->length() == 0 && empty->contents() != nullptr, "zero-length buffer");
-    expect(fake_metal::residency_allocations() == 2, "both joined the residency set");
-    // Allocations are whole pages; the set holds up to the 1 MiB working set.
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t fitting = 2 + ((size_t{1} << 20) - 2 * page) / 16384;
-    std::vector<std::shared_ptr<Buffer>> many;
-    for (int i = 0; i < 70; ++i) many.push_back(buffer(*device, 16384));
-    expect(fake_metal::residency_allocations() == fitting, "the set stops at the working set");
-    many.clear();
-    expect(fake_metal::residency_allocations() == 2, "freed buffers leave the set");
     std::shared_ptr<Buffer> huge;
     Status status = device->new_buffer(size_t{1} << 25, &huge);
     expect(!status.ok() && !huge, "a buffer over maxBufferLength fails");
@@ -141,7 +166,6 @@ void buffers() {
     status = device->new_buffer(SIZE_MAX, &huge);
     expect(!status.ok(), "SIZE_MAX fails instead of overflowing");
   }
-  expect(fake_metal::residency_allocations() == 0, "all buffers left the set");
   expect(fake_metal::live_buffers() == live, "all Metal buffers were released");
   expect_no_violations("buffers");
 }
@@ -542,6 +566,7 @@ int main(int argc, char** argv) {
       {"device_properties", device_properties}, {"buffers", buffers},
       {"no_copy", no_copy},                     {"compile_options", compile_options},
       {"libraries", libraries},                 {"function_constants", function_constants},
+      {"residency", residency},
       {"dispatches", dispatches},
       {"blits", blits},                         {"encoding_errors", encoding_errors},
       {"gpu_failure", gpu_failure},             {"lifetimes", lifetimes},

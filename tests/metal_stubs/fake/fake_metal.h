@@ -26,6 +26,7 @@ void clear_logs();
 
 size_t residency_allocations();
 size_t residency_commits();
+size_t residency_requests();
 size_t queues_with_residency();
 size_t live_buffers();
 bool capture_running();

@@ -38,6 +38,7 @@ std::vector<std::string> g_log;
 fake_metal::CompileRecord g_last_compile;
 size_t g_residency_allocations = 0;
 size_t g_residency_commits = 0;
+size_t g_residency_requests = 0;
 size_t g_queues_with_residency = 0;
 size_t g_live_buffers = 0;
 bool g_capture_running = false;
@@ -86,6 +87,10 @@ size_t residency_allocations() {
 size_t residency_commits() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_residency_commits;
+}
+size_t residency_requests() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_residency_requests;
 }
 size_t queues_with_residency() {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -1016,6 +1021,10 @@ static CFTimeInterval steadySeconds() {
 - (void)commit {
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_residency_commits;
+}
+- (void)requestResidency {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_residency_requests;
 }
 - (uint64_t)allocatedSize {
   return allocated_;
