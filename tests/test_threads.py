@@ -1,12 +1,18 @@
 """Two threads hammering allocation, views, copies and frees at once."""
 
+import os
+import subprocess
 import threading
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import etmetal_py
 from etmetal_testing import new_handle_out
 from etmetal_py import Tensor, ffi, lib
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def hammer(seed: int, rounds: int, errors: list):
@@ -150,3 +156,26 @@ def test_tensor_wait_covers_another_threads_committed_work(no_leaks):
     thread.join()
     for t in (token, coefficients):
         t.delete()
+
+
+@pytest.mark.parametrize("execution", ["", "fibers", "regions"])
+def test_cpp_host_eight_threads(cpp_threads_host, execution):
+    """tests/threads_host.cpp: eight C++ threads compile one source at once, run barrier and
+    simd_sum kernels, and pass a tensor around a ring without waiting (tools/run_tsan.sh runs
+    the same program under ThreadSanitizer). The execution path is a CPU-device setting that
+    Metal ignores."""
+    env = {**os.environ, "ETMETAL_CPU_EXECUTION": execution}
+    result = subprocess.run([str(cpp_threads_host)], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def cpp_threads_host(tmp_path_factory):
+    library = Path(etmetal_py.library_path())
+    binary = tmp_path_factory.mktemp("threads_host") / "threads_host"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
+                    f"-I{ROOT / 'native' / 'include'}", str(ROOT / "tests" / "threads_host.cpp"),
+                    f"-L{library.parent}", f"-l:{library.name}", f"-Wl,-rpath,{library.parent}",
+                    "-pthread", "-o", str(binary)], check=True)
+    return binary

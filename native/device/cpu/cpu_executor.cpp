@@ -109,6 +109,7 @@ class FiberStack {
   FiberStack& operator=(const FiberStack&) = delete;
   ~FiberStack() {
     if (base_) munmap(base_, length_);
+    if (sanitizer_fiber_) sanitizer_fiber_destroy(sanitizer_fiber_);
   }
   bool allocate() {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -119,13 +120,16 @@ class FiberStack {
     base_ = memory;
     // Overflowing the stack hits this page instead of another fiber's stack.
     mprotect(base_, page, PROT_NONE);
+    sanitizer_fiber_ = sanitizer_fiber_create();
     return true;
   }
   void* top() const { return static_cast<unsigned char*>(base_) + length_; }
+  void* sanitizer_fiber() const { return sanitizer_fiber_; }
 
  private:
   void* base_ = nullptr;
   size_t length_ = 0;
+  void* sanitizer_fiber_ = nullptr;
 };
 
 // Runs one threadgroup at a time, one fiber per thread, on the worker that owns it.
@@ -154,10 +158,12 @@ class FiberScheduler {
       auto* top = static_cast<unsigned char*>(stacks_[i]->top()) - (i * 832u) % 4096u;
       f.stack_pointer = prepare_fiber_stack(top, &FiberScheduler::fiber_main, &f);
     }
+    scheduler_sanitizer_fiber_ = sanitizer_current_fiber();
     for (;;) {
       Fiber* first = next_runnable(0);
       if (first) {
         current_ = first;
+        sanitizer_switch_to_fiber(stacks_[first->index]->sanitizer_fiber());
         etm_fiber_switch(&scheduler_stack_pointer_, first->stack_pointer);
       }
       if (done_ == count_) break;
@@ -185,9 +191,11 @@ class FiberScheduler {
     Fiber* next = next_runnable(fiber->index + 1);
     if (next) {
       current_ = next;
+      sanitizer_switch_to_fiber(stacks_[next->index]->sanitizer_fiber());
       etm_fiber_switch(&fiber->stack_pointer, next->stack_pointer);
     } else {
       current_ = nullptr;
+      sanitizer_switch_to_fiber(scheduler_sanitizer_fiber_);
       etm_fiber_switch(&fiber->stack_pointer, scheduler_stack_pointer_);
     }
   }
@@ -276,6 +284,7 @@ class FiberScheduler {
   std::vector<std::unique_ptr<FiberStack>> stacks_;
   std::vector<std::unique_ptr<unsigned char[]>> exchange_buffers_;
   void* scheduler_stack_pointer_ = nullptr;
+  void* scheduler_sanitizer_fiber_ = nullptr;
   Fiber* current_ = nullptr;
   Job* job_ = nullptr;
   const etm_cpu_group* group_ = nullptr;

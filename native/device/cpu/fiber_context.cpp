@@ -3,6 +3,17 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SANITIZE_THREAD__)
+#define ETM_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ETM_THREAD_SANITIZER 1
+#endif
+#endif
+#if defined(ETM_THREAD_SANITIZER)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #if defined(__APPLE__)
 #define ETM_FIBER_SYMBOL(name) "_" #name
 #define ETM_FIBER_DECLARE(name) ".private_extern " ETM_FIBER_SYMBOL(name) "\n"
@@ -117,5 +128,17 @@ void* prepare_fiber_stack(void* stack_top, void (*entry)(void*), void* argument)
   return frame;
 #endif
 }
+
+#if defined(ETM_THREAD_SANITIZER)
+void* sanitizer_fiber_create() { return __tsan_create_fiber(0); }
+void sanitizer_fiber_destroy(void* fiber) { __tsan_destroy_fiber(fiber); }
+void* sanitizer_current_fiber() { return __tsan_get_current_fiber(); }
+void sanitizer_switch_to_fiber(void* fiber) { __tsan_switch_to_fiber(fiber, 0); }
+#else
+void* sanitizer_fiber_create() { return nullptr; }
+void sanitizer_fiber_destroy(void*) {}
+void* sanitizer_current_fiber() { return nullptr; }
+void sanitizer_switch_to_fiber(void*) {}
+#endif
 
 }  // namespace etm::device::cpu

@@ -18,4 +18,12 @@ void etm_fiber_switch(void** save_sp, void* resume_sp);
 // entry(argument). `stack_top` is the highest address of the stack; entry must never return.
 void* prepare_fiber_stack(void* stack_top, void (*entry)(void*), void* argument);
 
+// ThreadSanitizer must be told of every switch (before etm_fiber_switch, name the fiber that
+// will run), or it reads a thread jumping between stacks as corruption. Without
+// -fsanitize=thread these do nothing and the handles are null.
+void* sanitizer_fiber_create();
+void sanitizer_fiber_destroy(void* fiber);
+void* sanitizer_current_fiber();
+void sanitizer_switch_to_fiber(void* fiber);
+
 }  // namespace etm::device::cpu
