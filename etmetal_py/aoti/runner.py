@@ -154,9 +154,10 @@ _library_folder: str | None = None
 
 def _library_file_for(archive: zipfile.ZipFile, member: str) -> str:
     """The path of the model library `member`, one file per distinct content for the life of
-    the process. Opening a package again then finds its library still loaded (the loader
-    matches it by path) instead of mapping another copy: a model library stays loaded while
-    any thread that ran it lives, since its thread_local destructors pin it."""
+    the process, so that opening a package again reuses the library loaded the first time
+    (_open_model_library) instead of mapping another copy. Unloading is not worth having: a
+    model library stays loaded anyway while any thread that ran it lives, since its
+    thread_local destructors pin it."""
     global _library_folder
     try:
         data = archive.read(member)
@@ -176,6 +177,26 @@ def _library_file_for(archive: zipfile.ZipFile, member: str) -> str:
             except OSError as exc:
                 raise PackageError(f"cannot extract {member}: {exc}") from None
     return path
+
+
+_open_libraries: dict[tuple[str, int], object] = {}
+
+
+def _open_model_library(path: str, flags: int):
+    """The model library at `path`, opened once for the life of the process. cffi keeps
+    every library object `dlopen` returns until its FFI is gone, closed or not, so opening
+    per load would grow the process by one object per load; and the library stays loaded
+    anyway (see _library_file_for)."""
+    container_ffi = _get_container_ffi()
+    with _library_lock:
+        library = _open_libraries.get((path, flags))
+        if library is None:
+            try:
+                library = container_ffi.dlopen(path, flags)
+            except OSError as exc:
+                raise PackageError(f"cannot load the model library: {exc}") from None
+            _open_libraries[(path, flags)] = library
+        return library
 
 
 class _PackageContents:
@@ -254,22 +275,16 @@ class _Resources:
     """Everything a runner must release, kept apart so a finalizer can release it."""
 
     def __init__(self) -> None:
-        self.container_ffi = None
         self.library = None
         self.container = None
         self.contents: _PackageContents | None = None
 
     def release(self) -> None:
-        container_ffi, library, container = self.container_ffi, self.library, self.container
+        library, container = self.library, self.container
         self.container = None
         self.library = None
         if container is not None and library is not None:
             library.AOTInductorModelContainerDelete(container)
-        if library is not None and container_ffi is not None:
-            try:
-                container_ffi.dlclose(library)
-            except (OSError, ValueError):
-                pass
         if self.contents is not None:
             self.contents.remove()
             self.contents = None
@@ -306,14 +321,10 @@ class ModelRunner:
         deep_bind = check_model_symbols(contents.library)
         cffi_module = _get_container_ffi()
         self._ffi = cffi_module
-        self._state.container_ffi = cffi_module
         flags = cffi_module.RTLD_NOW | cffi_module.RTLD_LOCAL
         if deep_bind:
             flags |= os.RTLD_DEEPBIND
-        try:
-            library = cffi_module.dlopen(contents.library, flags)
-        except OSError as exc:
-            raise PackageError(f"cannot load the model library: {exc}") from None
+        library = _open_model_library(contents.library, flags)
         self._state.library = library
         self._lib = library
         try:
