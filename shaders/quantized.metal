@@ -91,8 +91,8 @@ inline float2 scale_and_bias(const device T* scales, const device T* zeros,
 
 // Must match the constants of native/ops/quantized_linear.cpp.
 constant constexpr int kQmvRows = 4;       // output rows per simdgroup (a float4 of scales)
-constant constexpr int kQmvSimdgroups = 8;  // simdgroups per threadgroup
-constant constexpr int kQmvBatch = 4;       // activation rows per threadgroup
+constant constexpr int kQmvSimdgroups = 32;  // simdgroups per threadgroup
+constant constexpr int kQmvBatch = 8;        // activation rows per threadgroup
 constant constexpr int kQmvValues = 16;     // values of K per lane per step
 constant constexpr int kQmvStep = 32 * kQmvValues;
 
@@ -163,10 +163,11 @@ kernel void qmv(const device T* a [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  for (int b = 0; b < batch; ++b) {
-    for (int r = 0; r < rows; ++r) {
+  // Fixed trip counts: every simdgroup reaches the same collectives (unused sums are zeros).
+  for (int b = 0; b < kQmvBatch; ++b) {
+    for (int r = 0; r < kQmvRows; ++r) {
       const float total = simd_sum(acc[r][b]);
-      if (lane == 0) out[long(m0 + b) * p.N + n0 + r] = T(total);
+      if (lane == 0 && b < batch && r < rows) out[long(m0 + b) * p.N + n0 + r] = T(total);
     }
   }
 }

@@ -16,8 +16,8 @@ constexpr const char* kShaderFile = "quantized.metal";
 // Must match the constants of shaders/quantized.metal: qmv threadgroups of kQmvSimdgroups
 // simdgroups x kQmvRows output rows, for kQmvBatch activation rows.
 constexpr int64_t kQmvRows = 4;
-constexpr int64_t kQmvSimdgroups = 8;
-constexpr int64_t kQmvBatch = 4;  // larger M: the tiled qmm (fewer device bytes from M = 6 on)
+constexpr int64_t kQmvSimdgroups = 32;
+constexpr int64_t kQmvBatch = 8;  // larger M: the tiled qmm
 
 // Mirrors QuantizedMatmulParams in shaders/quantized.metal.
 struct QuantizedMatmulParams {
