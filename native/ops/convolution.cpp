@@ -224,28 +224,34 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   if (tiled_memory(params, column_fragments, channel_fragments) > kThreadgroupMemoryLimit) channel_fragments = 4;
   const uint64_t tiled_bytes = tiled_memory(params, column_fragments, channel_fragments);
 
+  // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
+  const std::string tiled_name = "convolution_tiled_" + std::to_string(column_fragments) + "x" +
+                                 std::to_string(channel_fragments) + "_" + suffix;
+  const std::string depthwise_name = "convolution_depthwise_" + suffix;
+  auto takes_threads = [](const std::string& name, uint64_t threads) {
+    return shader_kernel("convolution.metal", name).max_threads_per_group() >= threads;
+  };
   if (!options.transposed && reads_input && params.in_channels_per_group == 1 &&
-      depthwise_memory(params) <= kThreadgroupMemoryLimit) {
+      depthwise_memory(params) <= kThreadgroupMemoryLimit &&
+      takes_threads(depthwise_name, kDepthwiseRows * kDepthwiseColumns)) {
     const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kDepthwiseRows) *
                                   blocks(uint64_t(params.output_sizes[2]), kDepthwiseColumns);
     const uint64_t channel_planes = planes * uint64_t(out_channels);
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX && channel_planes <= UINT32_MAX, kOp, ": the output of shape ",
                 shape_text(output_sizes), " exceeds the dispatch limit");
-    KernelLaunch launch(shader_kernel("convolution.metal", "convolution_depthwise_" + suffix));
+    KernelLaunch launch(shader_kernel("convolution.metal", depthwise_name));
     launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
         .threadgroup_memory(0, depthwise_memory(params));
     launch.threadgroups({pixel_blocks, 1, channel_planes}, {kDepthwiseColumns, kDepthwiseRows, 1});
   } else if (!options.transposed && reads_input && plane >= kTiledMinimumPlane &&
-             params.output_sizes[1] >= kTiledMinimumRows &&
-             tiled_bytes <= kThreadgroupMemoryLimit) {
+             params.output_sizes[1] >= kTiledMinimumRows && tiled_bytes <= kThreadgroupMemoryLimit &&
+             takes_threads(tiled_name, kTiledThreads)) {
     const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kTiledRows) *
                                   blocks(uint64_t(params.output_sizes[2]), 8 * column_fragments);
     const uint64_t group_planes = planes * uint64_t(groups);
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
                 shape_text(output_sizes), " exceeds the dispatch limit");
-    KernelLaunch launch(shader_kernel("convolution.metal", "convolution_tiled_" + std::to_string(column_fragments) +
-                                                               "x" + std::to_string(channel_fragments) + "_" +
-                                                               suffix));
+    KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
     launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
         .threadgroup_memory(0, tiled_bytes);
     launch.threadgroups({pixel_blocks, blocks(uint64_t(params.out_channels_per_group), 8 * channel_fragments),

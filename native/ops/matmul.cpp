@@ -112,13 +112,16 @@ void require_grid_extent(const char* op, int64_t extent) {
 template <typename Bind>
 void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t N, int64_t K,
                      const MatmulParams& params, uint64_t batch) {
-  if (K >= kTiledMinimum && std::min(M, N) >= kLargeTileMinimum && std::max(M, N) >= kWideTileMinimum) {
-    const uint64_t block_m = M >= kWideTileMinimum ? 128 : 64;
-    const uint64_t block_n = 128 * 64 / block_m;
+  const uint64_t block_m = M >= kWideTileMinimum ? 128 : 64;
+  const uint64_t block_n = 128 * 64 / block_m;
+  const std::string wide_name =
+      "matmul_tiled" + std::to_string(block_m) + "x" + std::to_string(block_n) + "_" + suffix;
+  // The wide kernels need all their threads (a GPU may allow fewer to a pipeline).
+  if (K >= kTiledMinimum && std::min(M, N) >= kLargeTileMinimum && std::max(M, N) >= kWideTileMinimum &&
+      shader_kernel("matmul.metal", wide_name).max_threads_per_group() >= kWideThreads) {
     const size_t staged = 2 * (block_m + block_n) * kWideDepth * sizeof(float);
     const size_t results = block_m * block_n * sizeof(float);
-    KernelLaunch launch(shader_kernel(
-        "matmul.metal", "matmul_tiled" + std::to_string(block_m) + "x" + std::to_string(block_n) + "_" + suffix));
+    KernelLaunch launch(shader_kernel("matmul.metal", wide_name));
     bind(launch).threadgroup_memory(0, std::max(staged, results));
     launch.threadgroups({(uint64_t(N) + block_n - 1) / block_n, (uint64_t(M) + block_m - 1) / block_m, batch},
                         {kWideThreads, 1, 1});

@@ -70,7 +70,8 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
   p.lines = checked_u32(kOp, lines, "number of lines");
   const std::string suffix = std::string(input_name) + "_" + msl_element_type_name(out_dtype);
   const bool float_accumulator = is_floating(out_dtype);
-  if (float_accumulator && length >= kLineMinimum) {
+  if (float_accumulator && length >= kLineMinimum &&
+      shader_kernel(kShaderFile, "scan_line_" + suffix).max_threads_per_group() >= kLineThreads) {
     KernelLaunch launch(shader_kernel(kShaderFile, "scan_line_" + suffix));
     launch.tensor(0, self).tensor(1, *output).value(2, p).threadgroups({uint64_t(lines), 1, 1}, {kLineThreads, 1, 1});
     return output;
