@@ -128,9 +128,10 @@ kernel void matmul_vector_kdot(device T* out [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  for (uint r = 0; r < outputs; ++r) {
+  // A fixed trip count: every simdgroup reaches the same collectives (unused sums are zeros).
+  for (uint r = 0; r < kVectorOutputs; ++r) {
     const float sum = simd_sum(sums[r]);
-    if (lane == 0) store_result(out, addend, p, batch, 0, column0 + r, sum);
+    if (lane == 0 && r < outputs) store_result(out, addend, p, batch, 0, column0 + r, sum);
   }
 }
 
