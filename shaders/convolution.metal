@@ -1,9 +1,12 @@
 // Convolution, forward and transposed, for 1-D, 2-D and 3-D problems (the host presents
-// every problem as 3-D, with size-1 leading spatial dimensions): a direct kernel with one
-// thread per output element, and for forward problems with enough output pixels, output
-// channels per group and reduction depth, an implicit GEMM on simdgroup matrices. Products
-// accumulate in float for every element type. Input, weight,
-// bias and output are bound at their first element and indexed through the strides in
+// every problem as 3-D, with size-1 leading spatial dimensions). Forward problems take, in the
+// host's order of preference: a depthwise kernel staging each channel's input window once (one
+// input channel per group); an implicit GEMM on simdgroup matrices over 2-D blocks of output
+// pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
+// 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
+// channels per group and reduction depth); else, like transposed problems, a direct kernel with
+// one thread per output element. Products accumulate in float for every element type. Input,
+// weight, bias and output are bound at their first element and indexed through the strides in
 // ConvParams, so channels-last and other non-contiguous layouts need no copies.
 #include <metal_stdlib>
 using namespace metal;
@@ -218,6 +221,221 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
   }
 }
 
+// Forward convolution as an implicit GEMM over a 2-D tile of output pixels, for 2-D and 3-D
+// problems whose input window fits in threadgroup memory. A threadgroup computes a
+// kTiledRows x (8 * ColumnFragments) block of output pixels (one image n, one output depth od)
+// for 8 * ChannelFragments output channels of one group. Per chunk of kTiledChunk input channels
+// and kernel depth tap kd it stages the input window the block reads (the "halo": the block's
+// rows and columns widened by the kernel's reach) once, channels innermost, so a tap
+// (kh, kw) of eight neighbouring output pixels is an 8 x 8 simdgroup matrix at a fixed stride
+// in that window: each input value is read from device memory once per chunk instead of once
+// per tap, and each weight once per pixel block instead of once per 32 pixels.
+// Eight simdgroups, each two output rows of the block.
+constant constexpr uint kTiledRows = 16;
+constant constexpr uint kTiledChunk = 8;
+constant constexpr uint kTiledThreads = 256;
+
+template <typename T, uint ColumnFragments, uint ChannelFragments>
+kernel void convolution_tiled(device T* output [[buffer(0)]],
+                              const device T* input [[buffer(1)]],
+                              const device T* weight [[buffer(2)]],
+                              const device T* bias [[buffer(3)]],
+                              constant ConvParams& p [[buffer(4)]],
+                              threadgroup float* tiles [[threadgroup(0)]],
+                              uint3 group_position [[threadgroup_position_in_grid]],
+                              uint thread_index [[thread_index_in_threadgroup]],
+                              uint simdgroup [[simdgroup_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]]) {
+  constexpr uint kColumns = 8 * ColumnFragments;
+  constexpr uint kChannels = 8 * ChannelFragments;
+  const long groups = p.out_channels / p.out_channels_per_group;
+  const long blocks_across = (p.output_sizes[2] + kColumns - 1) / kColumns;
+  const long oh0 = long(group_position.x / blocks_across) * kTiledRows;
+  const long ow0 = long(group_position.x % blocks_across) * kColumns;
+  const long column0 = long(group_position.y) * kChannels;
+  const long group = group_position.z % groups;
+  const long od = (group_position.z / groups) % p.output_sizes[0];
+  const long n = group_position.z / (groups * p.output_sizes[0]);
+  const long first_in_channel = group * p.in_channels_per_group;
+  const long first_out_channel = group * p.out_channels_per_group;
+
+  // Rows and columns of input the block reads for one kernel depth tap.
+  const long window_rows = (kTiledRows - 1) * p.stride[1] + (p.kernel_sizes[1] - 1) * p.dilation[1] + 1;
+  const long window_columns = (kColumns - 1) * p.stride[2] + (p.kernel_sizes[2] - 1) * p.dilation[2] + 1;
+  const long window_size = window_rows * window_columns * kTiledChunk;
+  const long row_weights = p.kernel_sizes[2] * kTiledChunk * kChannels;
+  // The window [row][column][channel], then one kernel row's weights [kw][channel][out channel].
+  threadgroup float* window = tiles;
+  threadgroup float* weight_tile = tiles + window_size;
+
+  simdgroup_float8x8 accumulators[2][ColumnFragments][ChannelFragments];
+  for (uint i = 0; i < 2; ++i) {
+    for (uint f = 0; f < ColumnFragments; ++f) {
+      for (uint j = 0; j < ChannelFragments; ++j) {
+        accumulators[i][f][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      }
+    }
+  }
+
+  for (long c0 = 0; c0 < p.in_channels_per_group; c0 += kTiledChunk) {
+    for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
+      const long id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
+      const bool plane_inside = id >= 0 && id < p.input_sizes[0];
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      for (long i = thread_index; i < window_size; i += kTiledThreads) {
+        const long column = i % window_columns;
+        const long row = (i / window_columns) % window_rows;
+        const long c = i / (window_columns * window_rows);
+        const long ih = oh0 * p.stride[1] - p.padding[1] + row;
+        const long iw = ow0 * p.stride[2] - p.padding[2] + column;
+        float value = 0.0f;
+        if (plane_inside && c0 + c < p.in_channels_per_group && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 &&
+            iw < p.input_sizes[2]) {
+          value = float(input[n * p.input_strides[0] + (first_in_channel + c0 + c) * p.input_strides[1] +
+                              id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]]);
+        }
+        window[(row * window_columns + column) * kTiledChunk + c] = value;
+      }
+      for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (long i = thread_index; i < row_weights; i += kTiledThreads) {
+          const long out = i % kChannels;
+          const long c = (i / kChannels) % kTiledChunk;
+          const long kw = i / (kChannels * kTiledChunk);
+          float value = 0.0f;
+          if (plane_inside && c0 + c < p.in_channels_per_group && column0 + out < p.out_channels_per_group) {
+            value = float(weight[(first_out_channel + column0 + out) * p.weight_strides[0] +
+                                 (c0 + c) * p.weight_strides[1] + kd * p.weight_strides[2] +
+                                 kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
+          }
+          weight_tile[i] = value;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        for (long kw = 0; kw < p.kernel_sizes[2]; ++kw) {
+          simdgroup_float8x8 weight_fragments[ChannelFragments];
+          for (uint j = 0; j < ChannelFragments; ++j) {
+            simdgroup_load(weight_fragments[j], weight_tile + kw * kTiledChunk * kChannels, kChannels,
+                           ulong2(8 * j, 0));
+          }
+          for (uint i = 0; i < 2; ++i) {
+            const long row = (2 * simdgroup + i) * p.stride[1] + kh * p.dilation[1];
+            for (uint f = 0; f < ColumnFragments; ++f) {
+              const long column = 8 * f * p.stride[2] + kw * p.dilation[2];
+              simdgroup_float8x8 pixels;
+              simdgroup_load(pixels, window + (row * window_columns + column) * kTiledChunk,
+                             p.stride[2] * kTiledChunk, ulong2(0, 0));
+              for (uint j = 0; j < ChannelFragments; ++j) {
+                simdgroup_multiply_accumulate(accumulators[i][f][j], pixels, weight_fragments[j],
+                                              accumulators[i][f][j]);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // Each simdgroup writes its fragments through its own 8 x 8 scratch in threadgroup memory.
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup float* scratch = tiles + 64 * simdgroup;
+  for (uint i = 0; i < 2; ++i) {
+    for (uint f = 0; f < ColumnFragments; ++f) {
+      for (uint j = 0; j < ChannelFragments; ++j) {
+        simdgroup_store(accumulators[i][f][j], scratch, 8, ulong2(0, 0));
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint e = lane; e < 64; e += 32) {
+          const long oh = oh0 + 2 * simdgroup + i;
+          const long ow = ow0 + 8 * f + e % 8;
+          const long column = column0 + 8 * j + e / 8;
+          if (oh < p.output_sizes[1] && ow < p.output_sizes[2] && column < p.out_channels_per_group) {
+            const long co = first_out_channel + column;
+            float sum = scratch[(e % 8) * 8 + e / 8];
+            if (p.has_bias) sum += float(bias[co * p.bias_stride]);
+            output[n * p.output_strides[0] + co * p.output_strides[1] + od * p.output_strides[2] +
+                   oh * p.output_strides[3] + ow * p.output_strides[4]] = T(sum);
+          }
+        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+      }
+    }
+  }
+}
+
+// Depthwise forward convolution (one input channel per group): a threadgroup computes a
+// kDepthwiseRows x kDepthwiseColumns block of one output channel's pixels, one per thread,
+// from that channel's input window and kernel staged once in threadgroup memory.
+constant constexpr uint kDepthwiseRows = 8;
+constant constexpr uint kDepthwiseColumns = 32;
+
+template <typename T>
+kernel void convolution_depthwise(device T* output [[buffer(0)]],
+                                  const device T* input [[buffer(1)]],
+                                  const device T* weight [[buffer(2)]],
+                                  const device T* bias [[buffer(3)]],
+                                  constant ConvParams& p [[buffer(4)]],
+                                  threadgroup float* tiles [[threadgroup(0)]],
+                                  uint3 group_position [[threadgroup_position_in_grid]],
+                                  uint3 local [[thread_position_in_threadgroup]],
+                                  uint thread_index [[thread_index_in_threadgroup]]) {
+  const long blocks_across = (p.output_sizes[2] + kDepthwiseColumns - 1) / kDepthwiseColumns;
+  const long oh0 = long(group_position.x / blocks_across) * kDepthwiseRows;
+  const long ow0 = long(group_position.x % blocks_across) * kDepthwiseColumns;
+  const long co = group_position.z % p.out_channels;
+  const long od = (group_position.z / p.out_channels) % p.output_sizes[0];
+  const long n = group_position.z / (p.out_channels * p.output_sizes[0]);
+  const long channel = co / p.out_channels_per_group;
+  const long taps = p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
+  const long window_rows = (kDepthwiseRows - 1) * p.stride[1] + (p.kernel_sizes[1] - 1) * p.dilation[1] + 1;
+  const long window_columns =
+      (kDepthwiseColumns - 1) * p.stride[2] + (p.kernel_sizes[2] - 1) * p.dilation[2] + 1;
+  threadgroup float* kernel_taps = tiles;   // [kd][kh][kw]
+  threadgroup float* window = tiles + taps;  // [row][column]
+  const device T* input_channel = input + n * p.input_strides[0] + channel * p.input_strides[1];
+
+  for (long i = thread_index; i < taps; i += kDepthwiseRows * kDepthwiseColumns) {
+    const long kw = i % p.kernel_sizes[2];
+    const long kh = (i / p.kernel_sizes[2]) % p.kernel_sizes[1];
+    const long kd = i / (p.kernel_sizes[2] * p.kernel_sizes[1]);
+    kernel_taps[i] = float(weight[co * p.weight_strides[0] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
+                                  kw * p.weight_strides[4]]);
+  }
+  float sum = 0.0f;
+  for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
+    const long id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
+    const bool plane_inside = id >= 0 && id < p.input_sizes[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (long i = thread_index; i < window_rows * window_columns; i += kDepthwiseRows * kDepthwiseColumns) {
+      const long ih = oh0 * p.stride[1] - p.padding[1] + i / window_columns;
+      const long iw = ow0 * p.stride[2] - p.padding[2] + i % window_columns;
+      window[i] = plane_inside && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2]
+                      ? float(input_channel[id * p.input_strides[2] + ih * p.input_strides[3] +
+                                            iw * p.input_strides[4]])
+                      : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
+      const long row = long(local.y) * p.stride[1] + kh * p.dilation[1];
+      for (long kw = 0; kw < p.kernel_sizes[2]; ++kw) {
+        const long column = long(local.x) * p.stride[2] + kw * p.dilation[2];
+        sum += window[row * window_columns + column] * kernel_taps[(kd * p.kernel_sizes[1] + kh) * p.kernel_sizes[2] + kw];
+      }
+    }
+  }
+  const long oh = oh0 + local.y, ow = ow0 + local.x;
+  if (oh >= p.output_sizes[1] || ow >= p.output_sizes[2]) return;
+  if (p.has_bias) sum += float(bias[co * p.bias_stride]);
+  output[n * p.output_strides[0] + co * p.output_strides[1] + od * p.output_strides[2] + oh * p.output_strides[3] +
+         ow * p.output_strides[4]] = T(sum);
+}
+
+// convolution_tiled_<columns>x<channels>_<dtype>: the block's pixel columns and output channels.
+#define INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS)                    \
+  template [[host_name("convolution_tiled_" #COLUMN_FRAGMENTS "x" #CHANNEL_FRAGMENTS "_" #SUFFIX)]]    \
+  kernel void convolution_tiled<T, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS>(                               \
+      device T*, const device T*, const device T*, const device T*, constant ConvParams&,               \
+      threadgroup float*, uint3, uint, uint, uint);
+
 #define INSTANTIATE_CONVOLUTION(T, SUFFIX)                                                        \
   template [[host_name("convolution_" #SUFFIX)]] kernel void convolution<T, false>(               \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&, uint3);  \
@@ -225,7 +443,14 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
       device T*, const device T*, const device T*, const device T*, constant ConvParams&, uint3);  \
   template [[host_name("convolution_gemm_" #SUFFIX)]] kernel void convolution_gemm<T>(             \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&,          \
-      threadgroup float*, uint3, uint, uint);
+      threadgroup float*, uint3, uint, uint);                                                      \
+  template [[host_name("convolution_depthwise_" #SUFFIX)]] kernel void convolution_depthwise<T>(   \
+      device T*, const device T*, const device T*, const device T*, constant ConvParams&,          \
+      threadgroup float*, uint3, uint3, uint);                                                     \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 4)                                                   \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 8)                                                   \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 4)                                                   \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 8)
 
 INSTANTIATE_CONVOLUTION(float, float32)
 INSTANTIATE_CONVOLUTION(half, float16)

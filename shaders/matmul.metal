@@ -128,9 +128,10 @@ kernel void matmul_vector_kdot(device T* out [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  for (uint r = 0; r < outputs; ++r) {
+  // A fixed trip count: every simdgroup reaches the same collectives (unused sums are zeros).
+  for (uint r = 0; r < kVectorOutputs; ++r) {
     const float sum = simd_sum(sums[r]);
-    if (lane == 0) store_result(out, addend, p, batch, 0, column0 + r, sum);
+    if (lane == 0 && r < outputs) store_result(out, addend, p, batch, 0, column0 + r, sum);
   }
 }
 
@@ -254,6 +255,91 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
   }
 }
 
+// Wide blocks for large problems: eight simdgroups in a GridRows x GridColumns grid, each
+// computing 32 x 32 outputs, so a block is (32 * GridRows) x (32 * GridColumns) and each
+// operand is read from device memory half as often as with 64 x 64 blocks along the wide side.
+// The K steps are double-buffered: while the simdgroups multiply one staged step, the
+// threadgroup stages the next into the other buffer, one barrier per step.
+constant constexpr uint kWideDepth = 16;
+constant constexpr uint kWideThreads = 256;
+
+template <typename T, uint GridRows, uint GridColumns>
+kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
+                              const device T* a [[buffer(1)]],
+                              const device T* b [[buffer(2)]],
+                              const device T* addend [[buffer(3)]],
+                              constant MatmulParams& p [[buffer(4)]],
+                              threadgroup float* tiles [[threadgroup(0)]],
+                              uint3 group [[threadgroup_position_in_grid]],
+                              uint thread_index [[thread_index_in_threadgroup]],
+                              uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  constexpr uint kBlockM = 32 * GridRows;
+  constexpr uint kBlockN = 32 * GridColumns;
+  constexpr uint kStage = kBlockM * kWideDepth + kWideDepth * kBlockN;
+  // Buffer s (0 or 1): A tile kBlockM x kWideDepth at tiles + s * kStage, then B tile
+  // kWideDepth x kBlockN. The epilogue reuses the memory for the kBlockM x kBlockN results.
+  const long batch = group.z;
+  const long row0 = long(group.y) * kBlockM;
+  const long column0 = long(group.x) * kBlockN;
+  const device T* a_batch = a + batch * p.a_strides[0];
+  const device T* b_batch = b + batch * p.b_strides[0];
+  const uint simd_row = (simdgroup / GridColumns) * 32;
+  const uint simd_column = (simdgroup % GridColumns) * 32;
+
+  simdgroup_float8x8 accumulators[4][4];
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 4; ++j) accumulators[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  }
+
+  const long steps = (p.depth + kWideDepth - 1) / kWideDepth;
+  for (long step = 0; step <= steps; ++step) {
+    // Stage step `step` (if any) into buffer step % 2 while multiplying step - 1 from the other.
+    if (step < steps) {
+      threadgroup float* a_tile = tiles + (step % 2) * kStage;
+      threadgroup float* b_tile = a_tile + kBlockM * kWideDepth;
+      const long k0 = step * kWideDepth;
+      for (uint i = thread_index; i < kBlockM * kWideDepth; i += kWideThreads) {
+        const long row = row0 + i / kWideDepth, k = k0 + i % kWideDepth;
+        a_tile[i] = (row < p.rows && k < p.depth) ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+      }
+      for (uint i = thread_index; i < kWideDepth * kBlockN; i += kWideThreads) {
+        const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
+        b_tile[i] = (k < p.depth && column < p.columns) ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+      }
+    }
+    if (step > 0) {
+      const threadgroup float* a_tile = tiles + ((step - 1) % 2) * kStage;
+      const threadgroup float* b_tile = a_tile + kBlockM * kWideDepth;
+      for (uint kk = 0; kk < kWideDepth; kk += 8) {
+        simdgroup_float8x8 a_fragments[4];
+        simdgroup_float8x8 b_fragments[4];
+        for (uint i = 0; i < 4; ++i) {
+          simdgroup_load(a_fragments[i], a_tile, kWideDepth, ulong2(kk, simd_row + 8 * i));
+          simdgroup_load(b_fragments[i], b_tile, kBlockN, ulong2(simd_column + 8 * i, kk));
+        }
+        for (uint i = 0; i < 4; ++i) {
+          for (uint j = 0; j < 4; ++j) {
+            simdgroup_multiply_accumulate(accumulators[i][j], a_fragments[i], b_fragments[j], accumulators[i][j]);
+          }
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+
+  threadgroup float* results = tiles;
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 4; ++j) {
+      simdgroup_store(accumulators[i][j], results, kBlockN, ulong2(simd_column + 8 * j, simd_row + 8 * i));
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = thread_index; i < kBlockM * kBlockN; i += kWideThreads) {
+    const long row = row0 + i / kBlockN, column = column0 + i % kBlockN;
+    if (row < p.rows && column < p.columns) store_result(out, addend, p, batch, row, column, results[i]);
+  }
+}
+
 #define INSTANTIATE_MATMUL(T, SUFFIX)                                                             \
   template [[host_name("matmul_naive_" #SUFFIX)]] kernel void matmul_naive<T>(                    \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint3); \
@@ -270,6 +356,12 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
       threadgroup float*, uint3, uint, uint);                                                     \
   template [[host_name("matmul_tiled64_" #SUFFIX)]] kernel void matmul_tiled<T, 4, 4>(            \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
+      threadgroup float*, uint3, uint, uint);                                                     \
+  template [[host_name("matmul_tiled128x64_" #SUFFIX)]] kernel void matmul_tiled_wide<T, 4, 2>(   \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
+      threadgroup float*, uint3, uint, uint);                                                     \
+  template [[host_name("matmul_tiled64x128_" #SUFFIX)]] kernel void matmul_tiled_wide<T, 2, 4>(   \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
       threadgroup float*, uint3, uint, uint);
 

@@ -91,8 +91,9 @@ inline float2 scale_and_bias(const device T* scales, const device T* zeros,
 
 // Must match the constants of native/ops/quantized_linear.cpp.
 constant constexpr int kQmvRows = 4;       // output rows per simdgroup (a float4 of scales)
-constant constexpr int kQmvSimdgroups = 8;  // simdgroups per threadgroup
-constant constexpr int kQmvBatch = 4;       // activation rows per threadgroup
+constant constexpr int kQmvSimdgroups = 32;  // simdgroups per threadgroup at most (the host may
+                                             // launch fewer where the pipeline allows fewer threads)
+constant constexpr int kQmvBatch = 8;        // activation rows per threadgroup
 constant constexpr int kQmvValues = 16;     // values of K per lane per step
 constant constexpr int kQmvStep = 32 * kQmvValues;
 
@@ -111,12 +112,13 @@ kernel void qmv(const device T* a [[buffer(0)]],
                 uint3 group_id [[threadgroup_position_in_grid]],
                 uint simd_group [[simdgroup_index_in_threadgroup]],
                 uint lane [[thread_index_in_simdgroup]],
-                uint tid [[thread_index_in_threadgroup]]) {
-  constexpr int kThreads = 32 * kQmvSimdgroups;
+                uint tid [[thread_index_in_threadgroup]],
+                uint simdgroups [[dispatch_simdgroups_per_threadgroup]]) {
+  const int threads = 32 * int(simdgroups);
   threadgroup float x_tile[kQmvBatch * kQmvStep];
   const int m0 = int(group_id.x) * kQmvBatch;
   const int batch = min(kQmvBatch, p.M - m0);
-  const int n0 = (int(group_id.y) * kQmvSimdgroups + int(simd_group)) * kQmvRows;
+  const int n0 = (int(group_id.y) * int(simdgroups) + int(simd_group)) * kQmvRows;
   const int rows = clamp(p.N - n0, 0, kQmvRows);  // the same for the whole simdgroup
   const uint lanes_per_group = uint(min(p.group_size / kQmvValues, 32));
   const uint group_leader = lane - lane % lanes_per_group;
@@ -125,7 +127,7 @@ kernel void qmv(const device T* a [[buffer(0)]],
   for (int r = 0; r < kQmvRows; ++r)
     for (int b = 0; b < kQmvBatch; ++b) acc[r][b] = 0.0f;
   for (int k0 = 0; k0 < p.K; k0 += kQmvStep) {
-    for (int i = int(tid); i < batch * kQmvStep; i += kThreads) {
+    for (int i = int(tid); i < batch * kQmvStep; i += threads) {
       const int b = i / kQmvStep, k = k0 + i % kQmvStep;
       x_tile[i] = k < p.K ? float(a[(m0 + b) * p.a_stride_m + k * p.a_stride_k]) : 0.0f;
     }
@@ -163,10 +165,11 @@ kernel void qmv(const device T* a [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  for (int b = 0; b < batch; ++b) {
-    for (int r = 0; r < rows; ++r) {
+  // Fixed trip counts: every simdgroup reaches the same collectives (unused sums are zeros).
+  for (int b = 0; b < kQmvBatch; ++b) {
+    for (int r = 0; r < kQmvRows; ++r) {
       const float total = simd_sum(acc[r][b]);
-      if (lane == 0) out[long(m0 + b) * p.N + n0 + r] = T(total);
+      if (lane == 0 && b < batch && r < rows) out[long(m0 + b) * p.N + n0 + r] = T(total);
     }
   }
 }
@@ -252,7 +255,8 @@ kernel void qmm(const device T* a [[buffer(0)]],
       device T* out [[buffer(4)]], constant QuantizedMatmulParams& p [[buffer(5)]],          \
       uint3 group_id [[threadgroup_position_in_grid]],                                      \
       uint simd_group [[simdgroup_index_in_threadgroup]],                                   \
-      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]]);
+      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]],      \
+      uint simdgroups [[dispatch_simdgroups_per_threadgroup]]);
 
 #define ETM_QMM_KERNEL(NAME, T, BITS, FORMAT)                                   \
   template [[host_name(NAME)]] kernel void qmm<T, BITS, FORMAT>(                            \

@@ -1,5 +1,7 @@
-// Cumulative sum along one dimension (ATen's cumsum), in three passes over chunks of each
-// line (the elements along the scanned dimension), none of which needs threads to cooperate:
+// Cumulative sum along one dimension (ATen's cumsum). Long lines (the elements along the
+// scanned dimension) with a floating output take one pass, scan_line: a threadgroup per line,
+// every element read and written once. Otherwise three passes over chunks of each line, none
+// of which needs threads to cooperate:
 //   scan_chunk_totals   one thread per (chunk, line): the sum of its chunk.
 //   scan_chunk_offsets  one thread per line: exclusive prefix sum of the chunk totals.
 //   scan_apply          one thread per (chunk, line): running sum from the chunk's offset.
@@ -102,6 +104,57 @@ kernel void scan_apply(device const In* input [[buffer(0)]],
   }
 }
 
+// One threadgroup per line, in blocks of kLineThreads * kLineValues elements: each thread
+// sums its kLineValues consecutive elements in order, the threadgroup adds the threads' totals
+// before it (simd_prefix_exclusive_sum, then the totals of the simdgroups before it), and the
+// running total of the blocks before carries over.
+constant constexpr uint kLineThreads = 256;
+constant constexpr uint kLineValues = 16;
+constant constexpr uint kLineBlock = kLineThreads * kLineValues;
+
+template <typename In, typename Out>
+kernel void scan_line(device const In* input [[buffer(0)]],
+                      device Out* output [[buffer(1)]],
+                      constant ScanParams& p [[buffer(2)]],
+                      uint line [[threadgroup_position_in_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint simdgroup [[simdgroup_index_in_threadgroup]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float simdgroup_totals[kLineThreads / 32];
+  const LineOffsets at = line_offsets(p, line);
+  float carry = 0.0f;
+  for (uint block = 0; block < p.length; block += kLineBlock) {
+    const uint begin = block + tid * kLineValues;
+    float prefix[kLineValues];
+    float running = 0.0f;
+    for (uint j = 0; j < kLineValues; ++j) {
+      const uint i = begin + j;
+      if (i < p.length) running += scan_term<float, Out>(input[at.input + long(i) * p.input_stride]);
+      prefix[j] = running;
+    }
+    const float before_lane = simd_prefix_exclusive_sum(running);
+    if (lane == 31) simdgroup_totals[simdgroup] = before_lane + running;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float before_simdgroup = 0.0f, block_total = 0.0f;
+    for (uint s = 0; s < kLineThreads / 32; ++s) {
+      const float total = simdgroup_totals[s];
+      if (s < simdgroup) before_simdgroup += total;
+      block_total += total;
+    }
+    const float offset = carry + before_simdgroup + before_lane;
+    for (uint j = 0; j < kLineValues; ++j) {
+      const uint i = begin + j;
+      if (i < p.length) output[at.output + long(i) * p.output_stride] = Out(offset + prefix[j]);
+    }
+    carry += block_total;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+}
+
+#define SCAN_LINE_KERNEL(In, IN, Out, OUT)                                            \
+  template [[host_name("scan_line_" #IN "_" #OUT)]] [[kernel]]                         \
+  decltype(scan_line<In, Out>) scan_line<In, Out>;
+
 #define SCAN_KERNELS(In, IN, Out, OUT)                                                \
   template [[host_name("scan_chunk_totals_" #IN "_" #OUT)]] [[kernel]]                 \
   decltype(scan_chunk_totals<In, Out>) scan_chunk_totals<In, Out>;                    \
@@ -113,11 +166,15 @@ kernel void scan_apply(device const In* input [[buffer(0)]],
 #define SCAN_FLOAT_INPUT(In, IN)                                                      \
   SCAN_KERNELS(In, IN, float, float)                                                  \
   SCAN_KERNELS(In, IN, half, half)                                                    \
-  SCAN_KERNELS(In, IN, bfloat, bfloat)
+  SCAN_KERNELS(In, IN, bfloat, bfloat)                                                \
+  SCAN_LINE_KERNEL(In, IN, float, float)                                              \
+  SCAN_LINE_KERNEL(In, IN, half, half)                                                \
+  SCAN_LINE_KERNEL(In, IN, bfloat, bfloat)
 #define SCAN_INTEGER_INPUT(In, IN)                                                    \
   SCAN_KERNELS(In, IN, long, long)                                                    \
   SCAN_KERNELS(In, IN, int, int)                                                      \
-  SCAN_KERNELS(In, IN, float, float)
+  SCAN_KERNELS(In, IN, float, float)                                                  \
+  SCAN_LINE_KERNEL(In, IN, float, float)
 
 SCAN_FLOAT_INPUT(float, float)
 SCAN_FLOAT_INPUT(half, half)

@@ -96,10 +96,17 @@ def mm_case(m, k, n, dtype, weight_transposed=False):
     return run, minimum
 
 
-def conv_case(batch, cin, cout, size, kernel, stride, groups, dtype):
+def conv_case(batch, cin, cout, size, kernel, stride, groups, dtype, channels_last=False):
     x = torch.randn(batch, cin, size, size).to(dtype)
     w = torch.randn(cout, cin // groups, kernel, kernel).to(dtype)
     dx, dw = device(x), device(w)
+    if channels_last:  # the same values in an NHWC buffer, seen as NCHW
+        storage = device(x.permute(0, 2, 3, 1))
+        view = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+            storage.handle, 4, ffi.new("int64_t[]", list(x.shape)),
+            ffi.new("int64_t[]", [size * size * cin, 1, size * cin, cin]), 0, view))
+        dx = Tensor(view[0], keepalive=storage)
     pad = kernel // 2
     out_size = (size + 2 * pad - kernel) // stride + 1
     minimum = nbytes(x, w) + batch * cout * out_size * out_size * x.element_size()
@@ -231,6 +238,15 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv2d", "16->32 3x3 56x56 f32", conv_case, (1, 16, 32, 56, 3, 1, 1, F32)),
     ("conv2d", "depthwise 32 3x3 112x112 f32", conv_case, (1, 32, 32, 112, 3, 1, 32, F32)),
     ("conv2d", "pointwise 32->64 1x1 56x56 f32", conv_case, (1, 32, 64, 56, 1, 1, 1, F32)),
+    ("conv2d", "resnet stem 3->64 7x7/2 224x224 f32", conv_case, (1, 3, 64, 224, 7, 2, 1, F32)),
+    ("conv2d", "resnet 64->64 3x3 56x56 f32", conv_case, (1, 64, 64, 56, 3, 1, 1, F32)),
+    ("conv2d", "resnet 64->64 3x3 56x56 f16 channels-last", conv_case, (1, 64, 64, 56, 3, 1, 1, F16, True)),
+    ("conv2d", "resnet 64->128 3x3/2 56x56 f32", conv_case, (1, 64, 128, 56, 3, 2, 1, F32)),
+    ("conv2d", "resnet 128->128 3x3 28x28 f32", conv_case, (1, 128, 128, 28, 3, 1, 1, F32)),
+    ("conv2d", "resnet 256->256 3x3 14x14 f32", conv_case, (1, 256, 256, 14, 3, 1, 1, F32)),
+    ("conv2d", "resnet 512->512 3x3 7x7 f32", conv_case, (1, 512, 512, 7, 3, 1, 1, F32)),
+    ("conv2d", "resnet 256->64 1x1 56x56 f32", conv_case, (1, 256, 64, 56, 1, 1, 1, F32)),
+    ("conv2d", "depthwise 96 5x5/2 112x112 f16", conv_case, (1, 96, 96, 112, 5, 2, 96, F16)),
 ]
 
 

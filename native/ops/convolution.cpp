@@ -24,6 +24,20 @@ constexpr uint64_t kGemmMinimumPixels = 32;
 constexpr int64_t kGemmMinimumChannels = 16;
 constexpr int64_t kGemmMinimumDepth = 16;
 
+// The pixel-block kernels' geometry (convolution_tiled and convolution_depthwise) and the
+// threadgroup memory their staged input window and weights must fit in.
+constexpr uint64_t kTiledRows = 16;
+constexpr uint64_t kTiledChunk = 8;
+constexpr uint64_t kTiledThreads = 256;
+constexpr uint64_t kTiledScratchFloats = 64 * (kTiledThreads / 32);
+// Planes with fewer output pixels or rows (1-D problems among them) leave most of the
+// 16-row pixel block empty: the flattened implicit GEMM wastes less there.
+constexpr int64_t kTiledMinimumPlane = 32;
+constexpr int64_t kTiledMinimumRows = 4;
+constexpr uint64_t kDepthwiseRows = 8;
+constexpr uint64_t kDepthwiseColumns = 32;
+constexpr uint64_t kThreadgroupMemoryLimit = 32768;
+
 // Mirrors ConvParams in shaders/convolution.metal (same order, same sizes).
 struct ConvParams {
   int64_t batch;
@@ -55,6 +69,30 @@ std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& valu
     ETM_REQUIRE(v >= minimum, kOp, ": ", name, " must be >= ", minimum, ", got ", shape_text(values));
   return result;
 }
+
+// Input rows or columns a block of `outputs` pixels reads along one spatial dimension.
+uint64_t window_extent(uint64_t outputs, int64_t stride, int64_t kernel, int64_t dilation) {
+  return (outputs - 1) * uint64_t(stride) + uint64_t(kernel - 1) * uint64_t(dilation) + 1;
+}
+
+// Threadgroup bytes of convolution_tiled with blocks of 8 * column_fragments pixel columns and
+// 8 * channel_fragments output channels: the input window and one kernel row's weights.
+uint64_t tiled_memory(const ConvParams& p, uint64_t column_fragments, uint64_t channel_fragments) {
+  const uint64_t window = window_extent(kTiledRows, p.stride[1], p.kernel_sizes[1], p.dilation[1]) *
+                          window_extent(8 * column_fragments, p.stride[2], p.kernel_sizes[2], p.dilation[2]) *
+                          kTiledChunk;
+  const uint64_t weights = uint64_t(p.kernel_sizes[2]) * kTiledChunk * 8 * channel_fragments;
+  return std::max(window + weights, kTiledScratchFloats) * sizeof(float);
+}
+
+uint64_t depthwise_memory(const ConvParams& p) {
+  const uint64_t taps = uint64_t(p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2]);
+  return (taps + window_extent(kDepthwiseRows, p.stride[1], p.kernel_sizes[1], p.dilation[1]) *
+                     window_extent(kDepthwiseColumns, p.stride[2], p.kernel_sizes[2], p.dilation[2])) *
+         sizeof(float);
+}
+
+uint64_t blocks(uint64_t extent, uint64_t block) { return (extent + block - 1) / block; }
 
 }  // namespace
 
@@ -178,7 +216,48 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
       uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);
   const int64_t depth = params.in_channels_per_group * params.kernel_sizes[0] * params.kernel_sizes[1] *
                         params.kernel_sizes[2];
-  if (!options.transposed && pixels >= kGemmMinimumPixels &&
+  const int64_t plane = params.output_sizes[1] * params.output_sizes[2];
+  const uint64_t planes = uint64_t(batch) * uint64_t(params.output_sizes[0]);
+  uint64_t column_fragments = params.output_sizes[2] > 8 ? 2 : 1;
+  uint64_t channel_fragments = params.out_channels_per_group > 32 ? 8 : 4;
+  if (tiled_memory(params, column_fragments, channel_fragments) > kThreadgroupMemoryLimit) column_fragments = 1;
+  if (tiled_memory(params, column_fragments, channel_fragments) > kThreadgroupMemoryLimit) channel_fragments = 4;
+  const uint64_t tiled_bytes = tiled_memory(params, column_fragments, channel_fragments);
+
+  // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
+  const std::string tiled_name = "convolution_tiled_" + std::to_string(column_fragments) + "x" +
+                                 std::to_string(channel_fragments) + "_" + suffix;
+  const std::string depthwise_name = "convolution_depthwise_" + suffix;
+  auto takes_threads = [](const std::string& name, uint64_t threads) {
+    return shader_kernel("convolution.metal", name).max_threads_per_group() >= threads;
+  };
+  if (!options.transposed && reads_input && params.in_channels_per_group == 1 &&
+      depthwise_memory(params) <= kThreadgroupMemoryLimit &&
+      takes_threads(depthwise_name, kDepthwiseRows * kDepthwiseColumns)) {
+    const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kDepthwiseRows) *
+                                  blocks(uint64_t(params.output_sizes[2]), kDepthwiseColumns);
+    const uint64_t channel_planes = planes * uint64_t(out_channels);
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && channel_planes <= UINT32_MAX, kOp, ": the output of shape ",
+                shape_text(output_sizes), " exceeds the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", depthwise_name));
+    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
+        .threadgroup_memory(0, depthwise_memory(params));
+    launch.threadgroups({pixel_blocks, 1, channel_planes}, {kDepthwiseColumns, kDepthwiseRows, 1});
+  } else if (!options.transposed && reads_input && plane >= kTiledMinimumPlane &&
+             params.output_sizes[1] >= kTiledMinimumRows && tiled_bytes <= kThreadgroupMemoryLimit &&
+             takes_threads(tiled_name, kTiledThreads)) {
+    const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kTiledRows) *
+                                  blocks(uint64_t(params.output_sizes[2]), 8 * column_fragments);
+    const uint64_t group_planes = planes * uint64_t(groups);
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
+                shape_text(output_sizes), " exceeds the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
+    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
+        .threadgroup_memory(0, tiled_bytes);
+    launch.threadgroups({pixel_blocks, blocks(uint64_t(params.out_channels_per_group), 8 * channel_fragments),
+                         group_planes},
+                        {kTiledThreads, 1, 1});
+  } else if (!options.transposed && pixels >= kGemmMinimumPixels &&
       params.out_channels_per_group >= kGemmMinimumChannels && depth >= kGemmMinimumDepth) {
     const uint64_t pixel_blocks = (pixels + kGemmBlock - 1) / kGemmBlock;
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX, kOp, ": ", pixels, " output pixels exceed the dispatch limit");

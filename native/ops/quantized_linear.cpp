@@ -1,5 +1,6 @@
 #include "ops/quantized_linear.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ops/kernel_launch.h"
@@ -16,8 +17,8 @@ constexpr const char* kShaderFile = "quantized.metal";
 // Must match the constants of shaders/quantized.metal: qmv threadgroups of kQmvSimdgroups
 // simdgroups x kQmvRows output rows, for kQmvBatch activation rows.
 constexpr int64_t kQmvRows = 4;
-constexpr int64_t kQmvSimdgroups = 8;
-constexpr int64_t kQmvBatch = 4;  // larger M: the tiled qmm (fewer device bytes from M = 6 on)
+constexpr int64_t kQmvSimdgroups = 32;
+constexpr int64_t kQmvBatch = 8;  // larger M: the tiled qmm
 
 // Mirrors QuantizedMatmulParams in shaders/quantized.metal.
 struct QuantizedMatmulParams {
@@ -82,9 +83,12 @@ std::unique_ptr<Tensor> encode(const std::string& tag, const char* type_name, co
   launch.tensor(0, a).tensor(1, weight_bytes).tensor(2, scales).tensor(3, zeros).tensor(4, *out)
       .value(5, params);
   if (vector) {
+    // As many simdgroups as the pipeline allows, up to kQmvSimdgroups (a GPU may allow fewer
+    // threads per threadgroup to a kernel that uses many registers).
+    const int64_t simdgroups = std::clamp<int64_t>(launch.max_threads_per_group() / 32, 1, kQmvSimdgroups);
     launch.threadgroups({static_cast<uint64_t>(ceil_div(params.M, kQmvBatch)),
-                         static_cast<uint64_t>(ceil_div(params.N, kQmvSimdgroups * kQmvRows)), 1},
-                        {32, kQmvSimdgroups, 1});
+                         static_cast<uint64_t>(ceil_div(params.N, simdgroups * kQmvRows)), 1},
+                        {32, static_cast<uint64_t>(simdgroups), 1});
   } else {
     // 32 x 64 output tiles, 128 threads.
     launch.threadgroups({static_cast<uint64_t>(ceil_div(params.N, 64)),

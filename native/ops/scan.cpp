@@ -21,6 +21,10 @@ constexpr int kMaxDims = 8;
 constexpr int64_t kTargetThreads = 16384;
 // ...but no chunk is shorter than this.
 constexpr int64_t kMinChunk = 256;
+// Lines of at least this many elements with a floating output take the one-pass scan_line
+// (a threadgroup of kLineThreads per line): every element read once instead of twice.
+constexpr int64_t kLineMinimum = 1024;
+constexpr uint64_t kLineThreads = 256;
 
 // Must match ScanParams in shaders/scan.metal.
 struct ScanParams {
@@ -64,6 +68,14 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
   if (lines == 0 || length == 0) return output;
   p.length = checked_u32(kOp, length, "length");
   p.lines = checked_u32(kOp, lines, "number of lines");
+  const std::string suffix = std::string(input_name) + "_" + msl_element_type_name(out_dtype);
+  const bool float_accumulator = is_floating(out_dtype);
+  if (float_accumulator && length >= kLineMinimum &&
+      shader_kernel(kShaderFile, "scan_line_" + suffix).max_threads_per_group() >= kLineThreads) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "scan_line_" + suffix));
+    launch.tensor(0, self).tensor(1, *output).value(2, p).threadgroups({uint64_t(lines), 1, 1}, {kLineThreads, 1, 1});
+    return output;
+  }
   const int64_t max_chunks = std::max<int64_t>(1, length / kMinChunk);
   int64_t chunks = std::clamp<int64_t>((kTargetThreads + lines - 1) / lines, 1, max_chunks);
   const int64_t chunk_length = (length + chunks - 1) / chunks;
@@ -71,8 +83,6 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
   p.chunks = static_cast<uint32_t>(chunks);
   p.chunk_length = static_cast<uint32_t>(chunk_length);
 
-  const std::string suffix = std::string(input_name) + "_" + msl_element_type_name(out_dtype);
-  const bool float_accumulator = is_floating(out_dtype);
   const device::Size3 chunk_grid{static_cast<uint64_t>(chunks), static_cast<uint64_t>(lines), 1};
   // Chunk totals, then their exclusive prefix sums (the offsets scan_apply starts from).
   std::unique_ptr<Tensor> offsets;

@@ -74,12 +74,29 @@ FORWARD_CASES = [
     ((1, 4, 7, 7), (6, 4, 1, 1), [1, 1], [0, 0], [1, 1], 1),  # pointwise
     ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), [1, 2, 1], [1, 0, 2], [2, 1, 1], 1),
     ((2, 4, 4, 5, 6), (4, 1, 3, 3, 3), [2, 1, 1], [1, 1, 1], [1, 1, 2], 4),
-    # Implicit GEMM (>= 32 output pixels, >= 16 output channels per group, depth >= 16), with
-    # partial tiles in pixels, channels and depth:
+    # Flattened implicit GEMM (>= 32 output pixels, >= 16 output channels per group, depth >= 16)
+    # where the pixel-block kernel does not fit: a 1-D problem, fewer than 4 output rows, an
+    # input window too wide for threadgroup memory.
+    ((2, 16, 40), (32, 16, 3), [1], [1], [1], 1),
+    ((2, 6, 3, 30), (20, 6, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((1, 4, 40, 40), (16, 4, 5, 5), [4, 4], [0, 0], [3, 3], 1),
+    # Pixel-block implicit GEMM (>= 32 output pixels and >= 4 rows per plane), with partial blocks
+    # in rows, columns, output channels and input channel chunks:
     ((2, 5, 9, 11), (20, 5, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((2, 8, 12, 9), (34, 4, 3, 2), [2, 1], [1, 0], [2, 1], 2),
-    ((2, 16, 40), (32, 16, 3), [1], [1], [1], 1),
+    ((1, 12, 10, 9), (40, 12, 3, 3), [1, 1], [1, 1], [1, 1], 1),  # 64-channel blocks
+    ((1, 8, 14, 14), (16, 8, 3, 3), [1, 1], [2, 2], [2, 2], 1),
+    ((1, 16, 9, 10), (24, 16, 1, 1), [1, 1], [0, 0], [1, 1], 1),
+    ((1, 6, 21, 19), (36, 3, 3, 3), [2, 2], [1, 1], [1, 1], 2),  # 8-column blocks (window size)
+    ((1, 3, 24, 24), (40, 3, 7, 7), [2, 2], [3, 3], [1, 1], 1),  # 8 columns, 32 channels (window size)
     ((1, 4, 5, 6, 7), (16, 4, 2, 2, 2), [1, 1, 1], [0, 1, 0], [1, 1, 1], 1),
+    ((1, 10, 5, 8, 9), (12, 5, 3, 3, 3), [2, 1, 1], [1, 1, 0], [1, 1, 1], 2),
+    # Depthwise kernel (one input channel per group), multipliers 1, 2 and 8:
+    ((2, 4, 20, 35), (8, 1, 3, 3), [2, 1], [1, 2], [1, 2], 4),
+    ((1, 3, 10, 10), (3, 1, 5, 5), [1, 1], [2, 2], [1, 1], 3),
+    ((2, 6, 50), (6, 1, 4), [1], [3], [1], 6),
+    ((1, 1, 12, 12), (8, 1, 3, 3), [1, 1], [0, 0], [1, 1], 1),
+    ((1, 2, 40, 40), (2, 1, 9, 9), [4, 4], [0, 0], [4, 4], 2),  # window too large: direct kernel
 ]
 
 
@@ -133,6 +150,17 @@ def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_l
     n, c, h, w = result.sizes
     assert result.strides == (c * h * w, h * w, w, 1)
     contiguous = check(input.contiguous(), weight, bias, *args)
+    assert torch.equal(result.torch(), contiguous.torch())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("groups,out_channels", [(1, 24), (8, 8)])  # pixel-block GEMM, depthwise
+def test_channels_last_input_and_weight_in_the_block_kernels(groups, out_channels, dtype, no_leaks):
+    input = random(2, 8, 12, 11, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    weight = random(out_channels, 8 // groups, 3, 3, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    bias = random(out_channels, dtype=dtype)
+    result = check(input, weight, bias, [1, 1], [1, 1], [1, 1], groups=groups)
+    contiguous = check(input.contiguous(), weight.contiguous(), bias, [1, 1], [1, 1], [1, 1], groups=groups)
     assert torch.equal(result.torch(), contiguous.torch())
 
 

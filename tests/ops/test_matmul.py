@@ -6,8 +6,9 @@ the scale sqrt(K) of a random-normal dot product: float32 1e-5, float16 1e-2, bf
 
 The shapes are chosen to reach each kernel of shaders/matmul.metal: the one-thread-per-output
 kernel (small or odd shapes, K == 0, M == 1 against a row-major matrix), the simdgroup
-row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and the 32x32 and
-64x64 simdgroup-matrix tiled kernels, with tails in every dimension."""
+row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and the 32x32,
+64x64, 128x64 and 64x128 simdgroup-matrix tiled kernels, with tails in every dimension (the
+last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered)."""
 
 import math
 import threading
@@ -48,9 +49,10 @@ def reference_addmm(self, a, b, beta, alpha):
     return beta * self.double() + alpha * product
 
 
-# (M, K, N): naive, row-dot candidates, 32x32 tiles with tails, 64x64 tiles with tails.
+# (M, K, N): naive, row-dot candidates, 32x32 tiles with tails, 64x64 tiles (exact and with
+# tails), 128x64 tiles with tails (K: three steps with a tail, one step), 64x128 tiles.
 MM_SHAPES = [(1, 1, 1), (3, 5, 7), (1, 300, 37), (45, 130, 1), (33, 47, 19), (64, 32, 64),
-             (260, 40, 300)]
+             (100, 33, 90), (260, 40, 300), (130, 16, 70), (70, 50, 200)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -63,7 +65,7 @@ def test_mm_contiguous(M, K, N, dtype, no_leaks):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M,K,N", [(1, 300, 37), (7, 33, 5), (70, 90, 41), (1, 64, 1)])
+@pytest.mark.parametrize("M,K,N", [(1, 300, 37), (7, 33, 5), (70, 90, 41), (1, 64, 1), (150, 70, 130)])
 def test_addmm_with_transposed_weight(M, K, N, dtype, no_leaks):
     # What Inductor emits for nn.Linear: addmm(bias, x, weight.t()).
     x, weight, bias = random(M, K, dtype=dtype), random(N, K, dtype=dtype), random(N, dtype=dtype)
@@ -92,7 +94,7 @@ def test_row_vector_times_matrix_in_both_layouts(K, N, dtype, no_leaks):
     assert_matches(result, a.double() @ b.double(), dtype, K)
 
 
-@pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36)])
+@pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36), (130, 20, 70)])
 def test_mm_offset_and_strided_views(M, K, N, no_leaks):
     # Every operand is a slice with a storage offset and non-unit strides in both dimensions.
     a = random(2 * M + 3, 3 * K)[3::2, 1::3]

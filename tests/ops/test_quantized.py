@@ -90,11 +90,11 @@ def test_lowbit_shapes(M, K, N, group_size):
     assert_matches(out, expected_lowbit(A, q, S, Z, group_size), torch.float32)
 
 
-# The matrix-vector kernel serves up to 4 activation rows at once (each weight byte read once
-# for all of them): several K steps of 512 with a tail, partial threadgroups of 32 output rows,
-# quantization groups spanning 2 to 16 lanes.
+# The matrix-vector kernel serves up to 8 activation rows at once (each weight byte read once
+# for all of them): several K steps of 512 with a tail, partial threadgroups of 128 output rows
+# (one and several per launch), quantization groups spanning 2 to 16 lanes.
 @pytest.mark.parametrize("M,K,N,group_size", [(2, 1544, 70, 32), (4, 1024, 33, 256), (3, 520, 100, 128),
-                                              (4, 1536, 64, 64)])
+                                              (4, 1536, 64, 64), (8, 1536, 300, 64), (6, 520, 130, 128)])
 def test_lowbit_matrix_vector_batches(M, K, N, group_size):
     A, q, S, Z = random_lowbit(M, K, N, 4, group_size, torch.float16, seed=M + K + N)
     out = linear_lowbit(4, A, quantize.pack_lowbit(q, 4), group_size, S, Z)

@@ -339,6 +339,36 @@ def test_cumsum_float_override_rounds_elements_first(out_dtype):
     assert ((out.double() - expected).abs() <= relative * torch.cumsum(x.abs().double(), 1) + 1e-6).all()
 
 
+# Lines of >= 1024 elements with a floating output take the one-pass kernel (a threadgroup per
+# line, blocks of 4096): the boundary, a whole block, a one-element tail, several blocks.
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(1024,), (2, 4096), (3, 4097), (2, 9000)])
+def test_cumsum_long_lines(dtype, shape):
+    torch.manual_seed(shape[-1])
+    x = torch.randn(shape).to(dtype)
+    (out,) = results(*call_cumsum(x, -1))
+    expected = torch.cumsum(x.double(), dim=-1)
+    relative = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+    assert out.dtype == dtype
+    assert ((out.double() - expected).abs() <= relative * torch.cumsum(x.double().abs(), -1) + 1e-6).all()
+
+
+def test_cumsum_long_lines_of_views_integers_and_non_finite_values():
+    torch.manual_seed(9)
+    x = torch.randn(3000, 4)[:, 1:3]  # scanned along a stride-4 dimension, storage offset 1
+    (out,) = results(*call_cumsum(x, 0))
+    torch.testing.assert_close(out, torch.cumsum(x.double(), 0).float(), rtol=1e-5, atol=1e-3)
+    ints = torch.randint(-100, 100, (2, 3000), dtype=torch.int32)
+    (out,) = results(*call_cumsum(ints, 1, torch.float32))
+    assert torch.equal(out, torch.cumsum(ints, 1, dtype=torch.float32))  # exact: small integers
+    special = torch.randn(2500)
+    special[100], special[2200] = float("inf"), float("nan")
+    (out,) = results(*call_cumsum(special, 0))
+    expected = torch.cumsum(special.double(), 0).float()
+    assert torch.isinf(out[100:2200]).all() and torch.isnan(out[2200:]).all()
+    torch.testing.assert_close(out[:100], expected[:100], rtol=1e-5, atol=1e-4)
+
+
 def test_cumsum_of_strided_offset_view():
     torch.manual_seed(6)
     x = torch.randn(8, 600, 3)[1:, 50::2, 2]
