@@ -3,7 +3,8 @@
 # build of libetmetal with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/).
 # Python itself is not instrumented, so the sanitizer runtimes are preloaded (with libstdc++
 # first in line, or ASan cannot intercept C++ exceptions). Leak detection is off: the
-# interpreter's own allocations would drown the report. Any report aborts the test process.
+# interpreter's own allocations would drown the report. Any report aborts the test process
+# and fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d build-asan ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
@@ -11,6 +12,15 @@ cd "$(dirname "$0")/.."
 ninja -C build-asan
 export ETMETAL_LIBRARY="$PWD/build-asan/native/libetmetal.so"
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so) $(gcc -print-file-name=libstdc++.so)"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
-export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
-python3 -m pytest "$@"
+# Reports go to files: pytest captures the test's stderr, and an aborting process loses it.
+reports="$PWD/build-asan/reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
+status=0
+python3 -m pytest "$@" || status=$?
+if compgen -G "$reports/*" >/dev/null; then
+  cat "$reports"/*
+  exit 1
+fi
+exit $status

@@ -263,7 +263,9 @@ class FiberScheduler {
           if (f.size != size) {
             job_->fail("lanes of one simdgroup exchanged values of different sizes at one call site");
           }
-          std::memcpy(values + size_t{lane} * size, f.value, std::min(size, f.size));
+          // Value-less collectives (simdgroup_barrier) park with no value at all.
+          const uint32_t bytes = std::min(size, f.size);
+          if (bytes != 0) std::memcpy(values + size_t{lane} * size, f.value, bytes);
         }
         for (uint64_t m = active; m; m &= m - 1) {
           const uint32_t lane = static_cast<uint32_t>(__builtin_ctzll(m));
