@@ -11,6 +11,7 @@
 #include "fallback_matmul.h"
 #include "fallback_quantized.h"
 #include "fallback_reductions.h"
+#include "fallback_shape.h"
 #include "metal_buffer.h"
 
 ETMETAL_BEGIN_DECLS
