@@ -61,6 +61,7 @@ TYPE_ALIASES = {
     "c10::BFloat16": "uint16_t",
     "AOTITorchError": "int32_t",
     "AtenTensorHandle": "struct AtenTensorOpaque *",
+    "AtenGeneratorHandle": "struct AtenGeneratorOpaque *",
     "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",
     "AOTIMetalShaderLibraryHandle": "struct AOTIMetalShaderLibraryOpaque *",
     "AOTIProxyExecutorHandle": "struct AOTIProxyExecutorOpaque *",

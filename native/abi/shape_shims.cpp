@@ -4,21 +4,18 @@
 #include <vector>
 
 #include "abi/guard.h"
+#include "abi/shim_arguments.h"
 #include "etmetal/fallback_shape.h"
 #include "ops/shape.h"
 
 using etm::abi::guarded;
 using etm::abi::guarded_encoding;
+using etm::abi::int_list;
 using etm::abi::new_handle;
 using etm::abi::require_out;
 using etm::abi::tensor_of;
 
 namespace {
-
-std::vector<int64_t> int_list(const int64_t* values, int64_t count, const char* name) {
-  ETM_REQUIRE(count >= 0 && (values || count == 0), name, " is null or has a negative length");
-  return std::vector<int64_t>(values, values + count);
-}
 
 template <typename T>
 std::optional<T> optional_of(const T* value) {

@@ -10,6 +10,7 @@
 #include "fallback_convolution.h"
 #include "fallback_matmul.h"
 #include "fallback_quantized.h"
+#include "fallback_random.h"
 #include "fallback_reductions.h"
 #include "fallback_shape.h"
 #include "metal_buffer.h"
