@@ -3,7 +3,8 @@
 //   pad_copy  one thread per output element. Its coordinates minus the leading padding of each
 //             dimension give a source coordinate; outside the source, the padding mode maps it
 //             back in (reflect, replicate, circular) or the element gets the fill value
-//             (constant). With no padding this is a strided copy.
+//             (constant). With no padding this is a strided copy; mode fill writes the fill
+//             value everywhere (Tensor.fill_).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -14,6 +15,7 @@ constant constexpr uint kConstant = 0;
 constant constexpr uint kReflect = 1;
 constant constexpr uint kReplicate = 2;
 constant constexpr uint kCircular = 3;
+constant constexpr uint kFill = 4;  // no source: every element gets the fill value
 
 // Must match etm::ops::PadParams (native/ops/shape.cpp).
 struct PadParams {
@@ -44,12 +46,12 @@ kernel void pad_copy(device T* out [[buffer(0)]], device const T* src [[buffer(1
   if (i >= p.numel) return;
   uint rest = i;
   long dst_offset = 0, src_offset = 0;
-  bool inside = true;
+  bool inside = p.mode != kFill;
   for (int d = int(p.dims) - 1; d >= 0; --d) {
     const long c = long(rest % p.dst_sizes[d]);
     rest /= p.dst_sizes[d];
     dst_offset += c * p.dst_strides[d];
-    const long s = source_coordinate(c - p.before[d], long(p.src_sizes[d]), p.mode);
+    const long s = inside ? source_coordinate(c - p.before[d], long(p.src_sizes[d]), p.mode) : -1;
     if (s < 0) {
       inside = false;
     } else {

@@ -8,7 +8,6 @@
 #include "etmetal/fallback_random.h"
 #include "ops/op_support.h"
 #include "ops/random.h"
-#include "runtime/runtime.h"
 
 using etm::DType;
 using etm::Tensor;
@@ -17,6 +16,7 @@ using etm::abi::factory_dtype;
 using etm::abi::guarded;
 using etm::abi::guarded_encoding;
 using etm::abi::int_list;
+using etm::abi::new_factory_tensor;
 using etm::abi::new_handle;
 using etm::abi::require_default_generator;
 using etm::abi::require_out;
@@ -26,11 +26,6 @@ namespace {
 
 constexpr int32_t kFloat32 = static_cast<int32_t>(DType::float32);
 constexpr int32_t kInt64 = static_cast<int32_t>(DType::int64);
-
-std::unique_ptr<Tensor> new_tensor(const std::vector<int64_t>& sizes, int32_t dtype) {
-  for (int64_t s : sizes) ETM_REQUIRE(s >= 0, "negative dimension ", s, " in size ");
-  return etm::Runtime::get().empty_tensor(sizes, etm::contiguous_strides(sizes), dtype);
-}
 
 // A random factory's body: after the checks, a new tensor of `size` filled by `fill`.
 template <typename Fill>
@@ -42,7 +37,7 @@ AOTITorchError random_factory(const char* function, const int64_t* size, int64_t
     require_out(ret0, "ret0");
     require_default_generator(generator);
     check_factory_options(layout, device, device_index, pin_memory);
-    auto out = new_tensor(int_list(size, size_len, "size"), factory_dtype(dtype, default_dtype));
+    auto out = new_factory_tensor(int_list(size, size_len, "size"), factory_dtype(dtype, default_dtype));
     fill(*out);
     *ret0 = new_handle(std::move(out));
   });
@@ -59,7 +54,7 @@ AOTITorchError random_like(const char* function, AtenTensorHandle self, const At
     require_default_generator(generator);
     check_factory_options(layout, device, device_index, pin_memory);
     const Tensor& source = tensor_of(self);
-    auto out = new_tensor(source.sizes, factory_dtype(dtype, source.dtype));
+    auto out = new_factory_tensor(source.sizes, factory_dtype(dtype, source.dtype));
     fill(*out);
     *ret0 = new_handle(std::move(out));
   });

@@ -8,9 +8,12 @@
 #include "etmetal/fallback_shape.h"
 #include "ops/shape.h"
 
+using etm::abi::check_factory_options;
+using etm::abi::factory_dtype;
 using etm::abi::guarded;
 using etm::abi::guarded_encoding;
 using etm::abi::int_list;
+using etm::abi::new_factory_tensor;
 using etm::abi::new_handle;
 using etm::abi::require_out;
 using etm::abi::tensor_of;
@@ -87,5 +90,22 @@ extern "C" AOTITorchError aoti_torch_mps_view_dtype(AtenTensorHandle self, int32
   return guarded(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(etm::ops::view_dtype(tensor_of(self), dtype));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_mps_fill__Scalar(AtenTensorHandle self, double value) {
+  return guarded_encoding(__func__, [&] { etm::ops::fill(tensor_of(self), value); });
+}
+
+extern "C" AOTITorchError aoti_torch_mps__efficientzerotensor(const int64_t* size, int64_t size_len_, int32_t* dtype,
+                                                              int32_t* layout, int32_t* device, int32_t device_index_,
+                                                              int32_t* pin_memory, AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    check_factory_options(layout, device, device_index_, pin_memory);
+    auto out = new_factory_tensor(int_list(size, size_len_, "size"),
+                                  factory_dtype(dtype, static_cast<int32_t>(etm::DType::float32)));
+    etm::ops::fill(*out, 0.0);
+    *ret0 = new_handle(std::move(out));
   });
 }

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "abi/guard.h"
 #include "etmetal/aoti_shim.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/runtime.h"
 
 namespace etm::abi {
 
@@ -22,6 +24,12 @@ inline int32_t factory_dtype(const int32_t* dtype, int32_t fallback) {
   if (!dtype) return fallback;
   ETM_REQUIRE(is_tensor_dtype(*dtype), "unsupported dtype ", *dtype);
   return *dtype;
+}
+
+// A factory function's new contiguous tensor; throws for a negative size.
+inline std::unique_ptr<Tensor> new_factory_tensor(const std::vector<int64_t>& sizes, int32_t dtype) {
+  for (int64_t s : sizes) ETM_REQUIRE(s >= 0, "negative dimension ", s, " in size");
+  return Runtime::get().empty_tensor(sizes, contiguous_strides(sizes), dtype);
 }
 
 // Throws unless the options name a strided, unpinned tensor on etmetal's device (null: default).

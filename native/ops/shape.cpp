@@ -1,6 +1,7 @@
 #include "ops/shape.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -18,7 +19,7 @@ constexpr const char* kShaderFile = "shape.metal";
 constexpr int kMaxDims = 9;
 
 // Must match the modes of shaders/shape.metal.
-enum class PadMode : uint32_t { constant = 0, reflect = 1, replicate = 2, circular = 3 };
+enum class PadMode : uint32_t { constant = 0, reflect = 1, replicate = 2, circular = 3, fill = 4 };
 
 // Must match PadParams in shaders/shape.metal.
 struct PadParams {
@@ -60,6 +61,13 @@ void pad_copy(const char* op, const Tensor& dst, const Tensor& src, const std::v
   const device::Size3 grid{p.numel, 1, 1};
   // An empty source (constant padding of an empty tensor) may have no buffer; it is never read.
   launch.tensor(0, dst).tensor(1, src.numel() == 0 ? dst : src).value(2, p).threads(grid, default_group(grid, launch));
+}
+
+// `value` converted to `dtype`, as the bits of one element in the low bytes.
+uint64_t element_bits(double value, int32_t dtype) {
+  uint64_t bits = 0;
+  convert_elements(&value, static_cast<int32_t>(DType::float64), &bits, dtype, 1);
+  return bits;
 }
 
 std::unique_ptr<Tensor> empty_like_contiguous(const Tensor& self, const std::vector<int64_t>& sizes) {
@@ -220,11 +228,8 @@ std::unique_ptr<Tensor> pad(const Tensor& self, const std::vector<int64_t>& pad,
                 " and ", high, " resulted in a negative output size, which is invalid. Check dimension ",
                 d, " of your input.");
   }
-  uint64_t fill = 0;
-  const double fill_value = value.value_or(0.0);
-  convert_elements(&fill_value, static_cast<int32_t>(DType::float64), &fill, self.dtype, 1);
   auto out = empty_like_contiguous(self, sizes);
-  pad_copy(op, *out, self, before, mode, fill);
+  pad_copy(op, *out, self, before, mode, element_bits(value.value_or(0.0), self.dtype));
   return out;
 }
 
@@ -242,6 +247,23 @@ std::unique_ptr<Tensor> reshape(const Tensor& self, const std::vector<int64_t>& 
   copy->sizes = sizes;
   copy->strides = contiguous_strides(sizes);
   return copy;
+}
+
+void fill(const Tensor& self, double value) {
+  require_mps("fill_", "self", self);
+  const DType dtype = static_cast<DType>(self.dtype);
+  const bool integer = dtype == DType::uint8 || dtype == DType::int8 || dtype == DType::int16 ||
+                       dtype == DType::int32 || dtype == DType::int64;
+  if (integer) {
+    // torch's checked conversion: an integer target refuses values outside [min, max].
+    const int bits = static_cast<int>(8 * self.itemsize());
+    const double low = dtype == DType::uint8 ? 0.0 : -std::ldexp(1.0, bits - 1);
+    const double end = dtype == DType::uint8 ? 256.0 : std::ldexp(1.0, bits - 1);  // max + 1
+    const bool fits = value >= low && (dtype == DType::int64 ? value < end : value <= end - 1.0);
+    ETM_REQUIRE(fits, "fill_: value ", value, " cannot be converted to type ", dtype_name(self.dtype),
+                " without overflow");
+  }
+  pad_copy("fill_", self, self, std::vector<int64_t>(self.dim(), 0), PadMode::fill, element_bits(value, self.dtype));
 }
 
 std::unique_ptr<Tensor> permute(const Tensor& self, const std::vector<int64_t>& dims) {

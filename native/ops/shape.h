@@ -29,6 +29,10 @@ std::unique_ptr<Tensor> pad(const Tensor& self, const std::vector<int64_t>& pad,
 // be -1.
 std::unique_ptr<Tensor> reshape(const Tensor& self, const std::vector<int64_t>& shape);
 
+// Tensor.fill_: every element of self (any strides, 1, 2, 4 or 8 bytes) becomes value converted
+// to self's dtype.
+void fill(const Tensor& self, double value);
+
 // Views.
 std::unique_ptr<Tensor> permute(const Tensor& self, const std::vector<int64_t>& dims);
 std::unique_ptr<Tensor> narrow(const Tensor& self, int64_t dim, int64_t start, int64_t length);

@@ -229,3 +229,42 @@ def test_view_bad_input():
     fails(view_call(lib.aoti_torch_mps_view_dtype, x.t(), 5)[0], "stride(-1) must be 1")
     fails(view_call(lib.aoti_torch_mps_view_dtype, torch.tensor(1.0), 5)[0], "cannot be 0")
     etmetal_py.synchronize()  # views fail without poisoning the stream
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fill_matches_torch_on_views(dtype):
+    base = sample((5, 6, 4), dtype)
+    view = base.transpose(0, 2)[1:, ::2]
+    device = as_device(view)
+    value = {torch.bool: 1.0, torch.uint8: 200.0}.get(dtype, -3.75)
+    assert lib.aoti_torch_mps_fill__Scalar(device.handle, value) == 0, etmetal_py.last_error()
+    expected = base.clone()
+    expected.transpose(0, 2)[1:, ::2].fill_(value)
+    whole = device.device_base.torch()
+    assert torch.equal(whole.view(-1)[:expected.numel()].view(expected.shape), expected)
+    for empty_or_scalar in (torch.empty(3, 0, dtype=dtype), torch.zeros((), dtype=dtype)):
+        t = as_device(empty_or_scalar)
+        assert lib.aoti_torch_mps_fill__Scalar(t.handle, value) == 0
+        assert torch.equal(t.torch(), empty_or_scalar.clone().fill_(value))
+
+
+def test_efficientzerotensor_is_zeros():
+    r0 = ffi.new("AtenTensorHandle*")
+    for size, dtype in (((3, 4), None), ((), torch.float16), ((2, 0), torch.int64)):
+        code = lib.aoti_torch_mps__efficientzerotensor(
+            ffi.new("int64_t[]", list(size) or [0]), len(size), ffi.NULL if dtype is None else ffi.new("int32_t*", {
+                torch.float16: 5, torch.int64: 4}[dtype]), ffi.NULL, ffi.NULL, 0, ffi.NULL, r0)
+        got = result(code, r0).torch()
+        assert torch.equal(got, torch.zeros(size, dtype=dtype or torch.float32))
+
+
+def test_fill_and_zeros_bad_input():
+    for dtype, value in ((torch.uint8, -1.0), (torch.uint8, 256.0), (torch.int8, 128.0), (torch.int32, 2.0 ** 31)):
+        target = as_device(torch.zeros(2, dtype=dtype))
+        poisoning_failure(lib.aoti_torch_mps_fill__Scalar(target.handle, value), "without overflow")
+    r0 = ffi.new("AtenTensorHandle*")
+    poisoning_failure(lib.aoti_torch_mps__efficientzerotensor(ffi.new("int64_t[]", [-2]), 1, ffi.NULL, ffi.NULL,
+                                                              ffi.NULL, 0, ffi.NULL, r0), "negative dimension")
+    poisoning_failure(lib.aoti_torch_mps__efficientzerotensor(ffi.new("int64_t[]", [2]), 1, ffi.NULL,
+                                                              ffi.new("int32_t*", 1), ffi.NULL, 0, ffi.NULL, r0),
+                      "layout")

@@ -31,6 +31,17 @@ ETMETAL_API AOTITorchError aoti_torch_mps_pad(AtenTensorHandle self, const int64
 ETMETAL_API AOTITorchError aoti_torch_mps_reshape(AtenTensorHandle self, const int64_t* shape,
                                                   int64_t shape_len_, AtenTensorHandle* ret0);
 
+/* Tensor.fill_: every element of self (any strides) becomes value in self's dtype. Encoded on
+ * the stream, like cat. */
+ETMETAL_API AOTITorchError aoti_torch_mps_fill__Scalar(AtenTensorHandle self, double value);
+
+/* A new zero-filled contiguous tensor (torch's _efficientzerotensor; here a real tensor of
+ * zeros): dtype null means float32; layout null or strided, device null or mps, pin_memory
+ * null or 0. */
+ETMETAL_API AOTITorchError aoti_torch_mps__efficientzerotensor(const int64_t* size, int64_t size_len_, int32_t* dtype,
+                                                               int32_t* layout, int32_t* device, int32_t device_index_,
+                                                               int32_t* pin_memory, AtenTensorHandle* ret0);
+
 /* Views: torch.permute, narrow, tensor[start:end:step] along dim (a null start or end: the
  * whole range), squeeze(dim), view(dtype). */
 ETMETAL_API AOTITorchError aoti_torch_mps_permute(AtenTensorHandle self, const int64_t* dims,
