@@ -8,6 +8,7 @@
 #include "custom_ops.h"
 #include "fallback_attention.h"
 #include "fallback_convolution.h"
+#include "fallback_experts.h"
 #include "fallback_matmul.h"
 #include "fallback_quantized.h"
 #include "fallback_random.h"
