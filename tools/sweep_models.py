@@ -145,11 +145,16 @@ def _vit():
     return _first_output(ViTModel(config, add_pooling_layer=False)), _image(3, 32)
 
 
-def _vision(config_name: str, model_name: str, size: int = 32, **extra):
+def _vision(config_name: str, model_name: str, size: int = 32, torch_init: bool = False, **extra):
     def build():
         import transformers
         config = getattr(transformers, config_name)(**extra)
-        return _first_output(getattr(transformers, model_name)(config)), _image(3, size)
+        model = getattr(transformers, model_name)(config)
+        if torch_init:  # torch's default init: transformers' (normal, std 0.02) vanishes here
+            for module in model.modules():
+                if hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+        return _first_output(model), _image(3, size)
     return build
 
 
@@ -172,7 +177,7 @@ SPECS = [
     Spec("convnext", _vision("ConvNextConfig", "ConvNextModel", hidden_sizes=[16, 32],
                              depths=[1, 1], num_stages=2)),
     Spec("mobilenet_v2", _vision("MobileNetV2Config", "MobileNetV2Model", image_size=32,
-                                 depth_multiplier=0.25)),
+                                 depth_multiplier=0.25, torch_init=True)),
     Spec("mixtral", _decoder("Mixtral", num_local_experts=4, num_experts_per_tok=2)),
     Spec("qwen2_moe", _decoder("Qwen2Moe", num_experts=4, num_experts_per_tok=2,
                            moe_intermediate_size=32, shared_expert_intermediate_size=64)),
