@@ -61,6 +61,7 @@ TYPE_ALIASES = {
     "c10::BFloat16": "uint16_t",
     "AOTITorchError": "int32_t",
     "AtenTensorHandle": "struct AtenTensorOpaque *",
+    "AtenGeneratorHandle": "struct AtenGeneratorOpaque *",
     "AOTIMetalKernelFunctionHandle": "struct AOTIMetalKernelFunctionOpaque *",
     "AOTIMetalShaderLibraryHandle": "struct AOTIMetalShaderLibraryOpaque *",
     "AOTIProxyExecutorHandle": "struct AOTIProxyExecutorOpaque *",
@@ -92,8 +93,9 @@ def test_signatures_match_torch_headers():
         assert ours == [normalize(p) for p in params], name
         assert normalize(ffi.getctype(ctype.result)) == normalize(ret), name
     # An aoti_torch_* function torch does not declare is a custom op of etmetal's own,
-    # declared in custom_ops.h.
-    custom = (ROOT / "native" / "include" / "etmetal" / "custom_ops.h").read_text()
+    # declared in custom_ops.h, or another library's op etmetal implements (fallback_experts.h).
+    custom = "".join((ROOT / "native" / "include" / "etmetal" / name).read_text()
+                     for name in ("custom_ops.h", "fallback_experts.h"))
     missing = [n for n in EXPECTED.read_text().split()
                if n.startswith("aoti_torch") and n not in declarations
                and not re.search(rf"\b{n}\s*\(", custom)]

@@ -149,6 +149,33 @@ def undefined_symbols(path: str) -> tuple[set[str], set[str]]:
     return _nm_undefined_symbols(path)
 
 
+# The aoti_torch_mps_* functions every generated kernel uses; any other aoti_torch_mps_*
+# function a model imports is a fallback op (mm, convolution, attention, ...).
+KERNEL_SHIM_FUNCTIONS = frozenset({
+    "aoti_torch_mps_create_shader_library", "aoti_torch_mps_delete_shader_library",
+    "aoti_torch_mps_get_kernel_function", "aoti_torch_mps_start_encoding",
+    "aoti_torch_mps_set_arg_tensor", "aoti_torch_mps_set_arg_int",
+    "aoti_torch_mps_dispatch_single", "aoti_torch_mps_dispatch_single_with_group_size",
+    "aoti_torch_mps_dispatch_array", "aoti_torch_mps_dispatch_array_with_group_size",
+    "aoti_torch_mps_malloc", "aoti_torch_mps_free", "aoti_torch_mps_memcpy",
+    "aoti_torch_mps_copy_buffer", "aoti_torch_mps_run_command_block",
+    "aoti_torch_mps_shared_callback",
+})
+# shim.h functions that compute (rather than create, view or free tensors).
+SHIM_FALLBACK_FUNCTIONS = frozenset({
+    "aoti_torch_index_put_out", "aoti_torch_scatter_out", "aoti_torch_scatter_reduce_out",
+    "aoti_torch_zero_", "aoti_torch_proxy_executor_call_function",
+})
+
+
+def fallback_functions(path: str) -> list[str]:
+    """The fallback-op functions the model library at `path` imports, sorted."""
+    strong, weak = undefined_symbols(path)
+    return sorted(name for name in strong | weak
+                  if (name.startswith("aoti_torch_mps_") and name not in KERNEL_SHIM_FUNCTIONS)
+                  or name in SHIM_FALLBACK_FUNCTIONS)
+
+
 class _DlInfo(ctypes.Structure):
     _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]

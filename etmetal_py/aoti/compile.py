@@ -61,6 +61,25 @@ def custom_op_c_shims() -> dict:
     return dict(shims)
 
 
+# Other libraries' ops that libetmetal implements: {(namespace, op name): C function}, declared
+# in etmetal/fallback_experts.h. Registered when the op exists (its library was imported).
+_FOREIGN_OP_FUNCTIONS = {
+    ("transformers", "grouped_mm_fallback"): "aoti_torch_mps_grouped_mm_fallback",
+}
+
+
+def foreign_op_c_shims() -> dict:
+    """C-shim declarations of the registered foreign ops libetmetal implements."""
+    from ..ops.c_shims import header_declarations
+
+    declarations = header_declarations("fallback_experts.h")
+    shims = {}
+    for (namespace, name), function in _FOREIGN_OP_FUNCTIONS.items():
+        if torch._C._dispatch_has_kernel(f"{namespace}::{name}"):
+            shims[getattr(getattr(torch.ops, namespace), name).default] = [declarations[function]]
+    return shims
+
+
 def current_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload:
     """The overload registered now under `op`'s name. Defining an op again (ExecuTorch's
     Metal backend defines ``metal::gather_qmv`` and ``metal::gated_delta_rule`` too) makes new
@@ -97,6 +116,7 @@ def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
                          "aot_inductor.package_constants_on_disk_format='binary_blob'; "
                          "otherwise the package holds no weights")
     shims = dict(custom_op_c_shims())
+    shims.update(foreign_op_c_shims())
     shims.update(configs.get("aot_inductor.custom_ops_to_c_shims") or {})
     if shims:
         configs["aot_inductor.custom_ops_to_c_shims"] = with_current_overloads(shims)

@@ -15,9 +15,9 @@ _PREFIX = "aoti_torch_mps_"
 _DECLARATION = re.compile(r"ETMETAL_API\s+(AOTITorchError\s+(\w+)\s*\(([^;]*?)\))\s*;", re.S)
 
 
-def header_declarations() -> dict[str, str]:
-    """{C function name: one-line declaration} of every function in custom_ops.h."""
-    text = (_header_dir() / HEADER).read_text()
+def header_declarations(header: str = HEADER) -> dict[str, str]:
+    """{C function name: one-line declaration} of every function in `header` (custom_ops.h)."""
+    text = (_header_dir() / header).read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return {name: " ".join(declaration.split()).replace("( ", "(")
             for declaration, name, _ in _DECLARATION.findall(text)}

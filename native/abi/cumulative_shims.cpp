@@ -5,7 +5,10 @@
 #include "abi/guard.h"
 #include "etmetal/fallback_reductions.h"
 #include "ops/cumulative.h"
+#include "ops/op_support.h"
 #include "ops/scan.h"
+#include "runtime/dtype.h"
+#include "runtime/runtime.h"
 
 using etm::abi::guarded_encoding;
 using etm::abi::new_handle;
@@ -16,12 +19,22 @@ namespace {
 
 using RunningOp = std::unique_ptr<etm::Tensor> (*)(const etm::Tensor&, int64_t, std::optional<int32_t>);
 
-// cumsum and cumprod: one result, in *dtype when given.
+// cumsum and cumprod: one result, in *dtype when given. torch casts the input to dtype first;
+// the kernels take a floating input only to a floating result, so a floating input asked for an
+// integer result is converted here (on the host, after the stream is idle; transformers' MoE
+// path does this to histc's counts).
 AOTITorchError running(const char* function, RunningOp op, AtenTensorHandle self, int64_t dim, int32_t* dtype,
                        AtenTensorHandle* ret0) {
   return guarded_encoding(function, [&] {
     require_out(ret0, "ret0");
-    *ret0 = new_handle(op(tensor_of(self), dim, dtype ? std::optional<int32_t>(*dtype) : std::nullopt));
+    const etm::Tensor& input = tensor_of(self);
+    std::unique_ptr<etm::Tensor> converted;
+    if (dtype && etm::ops::is_floating(input.dtype) && etm::is_tensor_dtype(*dtype) && !etm::ops::is_floating(*dtype) &&
+        etm::ops::msl_element_type_name(*dtype)) {
+      converted = etm::Runtime::get().empty_tensor(input.sizes, etm::contiguous_strides(input.sizes), *dtype);
+      etm::Runtime::get().copy_tensor(*converted, input);
+    }
+    *ret0 = new_handle(op(converted ? *converted : input, dim, dtype ? std::optional<int32_t>(*dtype) : std::nullopt));
   });
 }
 

@@ -14,19 +14,7 @@ import aoti_models
 import etmetal_py
 from etmetal_py import ffi, lib
 from etmetal_py.aoti import PackageError, aoti_compile_and_package, aoti_load_package, export
-
-# The aoti_torch_mps_* functions every generated kernel uses; any other aoti_torch_mps_*
-# function a model imports is a fallback op (mm, convolution, attention, ...).
-KERNEL_SHIM_FUNCTIONS = {
-    "aoti_torch_mps_create_shader_library", "aoti_torch_mps_delete_shader_library",
-    "aoti_torch_mps_get_kernel_function", "aoti_torch_mps_start_encoding",
-    "aoti_torch_mps_set_arg_tensor", "aoti_torch_mps_set_arg_int",
-    "aoti_torch_mps_dispatch_single", "aoti_torch_mps_dispatch_single_with_group_size",
-    "aoti_torch_mps_dispatch_array", "aoti_torch_mps_dispatch_array_with_group_size",
-    "aoti_torch_mps_malloc", "aoti_torch_mps_free", "aoti_torch_mps_memcpy",
-    "aoti_torch_mps_copy_buffer", "aoti_torch_mps_run_command_block",
-    "aoti_torch_mps_shared_callback",
-}
+from etmetal_py.aoti._symbols import KERNEL_SHIM_FUNCTIONS
 
 _PROBE_KERNEL = b"""
 #include <metal_stdlib>

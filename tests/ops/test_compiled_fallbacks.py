@@ -9,10 +9,12 @@ all of them), run through libetmetal against torch eager on CPU:
 - pooling: an average pool with overlapping windows of more than 25 elements, adaptive average
   and max pools with windows of more than 25 elements;
 - a top-1 mixture-of-experts block in bfloat16 as transformers' grouped_mm experts path runs it
-  (histc counts, expert weights [E, out, in] transposed): _grouped_mm.
+  (histc counts, expert weights [E, out, in] transposed): _grouped_mm;
+- random numbers (rand_like, randn): Inductor generates their kernels and draws the kernels'
+  seeds with randint_low_out; checked by statistics, and fresh on each run.
 
 The direct tests of each op (dtypes, strides, bad input) are in test_indexing.py,
-test_order_statistics.py, test_pooling.py and test_grouped_mm.py."""
+test_order_statistics.py, test_pooling.py, test_grouped_mm.py and test_random.py."""
 
 import torch
 import torch.nn.functional as F
@@ -71,15 +73,19 @@ class Fallbacks(torch.nn.Module):
 
     def forward(self, x, mask, rows, index_tensor, src, counts, image, tokens):
         return (*self.indexing(x, mask, rows, index_tensor, src, counts), *self.order_statistics(image),
-                *self.pooling(image), self.experts(tokens))
+                *self.pooling(image), self.experts(tokens),
+                torch.rand_like(image) * 2 + image, torch.randn(RANDOM_NUMEL))
 
 
 C_FUNCTIONS = ["aoti_torch_mps_index_Tensor", "aoti_torch_index_put_out", "aoti_torch_mps_scatter_reduce_two_out",
                "aoti_torch_mps_scatter_src_out", "aoti_torch_mps__embedding_bag_forward_only",
                "aoti_torch_mps_masked_scatter", "aoti_torch_mps_index_reduce", "aoti_torch_mps_kthvalue",
                "aoti_torch_mps_median", "aoti_torch_mps_nanmedian", "aoti_torch_mps_adaptive_max_pool2d",
-               "aoti_torch_mps_avg_pool2d", "aoti_torch_mps__adaptive_avg_pool2d", "aoti_torch_mps__grouped_mm"]
+               "aoti_torch_mps_avg_pool2d", "aoti_torch_mps__adaptive_avg_pool2d", "aoti_torch_mps__grouped_mm",
+               "aoti_torch_mps_randint_low_out"]
 EXACT_OUTPUTS = 14  # indexing and order statistics; then float pools and the bfloat16 experts
+RANDOM_OUTPUTS = 2  # last: uniform [0, 2) noise added to the image, standard normal numbers
+RANDOM_NUMEL = 20_000
 
 
 def inputs(seed):
@@ -91,19 +97,31 @@ def inputs(seed):
             torch.randn(20, 32, generator=generator).bfloat16())
 
 
+def check_random_outputs(image, noisy, normal):
+    noise = noisy - image
+    assert noise.shape == image.shape and float(noise.min()) >= 0 and float(noise.max()) < 2 + 1e-5
+    assert abs(float(noise.mean()) - 1) < 0.05
+    assert normal.shape == (RANDOM_NUMEL,)
+    assert abs(float(normal.mean())) < 0.05 and abs(float(normal.std()) - 1) < 0.05
+
+
 def test_compiled_model_reaches_the_fallbacks_and_matches_eager(tmp_path):
     model = Fallbacks()
     runner = compile_and_load(model, inputs(11), tmp_path, C_FUNCTIONS)
+    normals = []
     for seed in (12, 13):
         args = inputs(seed)
         got = runner(*args)
         with torch.no_grad():
             want = model(*args)
         assert len(got) == len(want)
-        for index, (actual, expected) in enumerate(zip(got, want)):
+        check_random_outputs(args[6], *got[-RANDOM_OUTPUTS:])
+        normals.append(got[-1])
+        for index, (actual, expected) in enumerate(zip(got[:-RANDOM_OUTPUTS], want[:-RANDOM_OUTPUTS])):
             if index < EXACT_OUTPUTS:
                 assert actual.dtype == expected.dtype and torch.equal(actual, expected), index
             elif expected.dtype == torch.bfloat16:
                 assert_close_scaled(actual, expected, 3e-2, same_dtype=True)
             else:
                 torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+    assert not torch.equal(normals[0], normals[1])  # each run draws fresh seeds

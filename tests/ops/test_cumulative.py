@@ -128,10 +128,26 @@ def test_logcumsumexp_infinities_nan_views_empty_0_dim():
         assert torch.equal(out, torch.logcumsumexp(x, -1))
 
 
+def test_floating_input_to_integer_result_is_cast_first():
+    # torch casts the input to dtype first (transformers' MoE path: cumsum of histc's float
+    # counts with dtype=int32).
+    counts = torch.tensor([[3.0, 0.0, 2.7, 5.0], [-1.5, 4.0, 1.0, 2.0]]).t()
+    for dtype in (torch.int32, torch.int64):
+        (out,) = outputs(*cumprod(counts, 0, dtype))
+        assert out.dtype == dtype and torch.equal(out, torch.cumprod(counts, 0, dtype=dtype))
+        r0 = ffi.new("AtenTensorHandle*")
+        device = as_device(counts)
+        code = lib.aoti_torch_mps_cumsum(device.handle, 0, ffi.new("int32_t*", DTYPE_CODE[dtype]), r0)
+        (out,) = outputs(code, r0)
+        assert torch.equal(out, torch.cumsum(counts, 0, dtype=dtype))
+
+
 def test_bad_input():
     x = torch.randn(3, 4)
     poisoning_failure(cumprod(x, 2)[0], "aoti_torch_mps_cumprod", "dim")
-    poisoning_failure(cumprod(x, 0, torch.int64)[0], "float32 input to int64 output is not supported")
+    device, r0 = as_device(x), ffi.new("AtenTensorHandle*")
+    float64 = ffi.new("int32_t*", 7)
+    poisoning_failure(lib.aoti_torch_mps_cumprod(device.handle, 0, float64, r0), "float32 input to float64 output")
     poisoning_failure(extreme(x, -3, lib.aoti_torch_mps_cummax)[0], "aoti_torch_mps_cummax")
     poisoning_failure(logcumsumexp(torch.ones(3, dtype=torch.int64), 0)[0], "aoti_torch_mps_logcumsumexp")
     r0 = ffi.new("AtenTensorHandle*")

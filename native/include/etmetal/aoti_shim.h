@@ -13,6 +13,8 @@ ETMETAL_BEGIN_DECLS
 
 typedef int32_t AOTITorchError;
 typedef struct AtenTensorOpaque* AtenTensorHandle;
+/* A torch generator (c_shim_mps.h random ops); etmetal has none to hand out, so only null is valid. */
+typedef struct AtenGeneratorOpaque* AtenGeneratorHandle;
 
 ETMETAL_API int32_t aoti_torch_device_type_cpu(void);
 ETMETAL_API int32_t aoti_torch_device_type_cuda(void);

@@ -8,9 +8,12 @@
 #include "custom_ops.h"
 #include "fallback_attention.h"
 #include "fallback_convolution.h"
+#include "fallback_experts.h"
 #include "fallback_matmul.h"
 #include "fallback_quantized.h"
+#include "fallback_random.h"
 #include "fallback_reductions.h"
+#include "fallback_shape.h"
 #include "metal_buffer.h"
 
 ETMETAL_BEGIN_DECLS
