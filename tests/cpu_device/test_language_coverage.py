@@ -208,3 +208,35 @@ def test_free_functions_overloaded_on_parameter_address_space():
         library.function("accumulate")(out, np.array([5], dtype=np.int32), threads=4)
     # out[i] = 10 + i; local = base (5, the const overload) + 1; read(local) is the non-const one: -6.
     assert np.array_equal(out, 10 + np.arange(4, dtype=np.int32) - 6)
+
+
+def test_class_template_specializations_on_address_spaces_and_in_class_explicit_specializations():
+    # MLX's type_traits.h: pointer_element<thread T*> / <device T*> / <threadgroup T*>;
+    # binary_ops.h: `template <> complex64_t operator()(complex64_t, complex64_t)` in a struct.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T> struct element_of {};
+        template <typename T> struct element_of<thread T*> { using type = T; };
+        template <typename T> struct element_of<device T*> { using type = T; };
+        template <typename T> struct element_of<threadgroup T*> { using type = T; };
+        template <typename T> struct element_of<constant T*> { using type = T; };
+        struct Twice {
+          template <typename T> T operator()(T x) { return x * 2; }
+          template <> int operator()(int x) { return x * 3; }
+        };
+        kernel void apply(device float* f [[buffer(0)]], device int* n [[buffer(1)]],
+                          constant float* c [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          typename element_of<decltype(f)>::type x = f[i];
+          typename element_of<decltype(c)>::type y = c[0];
+          f[i] = Twice()(x) + y;
+          n[i] = Twice()(n[i]);
+        }
+        """)
+    with compile_library(source) as library:
+        f = np.arange(4, dtype=np.float32)
+        n = np.arange(4, dtype=np.int32)
+        library.function("apply")(f, n, np.array([0.5], dtype=np.float32), threads=4)
+    assert np.array_equal(f, np.arange(4, dtype=np.float32) * 2 + 0.5)
+    assert np.array_equal(n, np.arange(4, dtype=np.int32) * 3)

@@ -393,7 +393,8 @@ class CpuLibrary : public Library {
     Status status = compiler_->check_library(description_.source_hash, source);
     if (status.ok()) return status;
     std::string text;
-    if (!translated_source(&text).ok() || text.find("etm_kernel_regions_") == std::string::npos) return status;
+    // Region forms exist for kernel templates too, instantiated or not.
+    if (!translated_source(&text).ok() || text.find("ETM_CPU_NO_REGIONS") == std::string::npos) return status;
     return compiler_->check_library(description_.source_hash, source, {kWithoutRegions});
   }
 

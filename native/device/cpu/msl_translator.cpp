@@ -15,7 +15,7 @@
 
 #include "device/cpu/embedded_headers.h"
 #include "device/cpu/kernel_compiler.h"
-#include "device/cpu/msl_address_space_members.h"
+#include "device/cpu/msl_overload_sets.h"
 #include "device/cpu/msl_lexer.h"
 #include "device/cpu/msl_preprocessor.h"
 
@@ -1118,7 +1118,7 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   if (!status.ok()) return status;
   tokens.clear();
   if (!lex_msl(preprocessed, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  std::string folded = fold_address_space_overloads(preprocessed, tokens);
+  std::string folded = rewrite_overload_sets(preprocessed, tokens);
   if (folded != preprocessed) {
     tokens.clear();
     if (!lex_msl(folded, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);

@@ -1,4 +1,4 @@
-#include "device/cpu/msl_address_space_members.h"
+#include "device/cpu/msl_overload_sets.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +8,8 @@
 
 namespace etm::device::cpu {
 namespace {
+
+enum class ScopeKind { function, class_body, namespace_body };
 
 class Folder {
  public:
@@ -20,14 +22,33 @@ class Folder {
     bool any_spaces = false;
     for (size_t i = 0; i < tokens_.size(); ++i) {
       if (!is(i, ")") || partner_[i] == SIZE_MAX) continue;
-      if (scope_[i] != SIZE_MAX && !declaration_scope_[scope_[i]]) continue;  // a function body
+      if (scope_[i] != SIZE_MAX && scope_kind_[scope_[i]] == ScopeKind::function) continue;
       Member m;
       if (!member_at(i, &m)) continue;
       any_spaces = any_spaces || m.names_spaces;
       groups[{scope_[i], m.signature}].push_back(m);
     }
-    if (!any_spaces) return text_;
+    // Class template specializations: `template <typename T> struct pointer_element<device T*> {`.
+    for (size_t i = 1; i < tokens_.size(); ++i) {
+      if (!is(i, "{") || partner_[i] == SIZE_MAX || !(is(i - 1, ">") || is(i - 1, ">>"))) continue;
+      if (scope_[i] != SIZE_MAX && scope_kind_[scope_[i]] == ScopeKind::function) continue;
+      Member m;
+      if (!specialization_at(i, &m)) continue;
+      any_spaces = any_spaces || m.names_spaces;
+      groups[{scope_[i], m.signature}].push_back(m);
+    }
     std::vector<std::pair<size_t, size_t>> blanked;  // byte ranges
+    // `template <>` before a member function: an explicit specialization in class scope, which
+    // clang accepts and g++ does not; as a plain overload it wins the same calls.
+    for (size_t i = 0; i + 2 < tokens_.size(); ++i) {
+      if (!is(i, "template") || !is(i + 1, "<") || !is(i + 2, ">")) continue;
+      if (scope_[i] == SIZE_MAX || scope_kind_[scope_[i]] != ScopeKind::class_body) continue;
+      size_t k = i + 3;
+      while (k < tokens_.size() && !is(k, "(") && !is(k, "{") && !is(k, ";") && !is(k, "struct") && !is(k, "class")) ++k;
+      if (!is(k, "(")) continue;  // a member class's specialization stays (and g++ reports it)
+      blanked.push_back({tokens_[i].begin, tokens_[i + 2].end});
+    }
+    if (!any_spaces && blanked.empty()) return text_;
     for (auto& [key, members] : groups) {
       // The unqualified or `thread` one stays: Metal's default address space.
       size_t kept = 0;
@@ -46,7 +67,10 @@ class Folder {
         }
       }
     }
-    std::sort(blanked.begin(), blanked.end());
+    // By start; of ranges starting together the longest first, so that it covers the others.
+    std::sort(blanked.begin(), blanked.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
     std::string out;
     size_t copied = 0;
     for (const auto& [b, e] : blanked) {
@@ -84,7 +108,7 @@ class Folder {
   void pair_brackets() {
     partner_.assign(tokens_.size(), SIZE_MAX);
     scope_.assign(tokens_.size(), SIZE_MAX);
-    declaration_scope_.assign(tokens_.size(), false);
+    scope_kind_.assign(tokens_.size(), ScopeKind::function);
     std::vector<size_t> stack, braces;
     for (size_t i = 0; i < tokens_.size(); ++i) {
       scope_[i] = braces.empty() ? SIZE_MAX : braces.back();
@@ -94,7 +118,7 @@ class Folder {
         stack.push_back(i);
         if (c == '{') {
           braces.push_back(i);
-          declaration_scope_[i] = opens_declaration_scope(i);
+          scope_kind_[i] = kind_of_scope(i);
         }
       } else if ((c == ')' || c == ']' || c == '}') && !stack.empty()) {
         partner_[stack.back()] = i;
@@ -106,14 +130,37 @@ class Folder {
     }
   }
 
-  // Whether the `{` at i opens a class, namespace or `extern "C"` body (not a function's).
-  bool opens_declaration_scope(size_t i) const {
+  // What the `{` at i opens: a class, a namespace (or `extern "C"`), else a function body
+  // or a block in one.
+  ScopeKind kind_of_scope(size_t i) const {
     for (size_t k = i; k-- > 0;) {
-      if (is(k, ";") || is(k, "{") || is(k, "}") || tokens_[k].kind == TokenKind::directive) return false;
-      if (is(k, ")") || is(k, "]")) return false;
-      if (is(k, "struct") || is(k, "class") || is(k, "union") || is(k, "namespace") || is(k, "extern")) return true;
+      if (is(k, ";") || is(k, "{") || is(k, "}") || tokens_[k].kind == TokenKind::directive) break;
+      if (is(k, ")") || is(k, "]")) break;
+      if (is(k, "struct") || is(k, "class") || is(k, "union")) return ScopeKind::class_body;
+      if (is(k, "namespace") || is(k, "extern")) return ScopeKind::namespace_body;
     }
-    return false;
+    return ScopeKind::function;
+  }
+
+  // A class template specialization whose body opens at `open`.
+  bool specialization_at(size_t open, Member* m) const {
+    size_t first = open;
+    bool is_class = false;
+    while (first > 0) {
+      const size_t k = first - 1;
+      if (is(k, ";") || is(k, "{") || is(k, "}") || tokens_[k].kind == TokenKind::directive) break;
+      if ((is(k, ")") || is(k, "]")) && partner_[k] != SIZE_MAX) {
+        first = partner_[k];
+        continue;
+      }
+      is_class = is_class || is(k, "struct") || is(k, "class") || is(k, "union");
+      first = k;
+    }
+    if (!is_class || !is(first, "template")) return false;
+    m->first = first;
+    m->last = partner_[open];
+    describe(first, open, m);
+    return true;
   }
 
   // A member function whose parameter list closes at `close`: `) [const|volatile]* [space]`
@@ -163,7 +210,13 @@ class Folder {
     if (first == partner_[close]) return false;  // no name before the parameters
     m->first = first;
     m->last = last;
-    for (size_t k = first; k < j; ++k) {
+    describe(first, j, m);
+    return true;
+  }
+
+  // Fills m's texts and address-space flags from the tokens [first, end).
+  void describe(size_t first, size_t end, Member* m) const {
+    for (size_t k = first; k < end; ++k) {
       const std::string word(text_, tokens_[k].begin, tokens_[k].end - tokens_[k].begin);
       m->as_written += word + ' ';
       if (is_address_space(k)) {
@@ -177,19 +230,18 @@ class Folder {
       }
       m->signature += read + ' ';
     }
-    return true;
   }
 
   const std::string& text_;
   const std::vector<Token>& tokens_;
   std::vector<size_t> partner_;
   std::vector<size_t> scope_;
-  std::vector<bool> declaration_scope_;  // per `{`
+  std::vector<ScopeKind> scope_kind_;  // per `{`
 };
 
 }  // namespace
 
-std::string fold_address_space_overloads(const std::string& source, const std::vector<Token>& tokens) {
+std::string rewrite_overload_sets(const std::string& source, const std::vector<Token>& tokens) {
   return Folder(source, tokens).run();
 }
 

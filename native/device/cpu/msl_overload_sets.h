@@ -15,6 +15,6 @@ namespace etm::device::cpu {
 // spaces (`constant` counts as `const`, which C++ overloads on), the one that names none
 // other than `thread` stays, else the first; the others are blanked (line breaks kept), and
 // a `*this` qualifier is removed from those that stay. Function bodies are left alone.
-std::string fold_address_space_overloads(const std::string& source, const std::vector<Token>& tokens);
+std::string rewrite_overload_sets(const std::string& source, const std::vector<Token>& tokens);
 
 }  // namespace etm::device::cpu
