@@ -240,3 +240,33 @@ def test_class_template_specializations_on_address_spaces_and_in_class_explicit_
         library.function("apply")(f, n, np.array([0.5], dtype=np.float32), threads=4)
     assert np.array_equal(f, np.arange(4, dtype=np.float32) * 2 + 0.5)
     assert np.array_equal(n, np.arange(4, dtype=np.int32) * 3)
+
+
+def test_default_template_argument_with_commas_bool_min_max_and_bfloat_from_a_class():
+    # MLX: `typename Epilogue = TransformNone<OutT, AccT>` (the comma inside the default is
+    # no parameter separator), metal::max of bool (binary.metal's Maximum), and a mask
+    # struct with `operator bool()` assigned to a bfloat (steel_gemm_masked.metal).
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename Out, typename In> struct Cast { static Out apply(In x) { return Out(x); } };
+        struct Always { char x; constexpr operator bool() const { return true; } };
+        template <typename In, typename Out, typename Epilogue = Cast<Out, In>>
+        [[kernel]] void convert(const device In* in [[buffer(0)]], device Out* out [[buffer(1)]],
+                                device bfloat* flags [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          out[i] = Epilogue::apply(in[i]);
+          const Always always{};
+          bfloat flag = always;
+          flags[i] = flag + bfloat(metal::max(i % 2 == 0, false)) + bfloat(metal::min(true, i == 1));
+        }
+        template [[host_name("convert_int_float")]] [[kernel]] decltype(convert<int, float>) convert<int, float>;
+        """)
+    with compile_library(source) as library:
+        values = np.arange(4, dtype=np.int32)
+        out = np.zeros(4, dtype=np.float32)
+        flags = np.zeros(4, dtype=np.uint16)  # bfloat bits
+        library.function("convert_int_float")(values, out, flags, threads=4)
+    assert np.array_equal(out, values.astype(np.float32))
+    as_float = (flags.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(as_float, np.float32([2, 2, 2, 1]))

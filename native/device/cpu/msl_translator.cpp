@@ -702,7 +702,13 @@ class Translator {
       }
       if (name.empty() || name == "typename" || name == "class") return false;
       names->push_back(pack ? name + "..." : name);
-      while (item_end < close && !is(item_end, ",")) ++item_end;  // skip a default
+      // Skip a default (`= Transform<T, U>`: commas inside its brackets are its own).
+      for (int nesting = 0; item_end < close && !(nesting <= 0 && is(item_end, ",")); ++item_end) {
+        if ((is(item_end, "(") || is(item_end, "[")) && partner(item_end) != SIZE_MAX) item_end = partner(item_end);
+        if (is(item_end, "<")) ++nesting;
+        if (is(item_end, ">")) --nesting;
+        if (is(item_end, ">>")) nesting -= 2;
+      }
       j = item_end + 1;
     }
     return true;

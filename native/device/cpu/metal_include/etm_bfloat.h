@@ -36,6 +36,12 @@ struct bfloat {
                                           !std::is_same<S, float>::value,
                                       int> = 0>
   constexpr bfloat(S value) : bits(etm_msl::float_to_bfloat_bits(float(value))) {}
+  // Metal's bfloat is a built-in type: a class that converts to a scalar (`operator bool()`)
+  // converts on to bfloat by a standard conversion, which a class bfloat must do here.
+  template <class C, std::enable_if_t<std::is_class<C>::value && !std::is_same<C, bfloat>::value &&
+                                          std::is_convertible<const C&, float>::value,
+                                      int> = 0>
+  constexpr bfloat(const C& value) : bits(etm_msl::float_to_bfloat_bits(float(value))) {}
 
   static constexpr bfloat from_bits(uint16_t raw) {
     bfloat result{};
