@@ -1,7 +1,10 @@
 """Faults at run time that a GPU survives: integer division and remainder by zero and the
 signed minimum over -1 give values (AArch64's: x / 0 = 0, x % 0 = x, MIN / -1 = MIN,
-MIN % -1 = 0) instead of ending the host process with SIGFPE."""
+MIN % -1 = 0) instead of ending the host process with SIGFPE. A kernel that overflows its
+stack, touches unmapped memory or runs past ETMETAL_KERNEL_TIMEOUT_MS fails its dispatch,
+and the process (and its worker pool) keeps working."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -78,3 +81,93 @@ def test_sigfpe_outside_kernels_keeps_its_default_action():
         """)
     result = subprocess.run([sys.executable, "-c", child], input=SOURCE, capture_output=True, text=True)
     assert result.returncode == -signal.SIGFPE, result.stdout + result.stderr
+
+
+FAULTS = textwrap.dedent("""\
+    #include <metal_stdlib>
+    using namespace metal;
+    kernel void spin(volatile device int* flag [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      while (flag[0] == 0) {}
+    }
+    int deep(int n, volatile thread int* sink) {
+      volatile int frame[64];
+      frame[n % 64] = n;
+      *sink += frame[(n * 7) % 64];
+      return n == 0 ? 0 : deep(n - 1, sink) + frame[0];
+    }
+    kernel void recurse(device int* out [[buffer(0)]], constant int& depth [[buffer(1)]],
+                        uint i [[thread_position_in_grid]]) {
+      volatile int sink = 0;
+      out[i] = deep(depth, &sink);
+    }
+    kernel void big_frame(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]],
+                          uint lane [[thread_index_in_simdgroup]]) {
+      volatile float local[64 * 1024];  // 256 KiB: more than a fiber's stack
+      local[i % 1024] = float(i);
+      out[i] = simd_sum(local[i % 1024]);
+    }
+    kernel void stray(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      out[i + (1ul << 40)] = 1.0f;  // 4 TiB past the buffer
+    }
+    kernel void add_one(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      out[i] += 1.0f;
+    }
+    """)
+
+FAULT_CHILD = textwrap.dedent("""\
+    import sys
+    import numpy as np
+    import etmetal_py
+    from etmetal_py.kernels import compile_library
+    kernel, threads = sys.argv[1], int(sys.argv[2])
+    with compile_library(sys.stdin.read()) as library:
+        arguments = {"spin": lambda: [np.zeros(1, np.int32)],
+                     "recurse": lambda: [np.zeros(threads, np.int32), np.int32(10 ** 7)],
+                     "big_frame": lambda: [np.zeros(threads, np.float32)],
+                     "stray": lambda: [np.zeros(threads, np.float32)]}[kernel]()
+        try:
+            library.function(kernel)(*arguments, threads=threads)
+            print("no error")
+        except etmetal_py.EtmetalError as error:
+            print("ERROR:" + str(error).splitlines()[0])
+        try:
+            etmetal_py.synchronize()
+        except etmetal_py.EtmetalError:
+            pass
+        # The process and every worker still run kernels.
+        values = np.zeros(1 << 16, np.float32)
+        library.function("add_one")(values, threads=len(values))
+        print("after:", float(values.sum()))
+    """)
+
+
+def run_fault_child(kernel, threads, **env):
+    result = subprocess.run([sys.executable, "-c", FAULT_CHILD, kernel, str(threads)], input=FAULTS,
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[-1] == f"after: {float(1 << 16)}", result.stdout
+    return lines[0]
+
+
+@pytest.mark.parametrize("threads", [1, 4096])
+def test_a_kernel_that_never_ends_is_stopped_by_the_timeout(threads):
+    require_cpu_device()
+    message = run_fault_child("spin", threads, ETMETAL_KERNEL_TIMEOUT_MS="300")
+    assert message.startswith("ERROR:") and "'spin'" in message, message
+    assert "did not finish within 300 ms (ETMETAL_KERNEL_TIMEOUT_MS)" in message, message
+
+
+@pytest.mark.parametrize("kernel, threads, execution", [("recurse", 1, "loop"), ("recurse", 64, "fibers"),
+                                                        ("big_frame", 64, "fibers")])
+def test_stack_overflow_fails_the_dispatch(kernel, threads, execution):
+    require_cpu_device()
+    message = run_fault_child(kernel, threads, ETMETAL_CPU_EXECUTION=execution)
+    assert message.startswith("ERROR:") and f"'{kernel}'" in message, message
+    assert "stack overflow in threadgroup (0, 0, 0)" in message, message
+
+
+def test_an_access_outside_every_mapping_fails_the_dispatch():
+    require_cpu_device()
+    message = run_fault_child("stray", 1)
+    assert "'stray': invalid memory access at 0x" in message, message
