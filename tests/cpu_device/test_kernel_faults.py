@@ -4,7 +4,7 @@ MIN % -1 = 0) instead of ending the host process with SIGFPE. A kernel that over
 stack, touches unmapped memory or runs past ETMETAL_KERNEL_TIMEOUT_MS fails its dispatch,
 and the process (and its worker pool) keeps working."""
 
-import os
+import json
 import signal
 import subprocess
 import sys
@@ -115,59 +115,56 @@ FAULTS = textwrap.dedent("""\
     """)
 
 FAULT_CHILD = textwrap.dedent("""\
-    import sys
+    import json, os, sys
     import numpy as np
     import etmetal_py
     from etmetal_py.kernels import compile_library
-    kernel, threads = sys.argv[1], int(sys.argv[2])
-    with compile_library(sys.stdin.read()) as library:
-        arguments = {"spin": lambda: [np.zeros(1, np.int32)],
-                     "recurse": lambda: [np.zeros(threads, np.int32), np.int32(10 ** 7)],
-                     "big_frame": lambda: [np.zeros(threads, np.float32)],
-                     "stray": lambda: [np.zeros(threads, np.float32)]}[kernel]()
-        try:
-            library.function(kernel)(*arguments, threads=threads)
-            print("no error")
-        except etmetal_py.EtmetalError as error:
-            print("ERROR:" + str(error).splitlines()[0])
-        try:
-            etmetal_py.synchronize()
-        except etmetal_py.EtmetalError:
-            pass
-        # The process and every worker still run kernels.
-        values = np.zeros(1 << 16, np.float32)
-        library.function("add_one")(values, threads=len(values))
-        print("after:", float(values.sum()))
+    source = sys.stdin.read()
+    for kernel, threads, env in json.loads(sys.argv[1]):
+        os.environ.update(env)  # read when the library loads its kernels and at each dispatch
+        with compile_library(source) as library:
+            arguments = {"spin": lambda: [np.zeros(1, np.int32)],
+                         "recurse": lambda: [np.zeros(threads, np.int32), np.int32(10 ** 7)],
+                         "big_frame": lambda: [np.zeros(threads, np.float32)],
+                         "stray": lambda: [np.zeros(threads, np.float32)]}[kernel]()
+            try:
+                library.function(kernel)(*arguments, threads=threads)
+                print("no error")
+            except etmetal_py.EtmetalError as error:
+                print("ERROR:" + str(error).splitlines()[0])
+            try:
+                etmetal_py.synchronize()
+            except etmetal_py.EtmetalError:
+                pass
+            for name in env:
+                del os.environ[name]
+            # The process and every worker still run kernels.
+            values = np.zeros(1 << 16, np.float32)
+            library.function("add_one")(values, threads=len(values))
+            print("after:", float(values.sum()))
     """)
 
+# (kernel, threads, environment, what the dispatch's error says)
+SCENARIOS = [
+    ("spin", 4096, {"ETMETAL_KERNEL_TIMEOUT_MS": "300"},
+     "'spin': did not finish within 300 ms (ETMETAL_KERNEL_TIMEOUT_MS); its threads were stopped"),
+    ("spin", 1, {"ETMETAL_KERNEL_TIMEOUT_MS": "300"}, "'spin': did not finish within 300 ms"),
+    ("recurse", 1, {"ETMETAL_CPU_EXECUTION": "loop"}, "'recurse': stack overflow in threadgroup (0, 0, 0)"),
+    ("recurse", 64, {"ETMETAL_CPU_EXECUTION": "fibers"}, "'recurse': stack overflow in threadgroup (0, 0, 0)"),
+    ("big_frame", 64, {"ETMETAL_CPU_EXECUTION": "fibers"}, "'big_frame': stack overflow in threadgroup (0, 0, 0)"),
+    ("stray", 1, {}, "'stray': invalid memory access at 0x"),
+]
 
-def run_fault_child(kernel, threads, **env):
-    result = subprocess.run([sys.executable, "-c", FAULT_CHILD, kernel, str(threads)], input=FAULTS,
-                            capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+
+def test_faults_and_endless_kernels_fail_their_dispatch_and_the_process_goes_on():
+    require_cpu_device()
+    plan = json.dumps([[kernel, threads, env] for kernel, threads, env, _ in SCENARIOS])
+    result = subprocess.run([sys.executable, "-c", FAULT_CHILD, plan], input=FAULTS, capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    assert lines[-1] == f"after: {float(1 << 16)}", result.stdout
-    return lines[0]
-
-
-@pytest.mark.parametrize("threads", [1, 4096])
-def test_a_kernel_that_never_ends_is_stopped_by_the_timeout(threads):
-    require_cpu_device()
-    message = run_fault_child("spin", threads, ETMETAL_KERNEL_TIMEOUT_MS="300")
-    assert message.startswith("ERROR:") and "'spin'" in message, message
-    assert "did not finish within 300 ms (ETMETAL_KERNEL_TIMEOUT_MS)" in message, message
-
-
-@pytest.mark.parametrize("kernel, threads, execution", [("recurse", 1, "loop"), ("recurse", 64, "fibers"),
-                                                        ("big_frame", 64, "fibers")])
-def test_stack_overflow_fails_the_dispatch(kernel, threads, execution):
-    require_cpu_device()
-    message = run_fault_child(kernel, threads, ETMETAL_CPU_EXECUTION=execution)
-    assert message.startswith("ERROR:") and f"'{kernel}'" in message, message
-    assert "stack overflow in threadgroup (0, 0, 0)" in message, message
-
-
-def test_an_access_outside_every_mapping_fails_the_dispatch():
-    require_cpu_device()
-    message = run_fault_child("stray", 1)
-    assert "'stray': invalid memory access at 0x" in message, message
+    assert len(lines) == 2 * len(SCENARIOS), result.stdout + result.stderr[-3000:]
+    for k, (kernel, threads, env, expected) in enumerate(SCENARIOS):
+        message, after = lines[2 * k], lines[2 * k + 1]
+        assert message.startswith("ERROR:") and expected in message, (kernel, threads, env, message)
+        assert after == f"after: {float(1 << 16)}", (kernel, after)
