@@ -252,13 +252,15 @@ def test_default_template_argument_with_commas_bool_min_max_and_bfloat_from_a_cl
         using namespace metal;
         template <typename Out, typename In> struct Cast { static Out apply(In x) { return Out(x); } };
         struct Always { char x; constexpr operator bool() const { return true; } };
+        struct Doubled { float v; template <typename U> operator U() const { return U(v * 2); } };
         template <typename In, typename Out, typename Epilogue = Cast<Out, In>>
         [[kernel]] void convert(const device In* in [[buffer(0)]], device Out* out [[buffer(1)]],
                                 device bfloat* flags [[buffer(2)]], uint i [[thread_position_in_grid]]) {
           out[i] = Epilogue::apply(in[i]);
           const Always always{};
           bfloat flag = always;
-          flags[i] = flag + bfloat(metal::max(i % 2 == 0, false)) + bfloat(metal::min(true, i == 1));
+          bfloat own = Doubled{1.5f};  // its own conversion, not through float
+          flags[i] = flag + own + bfloat(metal::max(i % 2 == 0, false)) + bfloat(metal::min(true, i == 1));
         }
         template [[host_name("convert_int_float")]] [[kernel]] decltype(convert<int, float>) convert<int, float>;
         """)
@@ -269,4 +271,4 @@ def test_default_template_argument_with_commas_bool_min_max_and_bfloat_from_a_cl
         library.function("convert_int_float")(values, out, flags, threads=4)
     assert np.array_equal(out, values.astype(np.float32))
     as_float = (flags.astype(np.uint32) << 16).view(np.float32)
-    assert np.array_equal(as_float, np.float32([2, 2, 2, 1]))
+    assert np.array_equal(as_float, np.float32([5, 5, 5, 4]))
