@@ -1,7 +1,10 @@
 """Faults at run time that a GPU survives: integer division and remainder by zero and the
 signed minimum over -1 give values (AArch64's: x / 0 = 0, x % 0 = x, MIN / -1 = MIN,
-MIN % -1 = 0) instead of ending the host process with SIGFPE."""
+MIN % -1 = 0) instead of ending the host process with SIGFPE. A kernel that overflows its
+stack, touches unmapped memory or runs past ETMETAL_KERNEL_TIMEOUT_MS fails its dispatch,
+and the process (and its worker pool) keeps working."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -78,3 +81,90 @@ def test_sigfpe_outside_kernels_keeps_its_default_action():
         """)
     result = subprocess.run([sys.executable, "-c", child], input=SOURCE, capture_output=True, text=True)
     assert result.returncode == -signal.SIGFPE, result.stdout + result.stderr
+
+
+FAULTS = textwrap.dedent("""\
+    #include <metal_stdlib>
+    using namespace metal;
+    kernel void spin(volatile device int* flag [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      while (flag[0] == 0) {}
+    }
+    int deep(int n, volatile thread int* sink) {
+      volatile int frame[64];
+      frame[n % 64] = n;
+      *sink += frame[(n * 7) % 64];
+      return n == 0 ? 0 : deep(n - 1, sink) + frame[0];
+    }
+    kernel void recurse(device int* out [[buffer(0)]], constant int& depth [[buffer(1)]],
+                        uint i [[thread_position_in_grid]]) {
+      volatile int sink = 0;
+      out[i] = deep(depth, &sink);
+    }
+    kernel void big_frame(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]],
+                          uint lane [[thread_index_in_simdgroup]]) {
+      volatile float local[64 * 1024];  // 256 KiB: more than a fiber's stack
+      local[i % 1024] = float(i);
+      out[i] = simd_sum(local[i % 1024]);
+    }
+    kernel void stray(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      out[i + (1ul << 40)] = 1.0f;  // 4 TiB past the buffer
+    }
+    kernel void add_one(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      out[i] += 1.0f;
+    }
+    """)
+
+FAULT_CHILD = textwrap.dedent("""\
+    import json, os, sys
+    import numpy as np
+    import etmetal_py
+    from etmetal_py.kernels import compile_library
+    source = sys.stdin.read()
+    for kernel, threads, env in json.loads(sys.argv[1]):
+        os.environ.update(env)  # read when the library loads its kernels and at each dispatch
+        with compile_library(source) as library:
+            arguments = {"spin": lambda: [np.zeros(1, np.int32)],
+                         "recurse": lambda: [np.zeros(threads, np.int32), np.int32(10 ** 7)],
+                         "big_frame": lambda: [np.zeros(threads, np.float32)],
+                         "stray": lambda: [np.zeros(threads, np.float32)]}[kernel]()
+            try:
+                library.function(kernel)(*arguments, threads=threads)
+                print("no error")
+            except etmetal_py.EtmetalError as error:
+                print("ERROR:" + str(error).splitlines()[0])
+            try:
+                etmetal_py.synchronize()
+            except etmetal_py.EtmetalError:
+                pass
+            for name in env:
+                del os.environ[name]
+            # The process and every worker still run kernels.
+            values = np.zeros(1 << 16, np.float32)
+            library.function("add_one")(values, threads=len(values))
+            print("after:", float(values.sum()))
+    """)
+
+# (kernel, threads, environment, what the dispatch's error says)
+SCENARIOS = [
+    ("spin", 4096, {"ETMETAL_KERNEL_TIMEOUT_MS": "300"},
+     "'spin': did not finish within 300 ms (ETMETAL_KERNEL_TIMEOUT_MS); its threads were stopped"),
+    ("spin", 1, {"ETMETAL_KERNEL_TIMEOUT_MS": "300"}, "'spin': did not finish within 300 ms"),
+    ("recurse", 1, {"ETMETAL_CPU_EXECUTION": "loop"}, "'recurse': stack overflow in threadgroup (0, 0, 0)"),
+    ("recurse", 64, {"ETMETAL_CPU_EXECUTION": "fibers"}, "'recurse': stack overflow in threadgroup (0, 0, 0)"),
+    ("big_frame", 64, {"ETMETAL_CPU_EXECUTION": "fibers"}, "'big_frame': stack overflow in threadgroup (0, 0, 0)"),
+    ("stray", 1, {}, "'stray': invalid memory access at 0x"),
+]
+
+
+def test_faults_and_endless_kernels_fail_their_dispatch_and_the_process_goes_on():
+    require_cpu_device()
+    plan = json.dumps([[kernel, threads, env] for kernel, threads, env, _ in SCENARIOS])
+    result = subprocess.run([sys.executable, "-c", FAULT_CHILD, plan], input=FAULTS, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 * len(SCENARIOS), result.stdout + result.stderr[-3000:]
+    for k, (kernel, threads, env, expected) in enumerate(SCENARIOS):
+        message, after = lines[2 * k], lines[2 * k + 1]
+        assert message.startswith("ERROR:") and expected in message, (kernel, threads, env, message)
+        assert after == f"after: {float(1 << 16)}", (kernel, after)

@@ -3,6 +3,7 @@
 import textwrap
 
 import numpy as np
+import pytest
 
 from cpu_device_testing import require_cpu_device
 from etmetal_py.kernels import compile_library
@@ -39,3 +40,235 @@ def test_kernel_templates_with_default_template_arguments():
     assert np.array_equal(first, values * 2)
     assert np.array_equal(second, values * 3)
     assert np.array_equal(integers, np.arange(6, dtype=np.int32) * 5)
+
+
+def test_member_functions_qualified_by_address_space():
+    # MLX's complex_t: constructors and conversions overloaded on the address space of
+    # `*this`; on the CPU device they are one function (the unqualified/thread one stays).
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        struct pair_t {
+          float a;
+          float b;
+          constexpr pair_t() thread : a(1), b(2) {}
+          constexpr pair_t() threadgroup : a(-1), b(-2) {}
+          constexpr pair_t(float x) device : a(x + 100), b(0) {}
+          constexpr pair_t(float x) constant : a(x + 200), b(0) {}
+          float sum() const device { return a + b + 1000; }
+          float sum() const { return a + b; }
+          operator float() const constant { return a * b; }
+        };
+        kernel void use_pairs(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          pair_t p;
+          pair_t q{float(i)};
+          out[i] = p.sum() * 10 + q.sum() + float(pair_t(3.0f));
+        }
+        """)
+    with compile_library(source) as library:
+        out = np.zeros(4, dtype=np.float32)
+        library.function("use_pairs")(out, threads=4)
+    # p = (1, 2): sum 3; q = (i + 100, 0): the first declared of the qualified ones; (103, 0) -> 0.
+    assert np.array_equal(out, 30 + (np.arange(4, dtype=np.float32) + 100))
+
+
+def test_max_total_threads_per_threadgroup_from_template_parameters():
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T, int WM, int WN>
+        [[kernel, max_total_threads_per_threadgroup(WM * WN * 32)]] void fill(
+            device T* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          out[i] = T(WM * 10 + WN);
+        }
+        template [[host_name("fill_2_1")]] [[kernel]] decltype(fill<float, 2, 1>) fill<float, 2, 1>;
+        template [[host_name("fill_4_2")]] [[kernel]] decltype(fill<float, 4, 2>) fill<float, 4, 2>;
+        """)
+    import etmetal_py
+    with compile_library(source) as library:
+        out = np.zeros(256, dtype=np.float32)
+        library.function("fill_4_2")(out, threads=256, group=256)
+        assert np.all(out == 42)
+        small = library.function("fill_2_1")
+        small(out, threads=64, group=64)
+        assert np.all(out[:64] == 21)
+        with pytest.raises(etmetal_py.EtmetalError, match="maximum of 64"):
+            small(out, threads=128, group=128)
+        with pytest.raises(etmetal_py.EtmetalError, match="maximum of 64"):
+            etmetal_py.synchronize()  # the stream's sticky error, reported once more and cleared
+
+
+def test_max_total_threads_expression_out_of_range_is_a_compile_error():
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <int N>
+        [[kernel, max_total_threads_per_threadgroup(N * 32)]] void wide(device int* out [[buffer(0)]]) {
+          out[0] = N;
+        }
+        template [[host_name("wide_64")]] [[kernel]] decltype(wide<64>) wide<64>;
+        """)
+    import etmetal_py
+    with pytest.raises(etmetal_py.EtmetalError, match="1..1024"):
+        compile_library(source)
+    with pytest.raises(etmetal_py.EtmetalError, match="1..1024"):
+        etmetal_py.synchronize()  # the stream's sticky error, reported once more and cleared
+
+
+def test_instantiation_with_deduced_template_arguments():
+    # MLX's conv.metal: `template [[host_name(..)]] [[kernel]] void f(const device float* ...);`
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <int N> struct Params { int scale[N]; };
+        template <typename T, int N>
+        [[kernel]] void scaled(const device T* in [[buffer(0)]], device T* out [[buffer(1)]],
+                               const constant Params<N>* params [[buffer(2)]],
+                               uint i [[thread_position_in_grid]]) {
+          out[i] = in[i] * T(params->scale[N - 1]);
+        }
+        #define instantiate_scaled(tname, T, n)                                              \\
+          template [[host_name("scaled_" #tname "_" #n)]] [[kernel]] void scaled(             \\
+              const device T* in [[buffer(0)]], device T* out [[buffer(1)]],                  \\
+              const constant Params<n>* params [[buffer(2)]], uint i [[thread_position_in_grid]]);
+        instantiate_scaled(float, float, 1)
+        instantiate_scaled(int, int, 2)
+        """)
+    with compile_library(source) as library:
+        values = np.arange(5, dtype=np.float32)
+        out = np.zeros(5, dtype=np.float32)
+        library.function("scaled_float_1")(values, out, np.array([3], dtype=np.int32), threads=5)
+        assert np.array_equal(out, values * 3)
+        integers = np.arange(5, dtype=np.int32)
+        out_int = np.zeros(5, dtype=np.int32)
+        library.function("scaled_int_2")(integers, out_int, np.array([3, 7], dtype=np.int32), threads=5)
+        assert np.array_equal(out_int, integers * 7)
+
+
+def test_function_constant_declared_through_a_macro():
+    # MLX: `#define STEEL_CONST static constant constexpr const` then
+    # `STEEL_CONST int n_ [[function_constant(2)]];`
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        #define MY_CONST static constant constexpr const
+        MY_CONST int factor_ [[function_constant(2)]];
+        MY_CONST bool negate_ [[function_constant(0)]];
+        kernel void apply(device int* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          int v = int(i) * factor_;
+          out[i] = negate_ ? -v : v;
+        }
+        """)
+    with compile_library(source) as library:
+        out = np.zeros(4, dtype=np.int32)
+        library.function("apply", constants={2: 5, 0: True})(out, threads=4)
+    assert np.array_equal(out, -5 * np.arange(4, dtype=np.int32))
+
+
+def test_metal_performance_primitives_are_declined_with_the_line():
+    # MLX's *_nax kernels use Apple's tensor-operation framework (M5 GPUs).
+    require_cpu_device()
+    import etmetal_py
+    source = "#include <metal_stdlib>\n\n#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n"
+    with pytest.raises(etmetal_py.EtmetalError, match=r"library.metal:3: MetalPerformancePrimitives is not supported"):
+        compile_library(source)
+    with pytest.raises(etmetal_py.EtmetalError, match="MetalPerformancePrimitives"):
+        etmetal_py.synchronize()
+
+
+def test_free_functions_overloaded_on_parameter_address_space():
+    # MLX's complex.h: `operator+=(thread complex_t<T>&, ...)` and the same for threadgroup
+    # and device references; `constant` (const) overloads stay distinct.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        struct acc_t { int v; };
+        thread acc_t& operator+=(thread acc_t& a, int b) { a.v += b; return a; }
+        threadgroup acc_t& operator+=(threadgroup acc_t& a, int b) { a.v += 1000 * b; return a; }
+        device acc_t& operator+=(device acc_t& a, int b) { a.v += 1000 * b; return a; }
+        int read(const thread acc_t& a) { return a.v; }
+        int read(constant acc_t& a) { return a.v; }
+        int read(thread acc_t& a) { return -a.v; }
+        kernel void accumulate(device acc_t* out [[buffer(0)]], constant acc_t& base [[buffer(1)]],
+                               uint i [[thread_position_in_grid]]) {
+          out[i] += int(i);
+          acc_t local{read(base)};
+          local += 1;
+          out[i].v += read(local);
+        }
+        """)
+    with compile_library(source) as library:
+        out = np.full(4, 10, dtype=np.int32)
+        library.function("accumulate")(out, np.array([5], dtype=np.int32), threads=4)
+    # out[i] = 10 + i; local = base (5, the const overload) + 1; read(local) is the non-const one: -6.
+    assert np.array_equal(out, 10 + np.arange(4, dtype=np.int32) - 6)
+
+
+def test_class_template_specializations_on_address_spaces_and_in_class_explicit_specializations():
+    # MLX's type_traits.h: pointer_element<thread T*> / <device T*> / <threadgroup T*>;
+    # binary_ops.h: `template <> complex64_t operator()(complex64_t, complex64_t)` in a struct.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T> struct element_of {};
+        template <typename T> struct element_of<thread T*> { using type = T; };
+        template <typename T> struct element_of<device T*> { using type = T; };
+        template <typename T> struct element_of<threadgroup T*> { using type = T; };
+        template <typename T> struct element_of<constant T*> { using type = T; };
+        struct Twice {
+          template <typename T> T operator()(T x) { return x * 2; }
+          template <> int operator()(int x) { return x * 3; }
+        };
+        kernel void apply(device float* f [[buffer(0)]], device int* n [[buffer(1)]],
+                          constant float* c [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          typename element_of<decltype(f)>::type x = f[i];
+          typename element_of<decltype(c)>::type y = c[0];
+          f[i] = Twice()(x) + y;
+          n[i] = Twice()(n[i]);
+        }
+        """)
+    with compile_library(source) as library:
+        f = np.arange(4, dtype=np.float32)
+        n = np.arange(4, dtype=np.int32)
+        library.function("apply")(f, n, np.array([0.5], dtype=np.float32), threads=4)
+    assert np.array_equal(f, np.arange(4, dtype=np.float32) * 2 + 0.5)
+    assert np.array_equal(n, np.arange(4, dtype=np.int32) * 3)
+
+
+def test_default_template_argument_with_commas_bool_min_max_and_bfloat_from_a_class():
+    # MLX: `typename Epilogue = TransformNone<OutT, AccT>` (the comma inside the default is
+    # no parameter separator), metal::max of bool (binary.metal's Maximum), and a mask
+    # struct with `operator bool()` assigned to a bfloat (steel_gemm_masked.metal).
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename Out, typename In> struct Cast { static Out apply(In x) { return Out(x); } };
+        struct Always { char x; constexpr operator bool() const { return true; } };
+        struct Doubled { float v; template <typename U> operator U() const { return U(v * 2); } };
+        template <typename In, typename Out, typename Epilogue = Cast<Out, In>>
+        [[kernel]] void convert(const device In* in [[buffer(0)]], device Out* out [[buffer(1)]],
+                                device bfloat* flags [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          out[i] = Epilogue::apply(in[i]);
+          const Always always{};
+          bfloat flag = always;
+          bfloat own = Doubled{1.5f};  // its own conversion, not through float
+          flags[i] = flag + own + bfloat(metal::max(i % 2 == 0, false)) + bfloat(metal::min(true, i == 1));
+        }
+        template [[host_name("convert_int_float")]] [[kernel]] decltype(convert<int, float>) convert<int, float>;
+        """)
+    with compile_library(source) as library:
+        values = np.arange(4, dtype=np.int32)
+        out = np.zeros(4, dtype=np.float32)
+        flags = np.zeros(4, dtype=np.uint16)  # bfloat bits
+        library.function("convert_int_float")(values, out, flags, threads=4)
+    assert np.array_equal(out, values.astype(np.float32))
+    as_float = (flags.astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(as_float, np.float32([5, 5, 5, 4]))

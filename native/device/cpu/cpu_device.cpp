@@ -187,8 +187,8 @@ Status run_dispatch(const DispatchCommand& command, RecordedArguments& recorded,
   args.threads_per_group = command.group;
   args.grid = command.grid;
   Status status = command.pipeline->execute(args);
-  if (!status.ok())
-    return Status::error("kernel '" + command.pipeline->name() + "': " + status.message());
+  const std::string named = "kernel '" + command.pipeline->name() + "'";
+  if (!status.ok() && status.message().rfind(named, 0) != 0) return Status::error(named + ": " + status.message());
   return status;
 }
 

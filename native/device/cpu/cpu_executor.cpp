@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/cpu/fiber_context.h"
+#include "device/cpu/kernel_faults.h"
 #include "device/settings.h"
 #include "device/cpu/metal_include/etm_lane.h"
 
@@ -50,6 +51,7 @@ class Job {
   }
 
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  DispatchFaults* faults() { return &faults_; }
   std::string error() {
     std::lock_guard<std::mutex> lock(error_mutex_);
     return error_;
@@ -79,6 +81,7 @@ class Job {
   const uint64_t chunk_;
   std::atomic<uint64_t> next_{0};
   std::atomic<bool> failed_{false};
+  DispatchFaults faults_;
   std::mutex error_mutex_;
   std::string error_;
 };
@@ -319,6 +322,9 @@ WorkerState& worker_state() {
   return state;
 }
 
+void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
+                KernelFaultScope* scope);
+
 void run_job(Job* job) {
   WorkerState& state = worker_state();
   if (!state.arena) {
@@ -333,11 +339,27 @@ void run_job(Job* job) {
   fallback.scheduler = &state.scheduler;
   ExecutionContext* saved = tl_context;
   tl_context = &context;
+  {
+    // A fault or the timeout in kernel code returns here (kernel_faults.h).
+    KernelFaultScope scope(job->faults());
+    if (sigsetjmp(scope.recovery(), 1) == 0) {
+      run_groups(job, state, context, fallback, &scope);
+    } else {
+      job->fail(scope.message());
+    }
+  }
+  tl_context = saved;
+}
+
+void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
+                KernelFaultScope* scope) {
+  const KernelDispatch& dispatch = job->dispatch();
   etm_cpu_group group;
   uint64_t first = 0, last = 0;
   while (job->claim(&first, &last)) {
     for (uint64_t g = first; g < last && !job->failed(); ++g) {
       job->describe_group(g, state.arena, &group);
+      scope->set_group(group.position);
       if (dispatch.regions_entry) {
         if (dispatch.regions_entry(&dispatch.launch, &group) != 0) {
           tl_context = &fallback;
@@ -352,7 +374,6 @@ void run_job(Job* job) {
       }
     }
   }
-  tl_context = saved;
 }
 
 // ---------------------------------------------------------------------------- pool
@@ -445,6 +466,7 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   const bool parallel = group_count > 1 && threads >= (per_group ? 256u : 16384u);
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
   Job job(dispatch, group_count, chunk);
+  const DispatchTimeout timeout(job.faults(), kernel_timeout_ms());
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
   return Status();

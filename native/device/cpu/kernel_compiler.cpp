@@ -443,7 +443,10 @@ Status KernelCompiler::initialize() {
   flags_ = {"-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-ffunction-sections",
             "-fdata-sections", "-fno-exceptions", "-fno-math-errno", "-fno-plt", "-w",
             "-fdiagnostics-color=never", "-I" + header_directory_ + "/metal_include",
-            "-I" + header_directory_ + "/kernel_support"};
+            "-I" + header_directory_ + "/kernel_support",
+            // A large kernel frame probes its pages in order, so a stack overflow always meets
+            // the guard page (and becomes that dispatch's error, kernel_faults.h).
+            "-fstack-clash-protection"};
 #if defined(__x86_64__)
   // TLS descriptors: the kernel's thread-local arena pointer costs a load, not a call
   // (clang accepts the flag on x86-64 only from version 19).

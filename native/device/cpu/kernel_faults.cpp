@@ -5,12 +5,22 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <thread>
+
+#include "device/settings.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -140,11 +150,11 @@ bool emulate(greg_t* regs, const Division& d) {
   return true;
 }
 
-void forward(int signal, siginfo_t* info, void* context) {
-  if (g_previous.sa_flags & SA_SIGINFO) {
-    if (g_previous.sa_sigaction) return g_previous.sa_sigaction(signal, info, context);
-  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
-    return g_previous.sa_handler(signal);
+void forward(const struct sigaction& previous, int signal, siginfo_t* info, void* context) {
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction) return previous.sa_sigaction(signal, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    return previous.sa_handler(signal);
   }
   // The default action: restore it; returning re-executes a faulting instruction, which
   // faults again; a signal sent by a process is sent again.
@@ -165,7 +175,7 @@ void on_sigfpe(int signal, siginfo_t* info, void* raw_context) {
     regs[REG_RIP] = static_cast<greg_t>(pc + division.length);
     return;
   }
-  forward(signal, info, raw_context);
+  forward(g_previous, signal, info, raw_context);
 }
 
 }  // namespace
@@ -203,13 +213,253 @@ void register_kernel_code(void* handle) {
   }
 }
 
+// ------------------------------------------------------------ faults that end a dispatch
+
+namespace {
+
+long current_thread_id() { return syscall(SYS_gettid); }
+
+// The scopes armed now, by thread; read by the signal handlers without locks.
+constexpr size_t kMaxScopes = 1024;
+std::atomic<long> g_scope_threads[kMaxScopes];
+std::atomic<KernelFaultScope*> g_scopes[kMaxScopes];
+
+int interrupt_signal() { return SIGRTMIN + 3; }
+
+// Each thread that runs kernels gets a signal stack, so that a stack overflow can be handled.
+class SignalStack {
+ public:
+  SignalStack() {
+    stack_t current{};
+    if (sigaltstack(nullptr, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return;  // the thread has one
+    memory_ = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory_ == MAP_FAILED) {
+      memory_ = nullptr;
+      return;
+    }
+    stack_t stack{};
+    stack.ss_sp = memory_;
+    stack.ss_size = kBytes;
+    if (sigaltstack(&stack, nullptr) != 0) {
+      munmap(memory_, kBytes);
+      memory_ = nullptr;
+    }
+  }
+  ~SignalStack() {
+    if (!memory_) return;
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, nullptr);
+    munmap(memory_, kBytes);
+  }
+
+ private:
+  static constexpr size_t kBytes = 64 * 1024;
+  void* memory_ = nullptr;
+};
+
+struct sigaction g_previous_segv;
+struct sigaction g_previous_bus;
+
+}  // namespace
+
+// The handlers reach into the scopes (friends).
+struct FaultHandlers {
+  static KernelFaultScope* armed_scope() {
+    const long thread = current_thread_id();
+    for (size_t i = 0; i < kMaxScopes; ++i) {
+      if (g_scope_threads[i].load(std::memory_order_acquire) == thread) return g_scopes[i].load(std::memory_order_acquire);  // null while it is being armed
+    }
+    return nullptr;
+  }
+
+  static void on_memory_fault(int signal, siginfo_t* info, void* raw_context) {
+    auto* context = static_cast<ucontext_t*>(raw_context);
+    const uintptr_t pc = static_cast<uintptr_t>(context->uc_mcontext.gregs[REG_RIP]);
+    const uintptr_t sp = static_cast<uintptr_t>(context->uc_mcontext.gregs[REG_RSP]);
+    const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+    const bool near_stack_pointer = address + 65536 >= sp && address <= sp + 65536;
+    KernelFaultScope* scope = info->si_code > 0 ? armed_scope() : nullptr;
+    if (scope && (in_kernel_code(pc) || near_stack_pointer)) {
+      scope->fault_ = near_stack_pointer ? KernelFaultScope::Fault::stack_overflow : KernelFaultScope::Fault::memory_access;
+      scope->address_ = address;
+      siglongjmp(scope->recovery_, 1);
+    }
+    forward(signal == SIGBUS ? g_previous_bus : g_previous_segv, signal, info, raw_context);
+  }
+
+  static void on_interrupt(int, siginfo_t*, void* raw_context) {
+    auto* context = static_cast<ucontext_t*>(raw_context);
+    const uintptr_t pc = static_cast<uintptr_t>(context->uc_mcontext.gregs[REG_RIP]);
+    KernelFaultScope* scope = armed_scope();
+    // Only kernel code is left mid-way: the executor's and the C library's state stay whole.
+    if (scope && scope->faults_->timed_out() && in_kernel_code(pc)) {
+      scope->fault_ = KernelFaultScope::Fault::timeout;
+      siglongjmp(scope->recovery_, 1);
+    }
+  }
+
+  static void install() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      struct sigaction action {};
+      action.sa_sigaction = on_memory_fault;
+      action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+      sigemptyset(&action.sa_mask);
+      sigaction(SIGSEGV, &action, &g_previous_segv);
+      sigaction(SIGBUS, &action, &g_previous_bus);
+      struct sigaction interrupt {};
+      interrupt.sa_sigaction = on_interrupt;
+      interrupt.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+      sigemptyset(&interrupt.sa_mask);
+      sigaction(interrupt_signal(), &interrupt, nullptr);
+    });
+  }
+
+  // The watchdog: one thread for the process, started by the first watched dispatch.
+  struct Watched {
+    DispatchFaults* faults;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  static std::mutex& mutex() {
+    static std::mutex* m = new std::mutex();
+    return *m;
+  }
+  static std::condition_variable& changed() {
+    static std::condition_variable* c = new std::condition_variable();
+    return *c;
+  }
+  static std::vector<Watched>& watched() {
+    static std::vector<Watched>* w = new std::vector<Watched>();
+    return *w;
+  }
+
+  static void watch(DispatchFaults* faults, uint64_t timeout_ms) {
+    static std::once_flag started;
+    std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
+    std::lock_guard<std::mutex> lock(mutex());
+    watched().push_back({faults, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)});
+    changed().notify_one();
+  }
+
+  static void unwatch(DispatchFaults* faults) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto& list = watched();
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const Watched& w) { return w.faults == faults; }), list.end());
+  }
+
+  [[noreturn]] static void watchdog_loop() {
+    std::unique_lock<std::mutex> lock(mutex());
+    for (;;) {
+      auto next = std::chrono::steady_clock::time_point::max();
+      const auto now = std::chrono::steady_clock::now();
+      for (Watched& w : watched()) {
+        if (w.deadline > now) {
+          next = std::min(next, w.deadline);
+          continue;
+        }
+        // Past its deadline: interrupt its threads now and every 20 ms until it ends.
+        w.faults->timed_out_.store(true, std::memory_order_release);
+        {
+          std::lock_guard<std::mutex> threads(w.faults->mutex_);
+          for (long thread : w.faults->threads_) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
+        }
+        w.deadline = now + std::chrono::milliseconds(20);
+        next = std::min(next, w.deadline);
+      }
+      if (next == std::chrono::steady_clock::time_point::max()) {
+        changed().wait(lock);
+      } else {
+        changed().wait_until(lock, next);
+      }
+    }
+  }
+};
+
+uint64_t kernel_timeout_ms() {
+  int64_t value = 0;
+  if (settings::read_integer("ETMETAL_KERNEL_TIMEOUT_MS", &value).ok() && value >= 0) return static_cast<uint64_t>(value);
+  return 300000;
+}
+
+DispatchTimeout::DispatchTimeout(DispatchFaults* faults, uint64_t timeout_ms) : faults_(timeout_ms ? faults : nullptr) {
+  if (!faults_) return;
+  faults_->timeout_ms_ = timeout_ms;
+  FaultHandlers::install();
+  FaultHandlers::watch(faults_, timeout_ms);
+}
+
+DispatchTimeout::~DispatchTimeout() {
+  if (faults_) FaultHandlers::unwatch(faults_);
+}
+
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), thread_(current_thread_id()) {
+  thread_local SignalStack signal_stack;
+  FaultHandlers::install();
+  {
+    std::lock_guard<std::mutex> lock(faults_->mutex_);
+    faults_->threads_.push_back(thread_);
+  }
+  for (size_t i = 0; i < kMaxScopes; ++i) {
+    long expected = 0;
+    if (g_scope_threads[i].compare_exchange_strong(expected, thread_, std::memory_order_acq_rel)) {
+      g_scopes[i].store(this, std::memory_order_release);
+      return;
+    }
+  }
+  // Every slot taken: this thread's faults keep their default action.
+}
+
+KernelFaultScope::~KernelFaultScope() {
+  for (size_t i = 0; i < kMaxScopes; ++i) {
+    if (g_scope_threads[i].load(std::memory_order_acquire) == thread_ &&
+        g_scopes[i].load(std::memory_order_acquire) == this) {
+      g_scopes[i].store(nullptr, std::memory_order_release);
+      g_scope_threads[i].store(0, std::memory_order_release);
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(faults_->mutex_);
+  auto& threads = faults_->threads_;
+  threads.erase(std::find(threads.begin(), threads.end(), thread_));
+}
+
+std::string KernelFaultScope::message() const {
+  const std::string group = " in threadgroup (" + std::to_string(group_[0]) + ", " + std::to_string(group_[1]) +
+                            ", " + std::to_string(group_[2]) + ")";
+  char address[32];
+  std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(address_));
+  switch (fault_) {
+    case Fault::stack_overflow:
+      return "stack overflow" + group + " (fault at " + address +
+             "; a kernel thread has 128 KiB of stack on fibers, its worker's stack on the loop path)";
+    case Fault::memory_access:
+      return std::string("invalid memory access at ") + address + group +
+             " (outside every mapping, or in a buffer's guard zone)";
+    case Fault::timeout:
+      return "did not finish within " + std::to_string(faults_->timeout_ms_) +
+             " ms (ETMETAL_KERNEL_TIMEOUT_MS); its threads were stopped" + group;
+    case Fault::none: break;
+  }
+  return "stopped by a fault" + group;
+}
+
 }  // namespace etm::device::cpu
 
 #else
 
+#include "device/settings.h"
+
 namespace etm::device::cpu {
 
 void register_kernel_code(void*) {}
+
+uint64_t kernel_timeout_ms() { return 0; }
+DispatchTimeout::DispatchTimeout(DispatchFaults*, uint64_t) : faults_(nullptr) {}
+DispatchTimeout::~DispatchTimeout() = default;
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {}
+KernelFaultScope::~KernelFaultScope() = default;
+std::string KernelFaultScope::message() const { return "stopped by a fault"; }
 
 }  // namespace etm::device::cpu
 

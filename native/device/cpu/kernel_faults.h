@@ -4,7 +4,28 @@
 // AArch64's results (what an Apple silicon host computes): x / 0 = 0, x % 0 = x,
 // INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0, and resumes the kernel. Faults elsewhere go to
 // the handler that was installed before (or the default action). Other hosts never trap.
+//
+// Other faults in a kernel end its dispatch, not the host process: a thread runs a dispatch's
+// kernel calls inside a KernelFaultScope, and a SIGSEGV/SIGBUS in kernel code (a stray
+// pointer, a buffer's guard zone) or near the thread's stack pointer (stack overflow: fiber
+// stacks and worker stacks end in a guard page, and kernels are compiled with stack-clash
+// probes so that a large frame cannot jump over it) returns the thread to the scope's recovery
+// point, and the dispatch fails with what happened. A dispatch that runs longer than
+// ETMETAL_KERNEL_TIMEOUT_MS (default 300000; 0: no limit) is stopped: each of its threads is
+// interrupted (a real-time signal) and, as soon as it executes kernel code, returned to its
+// recovery point; the dispatch fails, the workers go back to the pool and stay usable. Kernel
+// frames are abandoned without unwinding (MSL values have no destructors that matter). A thread
+// that never returns to kernel code (a kernel blocked in a system call) is interrupted again
+// every 20 ms. Linux on x86-64 only; elsewhere a fault keeps its default action.
 #pragma once
+
+#include <setjmp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
 
 namespace etm::device::cpu {
 
@@ -12,5 +33,64 @@ namespace etm::device::cpu {
 // code and installs the handler on first use. Thread-safe; never fails loudly: a host where
 // this cannot work keeps the default behaviour.
 void register_kernel_code(void* handle);
+
+// $ETMETAL_KERNEL_TIMEOUT_MS: how long one dispatch may run (default 300000; 0: no limit).
+uint64_t kernel_timeout_ms();
+
+// What one dispatch's threads share about its faults.
+class DispatchFaults {
+ public:
+  bool timed_out() const { return timed_out_.load(std::memory_order_acquire); }
+
+ private:
+  friend class KernelFaultScope;
+  friend class DispatchTimeout;
+  friend struct FaultHandlers;
+  std::atomic<bool> timed_out_{false};
+  uint64_t timeout_ms_ = 0;
+  std::mutex mutex_;
+  std::vector<long> threads_;  // kernel threads (tids) inside a scope of this dispatch
+};
+
+// Watches a dispatch for as long as it lives: past the timeout, its threads are interrupted.
+class DispatchTimeout {
+ public:
+  DispatchTimeout(DispatchFaults* faults, uint64_t timeout_ms);
+  ~DispatchTimeout();
+  DispatchTimeout(const DispatchTimeout&) = delete;
+  DispatchTimeout& operator=(const DispatchTimeout&) = delete;
+
+ private:
+  DispatchFaults* faults_;
+};
+
+// Arms fault recovery for the calling thread. Use as
+//   KernelFaultScope scope(&faults);
+//   if (sigsetjmp(scope.recovery(), 1) == 0) { ...kernel calls... } else { fail(scope.message()); }
+class KernelFaultScope {
+ public:
+  explicit KernelFaultScope(DispatchFaults* faults);
+  ~KernelFaultScope();
+  KernelFaultScope(const KernelFaultScope&) = delete;
+  KernelFaultScope& operator=(const KernelFaultScope&) = delete;
+
+  sigjmp_buf& recovery() { return recovery_; }
+  // The threadgroup being run, for the message.
+  void set_group(const uint32_t position[3]) {
+    for (int i = 0; i < 3; ++i) group_[i] = position[i];
+  }
+  // After a recovery: what happened, e.g. "stack overflow in threadgroup (0, 0, 0)".
+  std::string message() const;
+
+ private:
+  friend struct FaultHandlers;
+  enum class Fault { none, stack_overflow, memory_access, timeout };
+  sigjmp_buf recovery_;
+  DispatchFaults* faults_;
+  long thread_ = 0;
+  uint32_t group_[3] = {0, 0, 0};
+  volatile Fault fault_ = Fault::none;
+  volatile uintptr_t address_ = 0;
+};
 
 }  // namespace etm::device::cpu

@@ -115,13 +115,14 @@ class Rewriter {
     if (name <= start || tokens_[name].kind != TokenKind::identifier) {
       return fail(open, "cannot find the name of the function constant");
     }
+    std::vector<std::string> words;
+    for (size_t k = start; k < name; ++k) expand_specifier(spell(k), 0, &words);
     std::string type;
     bool constant_space = false;
-    for (size_t k = start; k < name; ++k) {
-      const std::string word = spell(k);
+    for (const std::string& word : words) {
       if (word == "constant") {
         constant_space = true;
-      } else if (word != "const" && word != "constexpr" && word != "metal" && word != "::") {
+      } else if (word != "const" && word != "constexpr" && word != "static" && word != "metal" && word != "::") {
         type += (type.empty() ? "" : " ") + word;
       }
     }
@@ -144,6 +145,41 @@ class Rewriter {
     constants_.push_back(std::move(c));
   }
 
+  // A specifier of the declaration, through the source's object-like macros
+  // (`#define STEEL_CONST static constant constexpr const`).
+  void expand_specifier(const std::string& word, int depth, std::vector<std::string>* words) {
+    if (!macros_collected_) collect_object_macros();
+    const auto found = object_macros_.find(word);
+    if (found == object_macros_.end() || depth > 8) {
+      words->push_back(word);
+      return;
+    }
+    std::vector<Token> body;
+    std::string error;
+    if (!lex_msl(found->second, &body, &error)) return words->push_back(word);
+    for (const Token& t : body) expand_specifier(found->second.substr(t.begin, t.end - t.begin), depth + 1, words);
+  }
+
+  void collect_object_macros() {
+    macros_collected_ = true;
+    for (const Token& t : tokens_) {
+      if (t.kind != TokenKind::directive) continue;
+      std::string d = text_.substr(t.begin, t.end - t.begin);
+      size_t k = d.find_first_not_of(" \t", 1);
+      if (k == std::string::npos || d.compare(k, 6, "define") != 0) continue;
+      k = d.find_first_not_of(" \t", k + 6);
+      if (k == std::string::npos || !is_identifier_start(d[k])) continue;
+      size_t e = k;
+      while (e < d.size() && is_identifier_char(d[e])) ++e;
+      if (e < d.size() && d[e] == '(') continue;  // a function-like macro
+      std::string body = d.substr(e);
+      for (char& c : body) {
+        if (c == '\\' || c == '\n' || c == '\r') c = ' ';
+      }
+      object_macros_[d.substr(k, e - k)] = body;
+    }
+  }
+
   void query(size_t i) {
     if (!is(i + 1, "(") || tokens_[i + 2].kind != TokenKind::identifier || !is(i + 3, ")")) {
       return fail(i, "is_function_constant_defined needs the name of a function constant");
@@ -164,6 +200,8 @@ class Rewriter {
   const std::vector<Token>& tokens_;
   std::vector<FunctionConstant> constants_;
   std::vector<Edit> edits_;
+  std::map<std::string, std::string> object_macros_;  // name -> replacement text
+  bool macros_collected_ = false;
   std::string error_;
 };
 

@@ -74,6 +74,9 @@ class KernelObject {
     object->argument_sizes_.assign(kernel.arguments.size(), 0);
     sizes(object->argument_sizes_.data());
     object->static_threadgroup_bytes_ = static_bytes();
+    // The compiler's value of a kernel's max_total_threads_per_threadgroup expression (0: none).
+    const auto* max_threads = static_cast<const uint32_t*>(::dlsym(object->handle_, ("etm_kernel_max_threads_" + n).c_str()));
+    object->max_threads_ = max_threads ? *max_threads : 0;
 
     // Kernel objects whose code calls a lane function define the table of lane calls; the
     // others run on the loop path.
@@ -117,6 +120,7 @@ class KernelObject {
   etm_cpu_regions_entry regions() const { return regions_; }
   bool use_fibers() const { return use_fibers_; }
   uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
+  uint32_t max_threads() const { return max_threads_; }
   const std::vector<uint64_t>& argument_sizes() const { return argument_sizes_; }
 
  private:
@@ -127,6 +131,7 @@ class KernelObject {
   etm_cpu_regions_entry regions_ = nullptr;  // null unless the kernel runs as barrier regions
   bool use_fibers_ = true;
   uint64_t static_threadgroup_bytes_ = 0;
+  uint32_t max_threads_ = 0;
   std::vector<uint64_t> argument_sizes_;
 };
 
@@ -139,8 +144,8 @@ class CpuKernelPipeline : public CpuPipeline {
 
   const std::string& name() const override { return kernel_.name; }
   uint32_t max_total_threads_per_threadgroup() const override {
-    return kernel_.max_total_threads_per_threadgroup ? kernel_.max_total_threads_per_threadgroup
-                                                     : kMaxThreadsPerThreadgroup;
+    if (kernel_.max_total_threads_per_threadgroup) return kernel_.max_total_threads_per_threadgroup;
+    return object_->max_threads() ? object_->max_threads() : kMaxThreadsPerThreadgroup;
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
   size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
@@ -388,7 +393,8 @@ class CpuLibrary : public Library {
     Status status = compiler_->check_library(description_.source_hash, source);
     if (status.ok()) return status;
     std::string text;
-    if (!translated_source(&text).ok() || text.find("etm_kernel_regions_") == std::string::npos) return status;
+    // Region forms exist for kernel templates too, instantiated or not.
+    if (!translated_source(&text).ok() || text.find("ETM_CPU_NO_REGIONS") == std::string::npos) return status;
     return compiler_->check_library(description_.source_hash, source, {kWithoutRegions});
   }
 

@@ -678,6 +678,10 @@ class Preprocessor {
       const bool metal_header = d.operands.size() >= 2 && d.operands[0].text == "<" &&
                                 d.operands[1].text.rfind("metal_", 0) == 0;
       if (!metal_header) foreign_include_ = true;
+      // Apple's tensor-operation framework (MSL 4, M5 GPUs) has no CPU emulation.
+      if (d.operands.size() >= 2 && d.operands[0].text == "<" && d.operands[1].text == "MetalPerformancePrimitives") {
+        fail(tokens_[i].line, "MetalPerformancePrimitives is not supported by the CPU device");
+      }
     } else if (keyword == "error") {
       std::string message;
       for (const MacroToken& o : d.operands) message += (message.empty() ? "" : " ") + o.text;

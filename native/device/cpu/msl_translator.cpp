@@ -15,6 +15,7 @@
 
 #include "device/cpu/embedded_headers.h"
 #include "device/cpu/kernel_compiler.h"
+#include "device/cpu/msl_overload_sets.h"
 #include "device/cpu/msl_lexer.h"
 #include "device/cpu/msl_preprocessor.h"
 
@@ -74,6 +75,8 @@ const ThreadAttribute kThreadAttributes[] = {
 
 // Names the barrier-region form of kernel f: etm__regions_f.
 constexpr const char* kRegionPrefix = "etm__regions_";
+// Names the function whose return type is the wrapper of template kernel f: etm__deduce_f.
+constexpr const char* kDeducerPrefix = "etm__deduce_";
 
 const ThreadAttribute* find_thread_attribute(const std::string& name) {
   for (const ThreadAttribute& a : kThreadAttributes) {
@@ -434,19 +437,25 @@ class Translator {
 
     std::string host_name;
     uint32_t max_threads = 0;
+    // A constant expression (`WM * WN * 32` over template parameters) is evaluated by the
+    // compiler, per instantiation, into the object (etm_kernel_max_threads_N).
+    std::string max_threads_expression;
     for (const AttributeItem& a : attributes) {
       if (a.name == "host_name") {
         for (const std::string& s : a.arguments) {
           if (s.size() >= 2 && s.front() == '"') host_name += s.substr(1, s.size() - 2);
         }
       } else if (a.name == "max_total_threads_per_threadgroup") {
-        if (a.arguments.size() != 1 ||
-            !std::isdigit(static_cast<unsigned char>(a.arguments[0][0]))) {
-          return fail(line, "max_total_threads_per_threadgroup needs an integer literal");
-        }
-        max_threads = attribute_integer(a.arguments[0]);
-        if (max_threads == 0 || max_threads > 1024) {
-          return fail(line, "max_total_threads_per_threadgroup must be in 1..1024");
+        if (a.arguments.empty()) return fail(line, "max_total_threads_per_threadgroup needs a value");
+        if (a.arguments.size() == 1 && std::isdigit(static_cast<unsigned char>(a.arguments[0][0]))) {
+          max_threads = attribute_integer(a.arguments[0]);
+          if (max_threads == 0 || max_threads > 1024) {
+            return fail(line, "max_total_threads_per_threadgroup must be in 1..1024");
+          }
+        } else if (is_instantiation) {
+          return fail(line, "max_total_threads_per_threadgroup of a kernel instantiation needs an integer literal");
+        } else {
+          max_threads_expression = join(a.arguments, " ");
         }
       }
     }
@@ -481,8 +490,8 @@ class Translator {
     std::string call_target = name;
     std::string template_header;
     std::string wrapper_name = "etm__kernel_" + name;
+    std::vector<std::string> names;
     if (is_template) {
-      std::vector<std::string> names;
       if (!template_parameter_names(begin + 1, template_close, &names)) {
         return fail(line, "cannot parse the template parameters of kernel '" + name + "'");
       }
@@ -498,7 +507,19 @@ class Translator {
     }
     std::string code = regions_code;
     const bool has_regions = execution_note.empty();
-    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, has_regions, &code)) return;
+    if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, has_regions,
+                      max_threads_expression, &code))
+      return;
+    if (is_template) {
+      // Declared only: an instantiation without explicit template arguments finds its wrapper
+      // as this function's return type, deduced from the instantiation's parameter types.
+      std::string declared;
+      for (size_t k = 0; k < parameters.size(); ++k) {
+        declared += (k ? ", " : "") + parameters[k].type + (parameters[k].is_array ? "*" : "");
+      }
+      code += " " + template_header + wrapper_name + "<" + join(names, ", ") + "> " + kDeducerPrefix + name + "(" +
+              declared + ");";
+    }
     if (!is_template) {
       TranslatedKernel k;
       k.name = host_name.empty() ? name : host_name;
@@ -519,7 +540,7 @@ class Translator {
     const size_t stop = parameters_open != SIZE_MAX ? parameters_open : end - 1;
     size_t close_angle = stop - 1;
     if (!is(close_angle, ">")) {
-      return fail(line, "an explicit kernel instantiation needs explicit template arguments");
+      return deduced_instantiation(begin, end, parameters_open, host_name, max_threads, line);
     }
     size_t open_angle = SIZE_MAX;
     int depth = 0;
@@ -574,6 +595,49 @@ class Translator {
     const std::string code = entry_code(k.entry_index, target, line, found->execution_note);
     if (!add_kernel(std::move(k), line)) return;
     // The instantiation itself goes: the entry point instantiates what it needs.
+    erase(begin, end - 1);
+    insert_after(end - 1, "\n" + code + "\n#line " + std::to_string(tokens_[end - 1].line) + "\n");
+  }
+
+  // `template [[host_name("k")]] [[kernel]] void f(const device float* x, ...);`: the template
+  // arguments are deduced by the compiler from the parameter types (etm__deduce_f).
+  void deduced_instantiation(size_t begin, size_t end, size_t parameters_open, const std::string& host_name,
+                             uint32_t max_threads, int line) {
+    if (parameters_open == SIZE_MAX || partner(parameters_open) == SIZE_MAX || !is_identifier(parameters_open - 1)) {
+      return fail(line, "cannot parse the kernel instantiation");
+    }
+    const std::string base = spell(parameters_open - 1);
+    std::string qualifier;
+    for (size_t j = parameters_open - 1; j > begin + 1 && is(j - 1, "::") && is_identifier(j - 2); j -= 2) {
+      qualifier = spell(j - 2) + "::" + qualifier;
+    }
+    const KernelTemplate* found = nullptr;
+    for (const KernelTemplate& t : templates_) {
+      if (t.name != base) continue;
+      if (!found || ends_with_path(t.namespace_path, qualifier)) found = &t;
+    }
+    if (!found) return fail(line, "instantiation of unknown kernel template '" + base + "'");
+    if (host_name.empty()) return fail(line, "kernel instantiation of '" + base + "' needs [[host_name(\"...\")]]");
+    std::vector<Parameter> parameters;
+    if (!parse_parameters(parameters_open, &parameters, line)) return;
+    if (parameters.size() != found->parameters.size()) {
+      return fail(line, "the instantiation of kernel template '" + base + "' has " + std::to_string(parameters.size()) +
+                            " parameters, the template " + std::to_string(found->parameters.size()));
+    }
+    std::string arguments;
+    for (size_t k = 0; k < parameters.size(); ++k) {
+      arguments += std::string(k ? ", " : "") + "std::declval<" + parameters[k].type +
+                   (parameters[k].is_array ? "*" : "") + ">()";
+    }
+    TranslatedKernel k;
+    k.name = host_name;
+    if (!bind_arguments(found->parameters, &k, line)) return;
+    k.max_total_threads_per_threadgroup = max_threads ? max_threads : found->max_total_threads_per_threadgroup;
+    k.line = line;
+    k.entry_index = static_cast<uint32_t>(kernels_.size());
+    const std::string target = "decltype(" + qualifier + kDeducerPrefix + base + "(" + arguments + "))";
+    const std::string code = entry_code(k.entry_index, target, line, found->execution_note);
+    if (!add_kernel(std::move(k), line)) return;
     erase(begin, end - 1);
     insert_after(end - 1, "\n" + code + "\n#line " + std::to_string(tokens_[end - 1].line) + "\n");
   }
@@ -638,7 +702,13 @@ class Translator {
       }
       if (name.empty() || name == "typename" || name == "class") return false;
       names->push_back(pack ? name + "..." : name);
-      while (item_end < close && !is(item_end, ",")) ++item_end;  // skip a default
+      // Skip a default (`= Transform<T, U>`: commas inside its brackets are its own).
+      for (int nesting = 0; item_end < close && !(nesting <= 0 && is(item_end, ",")); ++item_end) {
+        if ((is(item_end, "(") || is(item_end, "[")) && partner(item_end) != SIZE_MAX) item_end = partner(item_end);
+        if (is(item_end, "<")) ++nesting;
+        if (is(item_end, ">")) --nesting;
+        if (is(item_end, ">>")) nesting -= 2;
+      }
       j = item_end + 1;
     }
     return true;
@@ -849,7 +919,8 @@ class Translator {
 
   bool wrapper_code(const std::string& kernel_name, const std::string& template_header,
                     const std::string& wrapper_name, const std::string& call_target,
-                    const std::vector<Parameter>& parameters, int line, bool has_regions, std::string* out) {
+                    const std::vector<Parameter>& parameters, int line, bool has_regions,
+                    const std::string& max_threads_expression, std::string* out) {
     TranslatedKernel probe;
     probe.name = kernel_name;
     if (!bind_arguments(parameters, &probe, line)) return false;
@@ -908,6 +979,13 @@ class Translator {
          << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
          << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
          << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} ";
+    if (max_threads_expression.empty()) {
+      code << "static constexpr uint32_t etm__max_threads = 0; ";
+    } else {
+      code << "static constexpr uint32_t etm__max_threads = static_cast<uint32_t>(" << max_threads_expression
+           << "); static_assert(etm__max_threads >= 1 && etm__max_threads <= 1024, "
+           << "\"max_total_threads_per_threadgroup must be in 1..1024\"); ";
+    }
     if (has_regions) {
       code << "\n#if !ETM_CPU_NO_REGIONS\n"
            << "static inline int etm__regions(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
@@ -936,7 +1014,8 @@ class Translator {
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
          << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
          << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
-         << "\";";
+         << "\"; extern \"C\" ETM_CPU_KERNEL_EXPORT const uint32_t etm_kernel_max_threads_" << n << " = " << target
+         << "::etm__max_threads;";
     if (execution_note.empty()) {
       code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
            << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
@@ -1045,9 +1124,14 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   if (!status.ok()) return status;
   tokens.clear();
   if (!lex_msl(preprocessed, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  std::string folded = rewrite_overload_sets(preprocessed, tokens);
+  if (folded != preprocessed) {
+    tokens.clear();
+    if (!lex_msl(folded, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  }
   std::string specializable;
   std::vector<FunctionConstant> constants;
-  status = rewrite_function_constants(preprocessed, tokens, &specializable, &constants);
+  status = rewrite_function_constants(folded, tokens, &specializable, &constants);
   if (!status.ok()) return status;
   status = Translator(specializable, options).run(out);
   if (!status.ok()) return status;

@@ -27,6 +27,17 @@ constexpr bool is_host_arithmetic_v = std::is_arithmetic<S>::value || is_half<S>
 
 }  // namespace etm_msl
 
+struct bfloat;
+
+namespace etm_msl {
+// A class with its own conversion to bfloat (complex_t's `operator U()`) keeps using it.
+template <class C, class = void>
+struct converts_to_bfloat_itself : std::false_type {};
+template <class C>
+struct converts_to_bfloat_itself<C, std::void_t<decltype(std::declval<const C&>().operator bfloat())>>
+    : std::true_type {};
+}  // namespace etm_msl
+
 struct bfloat {
   uint16_t bits;
 
@@ -36,6 +47,13 @@ struct bfloat {
                                           !std::is_same<S, float>::value,
                                       int> = 0>
   constexpr bfloat(S value) : bits(etm_msl::float_to_bfloat_bits(float(value))) {}
+  // Metal's bfloat is a built-in type: a class that converts to a scalar (`operator bool()`)
+  // converts on to bfloat by a standard conversion, which a class bfloat must do here.
+  template <class C, std::enable_if_t<std::is_class<C>::value && !std::is_same<C, bfloat>::value &&
+                                          !etm_msl::converts_to_bfloat_itself<C>::value &&
+                                          std::is_convertible<const C&, float>::value,
+                                      int> = 0>
+  constexpr bfloat(const C& value) : bits(etm_msl::float_to_bfloat_bits(float(value))) {}
 
   static constexpr bfloat from_bits(uint16_t raw) {
     bfloat result{};

@@ -96,6 +96,9 @@ ETM_INTEGER_TEMPLATE constexpr T min(T x, T y) { return y < x ? y : x; }
 ETM_INTEGER_VECTOR_2(min)
 ETM_INTEGER_TEMPLATE constexpr T max(T x, T y) { return x < y ? y : x; }
 ETM_INTEGER_VECTOR_2(max)
+// Apple's compiler takes bool as an integer here (MLX's Maximum/Minimum of bool arrays).
+constexpr bool min(bool x, bool y) { return x && y; }
+constexpr bool max(bool x, bool y) { return x || y; }
 ETM_INTEGER_TEMPLATE constexpr T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
 ETM_INTEGER_VECTOR_3(clamp)
 ETM_INTEGER_TEMPLATE constexpr T min3(T x, T y, T z) { return min(min(x, y), z); }
