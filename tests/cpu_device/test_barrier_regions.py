@@ -115,6 +115,20 @@ kernel void rotate_rounds(device float* out [[buffer(0)]], uint lid [[thread_ind
   out[lid] = shared[lid];
 }
 
+// shuffle_and_fill across the whole simdgroup and within vectors of 8 lanes, after a barrier
+// (so the kernel has a region form), in groups whose last simdgroup is partial.
+kernel void shuffle_fill(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float x = shared[lid];
+  const float down = simd_shuffle_and_fill_down(x, x + 100.0f, ushort(3));
+  const float up8 = simd_shuffle_and_fill_up(x, 1000.0f + x, ushort(2), ushort(8));
+  out[gid * 2] = down;
+  out[gid * 2 + 1] = up8;
+}
+
 // A barrier under an if on a per-thread value (taken by every thread here): fibers.
 kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                             uint size [[threads_per_threadgroup]]) {
@@ -181,9 +195,11 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     library.kernel("tiled_gemm")
     library.kernel("rotate_rounds")
     library.kernel("guarded_barrier")
+    library.kernel("shuffle_fill")
     err = capfd.readouterr().err
     assert "kernel 'tiled_gemm' runs as barrier regions" in err
     assert "kernel 'rotate_rounds' runs as barrier regions" in err
+    assert "kernel 'shuffle_fill' runs as barrier regions" in err
     assert "kernel 'guarded_barrier' runs as fibers: line" in err
     assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
 
@@ -193,6 +209,27 @@ def test_loop_bound_from_a_per_thread_variable(msl, path):
     out = Tensor.empty([64])
     kernel.run({0: out}, 64, 64)
     np.testing.assert_array_equal(out.numpy(), (np.arange(64) + 2) % 64)
+
+
+def test_shuffle_and_fill(msl, path):
+    kernel = msl(SOURCE).kernel("shuffle_fill")
+    group, groups = 40, 2  # a full simdgroup and one of 8 lanes per group
+    x = np.arange(group * groups, dtype=np.float32) * 3 + 1
+    out = Tensor.empty([x.size * 2])
+    kernel.run({0: device_array(x), 1: out}, x.size, group)
+    got = out.numpy().reshape(-1, 2)
+    for gid in range(x.size):
+        lid = gid % group
+        base = gid - lid % 32
+        width = min(32, group - (lid - lid % 32))  # lanes of this simdgroup; the others read 0
+        def lane(k):
+            return x[base + k] if k < width else 0.0
+        offset = lid % 32
+        down = lane(offset + 3) if offset + 3 < 32 else lane(offset + 3 - 32) + 100 * (offset + 3 - 32 < width)
+        v = offset - offset % 8
+        up = lane(v + offset % 8 - 2) if offset % 8 >= 2 else (
+            1000 + lane(v + (offset % 8 + 6) % 8) if v + (offset % 8 + 6) % 8 < width else 0.0)
+        assert got[gid, 0] == down and got[gid, 1] == up, (gid, got[gid], down, up)
 
 
 def test_a_kernel_the_region_form_declines_still_runs(msl, path):

@@ -36,6 +36,7 @@ int collective_operands(const std::string& name) {
       "shuffle_down", "shuffle_xor", "shuffle_rotate_up", "shuffle_rotate_down", "broadcast_first",
       "ballot", "all", "any"};
   if (kOne.count(base)) return 1;
+  if (base == "shuffle_and_fill_up" || base == "shuffle_and_fill_down") return 2;  // data and filling value
   if (base == "active_threads_mask" || base == "is_first") return 0;
   return -1;
 }
@@ -560,6 +561,13 @@ class RegionWriter {
         operand.clear();
         if (!region_text(call.arguments[0].first, call.arguments[0].second, &operand)) return true;
         if (is_vote_collective(call.name)) operand = "bool(" + operand + ")";
+      } else if (collective_operands(call.name) == 2) {
+        std::string data, fill;
+        if (!region_text(call.arguments[0].first, call.arguments[0].second, &data) ||
+            !region_text(call.arguments[1].first, call.arguments[1].second, &fill))
+          return true;
+        const std::string type = "std::decay_t<decltype(" + data + "\n)>";
+        operand = "etm_msl::data_and_fill<" + type + ">{" + data + "\n, static_cast<" + type + ">(" + fill + "\n)}";
       }
       region_code_ += site + ".publish(etm__index, " + operand + "); ";
       region_has_code_ = true;

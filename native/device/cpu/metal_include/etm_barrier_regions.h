@@ -6,7 +6,7 @@
 // variable lie `stride` bytes apart) and multiplies as plain 8x8 matrices. A simd_* / quad_*
 // collective becomes two regions: every thread that reaches it publishes its operand into the
 // call site's lane array, then every such thread computes its result from the array
-// (reductions once per simdgroup).
+// (reductions once per simdgroup); shuffle_and_fill publishes its data and filling value.
 #pragma once
 
 #include <new>
@@ -248,6 +248,14 @@ template <class T, class Combine> inline T reduce(collective& c, uint32_t index,
   template <class T> inline T prefix##shuffle_rotate_down(collective& c, uint32_t i, ushort delta) {  \
     return etm_msl::shuffle_lanes<T>(c.lanes(i), quad, etm_msl::shuffle_kind::rotate_down, delta);   \
   }                                                                                                   \
+  template <class T>                                                                                \
+  inline T prefix##shuffle_and_fill_up(collective& c, uint32_t i, ushort delta, ushort modulo = 0) {  \
+    return etm_msl::shuffle_and_fill_lanes<T>(c.lanes(i), quad, false, delta, modulo);               \
+  }                                                                                                 \
+  template <class T>                                                                                \
+  inline T prefix##shuffle_and_fill_down(collective& c, uint32_t i, ushort delta, ushort modulo = 0) { \
+    return etm_msl::shuffle_and_fill_lanes<T>(c.lanes(i), quad, true, delta, modulo);                \
+  }                                                                                                 \
   template <class T> inline T prefix##broadcast_first(collective& c, uint32_t i) {                    \
     return etm_msl::broadcast_first_lanes<T>(c.lanes(i), quad);                                      \
   }                                                                                                   \
