@@ -129,6 +129,26 @@ kernel void shuffle_fill(device const float* in [[buffer(0)]], device float* out
   out[gid * 2 + 1] = up8;
 }
 
+// Loops whose trip counts differ between simdgroups and between lanes, around collectives:
+// each collective sees the lanes still iterating.
+kernel void divergent_loops(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                            uint lid [[thread_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[lid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float acc = 0.0f;
+  for (uint r = 0; r < sg + 1; ++r) acc += simd_sum(shared[lid] * float(r + 1));
+  uint k = lane % 4;
+  float partial = 0.0f;
+  while (k < 6) {
+    partial += simd_sum(float(k));
+    k += 1;
+  }
+  out[lid * 2] = acc;
+  out[lid * 2 + 1] = partial;
+}
+
 // A barrier under an if on a per-thread value (taken by every thread here): fibers.
 kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                             uint size [[threads_per_threadgroup]]) {
@@ -196,10 +216,12 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     library.kernel("rotate_rounds")
     library.kernel("guarded_barrier")
     library.kernel("shuffle_fill")
+    library.kernel("divergent_loops")
     err = capfd.readouterr().err
     assert "kernel 'tiled_gemm' runs as barrier regions" in err
     assert "kernel 'rotate_rounds' runs as barrier regions" in err
     assert "kernel 'shuffle_fill' runs as barrier regions" in err
+    assert "kernel 'divergent_loops' runs as barrier regions" in err
     assert "kernel 'guarded_barrier' runs as fibers: line" in err
     assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
 
@@ -230,6 +252,21 @@ def test_shuffle_and_fill(msl, path):
         up = lane(v + offset % 8 - 2) if offset % 8 >= 2 else (
             1000 + lane(v + (offset % 8 + 6) % 8) if v + (offset % 8 + 6) % 8 < width else 0.0)
         assert got[gid, 0] == down and got[gid, 1] == up, (gid, got[gid], down, up)
+
+
+def test_loops_with_per_thread_trip_counts_around_collectives(msl, path):
+    kernel = msl(SOURCE).kernel("divergent_loops")
+    x = np.random.default_rng(8).integers(-9, 9, 64).astype(np.float32)
+    out = Tensor.empty([128])
+    kernel.run({0: device_array(x), 1: out}, 64, 64)
+    got = out.numpy().reshape(64, 2)
+    starts = np.arange(32) % 4
+    for lid in range(64):
+        sg, lane = divmod(lid, 32)
+        acc = sum(float((x[sg * 32:sg * 32 + 32] * (r + 1)).sum()) for r in range(sg + 1))
+        s = starts[lane]
+        partial = sum(float((starts[starts <= 5 - j] + j).sum()) for j in range(6 - s))
+        assert got[lid, 0] == acc and got[lid, 1] == partial, (lid, got[lid], acc, partial)
 
 
 def test_a_kernel_the_region_form_declines_still_runs(msl, path):

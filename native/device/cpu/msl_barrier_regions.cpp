@@ -655,12 +655,13 @@ class RegionWriter {
   void uniform_loop(size_t begin, size_t end) {
     const size_t open = begin + 1, close = t_.partner(begin + 1);
     const bool leader_header = !uniform(open + 1, close);
-    if (leader_header && (!masks_.empty() || !has_barrier(close + 1, end) || names_thread_attribute(open + 1, close))) {
-      fail(begin, "a loop around a barrier whose condition depends on per-thread values");
-      return;
-    }
     if (range_synchronises(t_, open + 1, close, synchronising_)) {
       fail(begin, "a SIMD-group call in a loop header");
+      return;
+    }
+    if (leader_header && !has_barrier(close + 1, end)) return predicated_loop(begin, end);
+    if (leader_header && (!masks_.empty() || names_thread_attribute(open + 1, close))) {
+      fail(begin, "a loop around a barrier whose condition depends on per-thread values");
       return;
     }
     close_region();
@@ -695,6 +696,63 @@ class RegionWriter {
     }
     body_ += "}";
     if (leader_header) body_ += "}";
+    scopes_.pop_back();
+  }
+
+  // for / while on per-thread values around SIMD-group collectives (no barrier): each thread
+  // runs its own iterations; the group repeats the body while any thread is still in the loop,
+  // for the threads of a per-thread mask (those still iterating), so a collective in it sees
+  // exactly the lanes that reach it.
+  void predicated_loop(size_t begin, size_t end) {
+    const size_t open = begin + 1, close = t_.partner(begin + 1);
+    size_t condition_begin = open + 1, condition_end = close, step_begin = close;
+    if (t_.is(begin, "for")) {
+      std::vector<size_t> semicolons;
+      for (size_t k = open + 1; k < close; ++k) {
+        if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX) {
+          k = t_.partner(k);
+          continue;
+        }
+        if (t_.is(k, ";")) semicolons.push_back(k);
+      }
+      if (semicolons.size() != 2) return void(fail(begin, "cannot parse the loop header"));
+      condition_begin = semicolons[0] + 1;
+      condition_end = semicolons[1];
+      step_begin = semicolons[1] + 1;
+    }
+    const std::string mask = "etm__m" + std::to_string(next_site_++), any = mask + "_any";
+    sites_ += "bool* " + mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
+    scopes_.push_back({});
+    // The initialisation (its declarations: the threads' own), and who enters the loop.
+    if (t_.is(begin, "for") && condition_begin > open + 2) region_statement(open + 1, condition_begin, false);
+    open_region();
+    region_reset_ += mask + "[etm__index] = false; ";
+    region_code_ += mask + "[etm__index] = true; ";
+    region_has_code_ = true;
+    close_region();
+    body_ += "\nfor (;;) { bool " + any + " = false; ";
+    std::string condition = "true";
+    if (condition_end > condition_begin) {
+      condition.clear();
+      if (!region_text(condition_begin, condition_end, &condition)) return;
+    }
+    masks_.push_back(mask);
+    open_region();
+    region_code_ += "if (!(" + condition + "\n)) " + mask + "[etm__index] = false; else " + any + " = true; ";
+    region_has_code_ = true;
+    close_region();
+    body_ += " if (!" + any + ") break; ";
+    const size_t body = close + 1;
+    branch(body, end);
+    if (step_begin < close) {
+      open_region();
+      if (!region_text(step_begin, close, &region_code_)) return;
+      region_code_ += ";";
+      region_has_code_ = true;
+      close_region();
+    }
+    masks_.pop_back();
+    body_ += "}";
     scopes_.pop_back();
   }
 
