@@ -149,6 +149,30 @@ kernel void divergent_loops(device const float* in [[buffer(0)]], device float* 
   out[lid * 2 + 1] = partial;
 }
 
+// Collectives before a ?:, && or || of their statement (evaluated by every thread), a ?:
+// inside a collective's operand, and a collective after a || (reached by some threads only:
+// fibers).
+kernel void conditional_operators(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                  uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[lid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float x = shared[lid];
+  const float sign = simd_sum(x) > 0.0f ? 1.0f : -1.0f;
+  const bool both = simd_any(x > 5.0f) && x < 0.0f;
+  const float nested = simd_max(x > 0.0f ? x : 0.0f);
+  out[lid * 3] = sign;
+  out[lid * 3 + 1] = both ? 1.0f : 0.0f;
+  out[lid * 3 + 2] = nested;
+}
+
+kernel void collective_after_or(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                uint lid [[thread_index_in_threadgroup]]) {
+  const float x = in[lid];
+  const bool any = x > 100.0f || simd_any(x > 5.0f);
+  out[lid] = any ? 1.0f : 0.0f;
+}
+
 // A barrier under an if on a per-thread value (taken by every thread here): fibers.
 kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                             uint size [[threads_per_threadgroup]]) {
@@ -217,11 +241,16 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     library.kernel("guarded_barrier")
     library.kernel("shuffle_fill")
     library.kernel("divergent_loops")
+    library.kernel("conditional_operators")
+    library.kernel("collective_after_or")
     err = capfd.readouterr().err
     assert "kernel 'tiled_gemm' runs as barrier regions" in err
     assert "kernel 'rotate_rounds' runs as barrier regions" in err
     assert "kernel 'shuffle_fill' runs as barrier regions" in err
     assert "kernel 'divergent_loops' runs as barrier regions" in err
+    assert "kernel 'conditional_operators' runs as barrier regions" in err
+    assert "kernel 'collective_after_or' runs as fibers: line" in err
+    assert "'simd_any' after a ?:, && or || in its statement" in err
     assert "kernel 'guarded_barrier' runs as fibers: line" in err
     assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
 
@@ -267,6 +296,19 @@ def test_loops_with_per_thread_trip_counts_around_collectives(msl, path):
         s = starts[lane]
         partial = sum(float((starts[starts <= 5 - j] + j).sum()) for j in range(6 - s))
         assert got[lid, 0] == acc and got[lid, 1] == partial, (lid, got[lid], acc, partial)
+
+
+def test_collectives_before_conditional_operators(msl, path):
+    kernel = msl(SOURCE).kernel("conditional_operators")
+    x = np.random.default_rng(9).integers(-9, 9, 64).astype(np.float32)
+    out = Tensor.empty([64 * 3])
+    kernel.run({0: device_array(x), 1: out}, 64, 64)
+    got = out.numpy().reshape(64, 3)
+    for lid in range(64):
+        lanes = x[lid - lid % 32:lid - lid % 32 + 32]
+        assert got[lid, 0] == (1.0 if lanes.sum() > 0 else -1.0)
+        assert got[lid, 1] == float(bool((lanes > 5).any()) and x[lid] < 0)
+        assert got[lid, 2] == max(v if v > 0 else 0.0 for v in lanes)
 
 
 def test_a_kernel_the_region_form_declines_still_runs(msl, path):

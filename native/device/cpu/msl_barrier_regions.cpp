@@ -498,18 +498,25 @@ class RegionWriter {
   }
 
   // An expression or declaration statement whose SIMD-group calls are simd_* / quad_*
-  // collectives (not nested, not under ?: && ||): one region publishes their operands, the
+  // collectives (not nested, not after ?: && ||): one region publishes their operands, the
   // next runs the statement with each call answered from the lane array.
   bool collective_statement(size_t begin, size_t end, bool top) {
     static const std::set<std::string> kStatements = {"if", "for", "while", "do", "switch", "return", "{"};
     if (kStatements.count(t_.spell(begin))) return false;
     std::vector<CollectiveCall> calls;
+    // A call after a ?: && || of the statement may be evaluated by some threads only (an
+    // operand evaluated conditionally always follows its operator; a call before them, or
+    // inside another collective's arguments, is not under them).
+    bool conditional = false;
     for (size_t k = begin; k < end; ++k) {
-      // A collective under ?: && || would be reached by some threads only.
-      if (t_.is(k, "?") || t_.is(k, "&&") || t_.is(k, "||")) return false;
+      if (t_.is(k, "?") || t_.is(k, "&&") || t_.is(k, "||")) conditional = true;
       if (!t_.identifier(k) || !t_.called(k, end)) continue;
       const std::string name = t_.spell(k);
       if (!is_synchronising_name(name) && !synchronising_.count(name)) continue;
+      if (conditional) {
+        fail(k, "'" + name + "' after a ?:, && or || in its statement");
+        return true;
+      }
       if (c10_group_helper_arguments(name) >= 0 && c10_qualified(k) != SIZE_MAX && t_.is(k + 1, "(")) {
         CollectiveCall call{name, c10_qualified(k), k + 1, call_arguments(k + 1), true};
         if (!c10_helpers_known_) {
