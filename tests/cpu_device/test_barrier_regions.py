@@ -115,6 +115,64 @@ kernel void rotate_rounds(device float* out [[buffer(0)]], uint lid [[thread_ind
   out[lid] = shared[lid];
 }
 
+// shuffle_and_fill across the whole simdgroup and within vectors of 8 lanes, after a barrier
+// (so the kernel has a region form), in groups whose last simdgroup is partial.
+kernel void shuffle_fill(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float x = shared[lid];
+  const float down = simd_shuffle_and_fill_down(x, x + 100.0f, ushort(3));
+  const float up8 = simd_shuffle_and_fill_up(x, 1000.0f + x, ushort(2), ushort(8));
+  out[gid * 2] = down;
+  out[gid * 2 + 1] = up8;
+}
+
+// Loops whose trip counts differ between simdgroups and between lanes, around collectives:
+// each collective sees the lanes still iterating.
+kernel void divergent_loops(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                            uint lid [[thread_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[lid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float acc = 0.0f;
+  for (uint r = 0; r < sg + 1; ++r) acc += simd_sum(shared[lid] * float(r + 1));
+  uint k = lane % 4;
+  float partial = 0.0f;
+  while (k < 6) {
+    partial += simd_sum(float(k));
+    k += 1;
+  }
+  out[lid * 2] = acc;
+  out[lid * 2 + 1] = partial;
+}
+
+// Collectives before a ?:, && or || of their statement (evaluated by every thread), a ?:
+// inside a collective's operand, and a collective after a || (reached by some threads only:
+// fibers).
+kernel void conditional_operators(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                  uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[lid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float x = shared[lid];
+  const float sign = simd_sum(x) > 0.0f ? 1.0f : -1.0f;
+  const bool both = simd_any(x > 5.0f) && x < 0.0f;
+  const float nested = simd_max(x > 0.0f ? x : 0.0f);
+  out[lid * 3] = sign;
+  out[lid * 3 + 1] = both ? 1.0f : 0.0f;
+  out[lid * 3 + 2] = nested;
+}
+
+kernel void collective_after_or(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                uint lid [[thread_index_in_threadgroup]]) {
+  const float x = in[lid];
+  const bool any = x > 100.0f || simd_any(x > 5.0f);
+  out[lid] = any ? 1.0f : 0.0f;
+}
+
 // A barrier under an if on a per-thread value (taken by every thread here): fibers.
 kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                             uint size [[threads_per_threadgroup]]) {
@@ -181,9 +239,18 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     library.kernel("tiled_gemm")
     library.kernel("rotate_rounds")
     library.kernel("guarded_barrier")
+    library.kernel("shuffle_fill")
+    library.kernel("divergent_loops")
+    library.kernel("conditional_operators")
+    library.kernel("collective_after_or")
     err = capfd.readouterr().err
     assert "kernel 'tiled_gemm' runs as barrier regions" in err
     assert "kernel 'rotate_rounds' runs as barrier regions" in err
+    assert "kernel 'shuffle_fill' runs as barrier regions" in err
+    assert "kernel 'divergent_loops' runs as barrier regions" in err
+    assert "kernel 'conditional_operators' runs as barrier regions" in err
+    assert "kernel 'collective_after_or' runs as fibers: line" in err
+    assert "'simd_any' after a ?:, && or || in its statement" in err
     assert "kernel 'guarded_barrier' runs as fibers: line" in err
     assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
 
@@ -193,6 +260,55 @@ def test_loop_bound_from_a_per_thread_variable(msl, path):
     out = Tensor.empty([64])
     kernel.run({0: out}, 64, 64)
     np.testing.assert_array_equal(out.numpy(), (np.arange(64) + 2) % 64)
+
+
+def test_shuffle_and_fill(msl, path):
+    kernel = msl(SOURCE).kernel("shuffle_fill")
+    group, groups = 40, 2  # a full simdgroup and one of 8 lanes per group
+    x = np.arange(group * groups, dtype=np.float32) * 3 + 1
+    out = Tensor.empty([x.size * 2])
+    kernel.run({0: device_array(x), 1: out}, x.size, group)
+    got = out.numpy().reshape(-1, 2)
+    for gid in range(x.size):
+        lid = gid % group
+        base = gid - lid % 32
+        width = min(32, group - (lid - lid % 32))  # lanes of this simdgroup; the others read 0
+        def lane(k):
+            return x[base + k] if k < width else 0.0
+        offset = lid % 32
+        down = lane(offset + 3) if offset + 3 < 32 else lane(offset + 3 - 32) + 100 * (offset + 3 - 32 < width)
+        v = offset - offset % 8
+        up = lane(v + offset % 8 - 2) if offset % 8 >= 2 else (
+            1000 + lane(v + (offset % 8 + 6) % 8) if v + (offset % 8 + 6) % 8 < width else 0.0)
+        assert got[gid, 0] == down and got[gid, 1] == up, (gid, got[gid], down, up)
+
+
+def test_loops_with_per_thread_trip_counts_around_collectives(msl, path):
+    kernel = msl(SOURCE).kernel("divergent_loops")
+    x = np.random.default_rng(8).integers(-9, 9, 64).astype(np.float32)
+    out = Tensor.empty([128])
+    kernel.run({0: device_array(x), 1: out}, 64, 64)
+    got = out.numpy().reshape(64, 2)
+    starts = np.arange(32) % 4
+    for lid in range(64):
+        sg, lane = divmod(lid, 32)
+        acc = sum(float((x[sg * 32:sg * 32 + 32] * (r + 1)).sum()) for r in range(sg + 1))
+        s = starts[lane]
+        partial = sum(float((starts[starts <= 5 - j] + j).sum()) for j in range(6 - s))
+        assert got[lid, 0] == acc and got[lid, 1] == partial, (lid, got[lid], acc, partial)
+
+
+def test_collectives_before_conditional_operators(msl, path):
+    kernel = msl(SOURCE).kernel("conditional_operators")
+    x = np.random.default_rng(9).integers(-9, 9, 64).astype(np.float32)
+    out = Tensor.empty([64 * 3])
+    kernel.run({0: device_array(x), 1: out}, 64, 64)
+    got = out.numpy().reshape(64, 3)
+    for lid in range(64):
+        lanes = x[lid - lid % 32:lid - lid % 32 + 32]
+        assert got[lid, 0] == (1.0 if lanes.sum() > 0 else -1.0)
+        assert got[lid, 1] == float(bool((lanes > 5).any()) and x[lid] < 0)
+        assert got[lid, 2] == max(v if v > 0 else 0.0 for v in lanes)
 
 
 def test_a_kernel_the_region_form_declines_still_runs(msl, path):

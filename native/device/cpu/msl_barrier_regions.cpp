@@ -36,6 +36,7 @@ int collective_operands(const std::string& name) {
       "shuffle_down", "shuffle_xor", "shuffle_rotate_up", "shuffle_rotate_down", "broadcast_first",
       "ballot", "all", "any"};
   if (kOne.count(base)) return 1;
+  if (base == "shuffle_and_fill_up" || base == "shuffle_and_fill_down") return 2;  // data and filling value
   if (base == "active_threads_mask" || base == "is_first") return 0;
   return -1;
 }
@@ -45,6 +46,23 @@ bool is_vote_collective(const std::string& name) {
   const std::string base = name.substr(5);
   return base == "ballot" || base == "all" || base == "any" || base == "active_threads_mask" || base == "is_first";
 }
+
+// c10::metal's threadgroup reductions the region form computes for a whole group
+// (etm_barrier_regions.h), with their argument counts; -1 for other names.
+int c10_group_helper_arguments(const std::string& name) {
+  if (name == "threadgroup_sum" || name == "threadgroup_max" || name == "threadgroup_min") return 4;
+  if (name == "threadgroup_argmax" || name == "threadgroup_argmin") return 6;
+  if (name == "threadgroup_welford_reduce") return 2;
+  return -1;
+}
+
+// The c10 helpers those depend on, whose definitions must be the ones re-expressed: a hash of
+// their definitions' tokens (name to closing brace, in source order) as torch 2.13 writes them.
+bool is_c10_reduction_definition(const std::string& name) {
+  return c10_group_helper_arguments(name) >= 0 || name == "simd_sum" || name == "simd_max" || name == "simd_min" ||
+         name == "simd_argmax" || name == "simd_argmin" || name == "simd_broadcast";
+}
+constexpr uint64_t kC10ReductionsFingerprint = 14506266811174274129ull;
 
 bool is_matrix_type_name(const std::string& name) {
   return name == "simdgroup_matrix" || name == "simdgroup_float8x8" || name == "simdgroup_half8x8" ||
@@ -111,9 +129,11 @@ bool range_synchronises(const Tokens& t, size_t begin, size_t end, const std::se
 
 struct Name {
   std::string name;
-  std::string member;  // frame member, for per-thread names
+  std::string storage;  // the thread's copy (an lvalue over etm__index), for per-thread names
   bool per_thread = false;
   bool matrix = false;
+  std::string type;            // of a per-thread copy: the alias etm__t<N>, declared before the frames
+  bool before_frames = false;  // a group name in scope where the frame types are declared
 };
 
 class RegionWriter {
@@ -122,7 +142,8 @@ class RegionWriter {
       : s_(source),
         t_(*source.text, *source.tokens, *source.partner),
         synchronising_(synchronising.all),
-        barrier_helpers_(synchronising.barriers_only) {}
+        barrier_helpers_(synchronising.barriers_only),
+        c10_helpers_known_(synchronising.c10_reductions_known) {}
 
   bool run(std::string* code, std::string* reason) {
     const size_t open = s_.body_open, close = s_.body_close;
@@ -144,10 +165,10 @@ class RegionWriter {
                                         p.attribute_value + "; (void)" + p.name + "; ";
         if (p.per_thread) {
           thread_attributes += declaration;
-          scopes_.back().push_back({p.name, "", true, false});
+          scopes_.back().push_back({p.name, "", true, false, "", false});
         } else {
           uniform_attributes += declaration;
-          scopes_.back().push_back({p.name, "", false, false});
+          scopes_.back().push_back({p.name, "", false, false, "", true});
         }
         continue;
       }
@@ -155,12 +176,13 @@ class RegionWriter {
       parameters += p.declaration + (p.name.empty() ? " " + name : "") + ", ";
       if (!p.name.empty() && writes(open + 1, close, p.name)) {
         // A parameter the kernel changes (`a += offset;`) becomes a per-thread copy.
+        const std::string type = frame_member_type("std::remove_cv_t<decltype(" + name + ")>");
         const std::string member = "m" + std::to_string(next_member_++) + "_" + name;
-        members_ += "std::remove_cv_t<decltype(" + name + ")> " + member + "; ";
+        members_ += type + " " + member + "; ";
         parameter_copies_ += "etm__frames[etm__i]." + member + " = " + name + "; ";
-        scopes_.back().push_back({name, member, true, false});
+        scopes_.back().push_back({name, "etm__frames[etm__index]." + member, true, false, type});
       } else {
-        scopes_.back().push_back({name, "", false, false});
+        scopes_.back().push_back({name, "", false, false, "", true});
       }
     }
     thread_code_ =
@@ -178,13 +200,13 @@ class RegionWriter {
           "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
           "(void)etm__launch; const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
-          uniform_attributes + prologue_ + "\nstruct etm__frame { " + members_ +
+          uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
           "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
           "uint32_t etm__live = etm__count; (void)etm__live; "
           "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
-          parameter_copies_ + "} " + sites_ + body_ + "\nreturn 0; }\n#endif\n";
+          parameter_copies_ + "} " + group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
     return true;
   }
 
@@ -448,7 +470,14 @@ class RegionWriter {
     size_t first;  // the call's first token (a `metal::` qualifier included)
     size_t open;   // its `(`
     std::vector<std::pair<size_t, size_t>> arguments;
+    bool group = false;  // a c10::metal threadgroup helper
   };
+
+  // The first token of `c10::metal::name` or `::c10::metal::name` ending at k, or SIZE_MAX.
+  size_t c10_qualified(size_t k) const {
+    if (!t_.is(k - 1, "::") || !t_.is(k - 2, "metal") || !t_.is(k - 3, "::") || !t_.is(k - 4, "c10")) return SIZE_MAX;
+    return t_.is(k - 5, "::") ? k - 5 : k - 4;
+  }
 
   // Splits the arguments of the call whose `(` is at open.
   std::vector<std::pair<size_t, size_t>> call_arguments(size_t open) const {
@@ -469,18 +498,42 @@ class RegionWriter {
   }
 
   // An expression or declaration statement whose SIMD-group calls are simd_* / quad_*
-  // collectives (not nested, not under ?: && ||): one region publishes their operands, the
+  // collectives (not nested, not after ?: && ||): one region publishes their operands, the
   // next runs the statement with each call answered from the lane array.
   bool collective_statement(size_t begin, size_t end, bool top) {
     static const std::set<std::string> kStatements = {"if", "for", "while", "do", "switch", "return", "{"};
     if (kStatements.count(t_.spell(begin))) return false;
     std::vector<CollectiveCall> calls;
+    // A call after a ?: && || of the statement may be evaluated by some threads only (an
+    // operand evaluated conditionally always follows its operator; a call before them, or
+    // inside another collective's arguments, is not under them).
+    bool conditional = false;
     for (size_t k = begin; k < end; ++k) {
-      // A collective under ?: && || would be reached by some threads only.
-      if (t_.is(k, "?") || t_.is(k, "&&") || t_.is(k, "||")) return false;
+      if (t_.is(k, "?") || t_.is(k, "&&") || t_.is(k, "||")) conditional = true;
       if (!t_.identifier(k) || !t_.called(k, end)) continue;
       const std::string name = t_.spell(k);
       if (!is_synchronising_name(name) && !synchronising_.count(name)) continue;
+      if (conditional) {
+        fail(k, "'" + name + "' after a ?:, && or || in its statement");
+        return true;
+      }
+      if (c10_group_helper_arguments(name) >= 0 && c10_qualified(k) != SIZE_MAX && t_.is(k + 1, "(")) {
+        CollectiveCall call{name, c10_qualified(k), k + 1, call_arguments(k + 1), true};
+        if (!c10_helpers_known_) {
+          fail(k, "c10::metal::" + name + ": the source does not define it as the torch 2.13 code the region form "
+                  "re-expresses");
+          return true;
+        }
+        if (int(call.arguments.size()) != c10_group_helper_arguments(name)) return false;
+        if (!masks_.empty()) {
+          fail(k, "c10::metal::" + name + " under an if on per-thread values");
+          return true;
+        }
+        if (range_synchronises(t_, k + 2, t_.partner(k + 1), synchronising_)) return false;
+        calls.push_back(call);
+        k = t_.partner(k + 1);
+        continue;
+      }
       if (collective_operands(name) < 0 || !t_.is(k + 1, "(")) return false;
       size_t first = k;
       if (t_.is(k - 1, "::")) {
@@ -497,7 +550,13 @@ class RegionWriter {
     // Publish.
     open_region();
     std::vector<std::string> sites;
+    std::string group_steps;
     for (const CollectiveCall& call : calls) {
+      if (call.group) {
+        sites.push_back(group_call(call, &group_steps));
+        if (!reason_.empty()) return true;
+        continue;
+      }
       const std::string site = "etm__c" + std::to_string(next_site_++);
       sites.push_back(site);
       sites_ += "etm_regions::collective " + site +
@@ -509,14 +568,26 @@ class RegionWriter {
         operand.clear();
         if (!region_text(call.arguments[0].first, call.arguments[0].second, &operand)) return true;
         if (is_vote_collective(call.name)) operand = "bool(" + operand + ")";
+      } else if (collective_operands(call.name) == 2) {
+        std::string data, fill;
+        if (!region_text(call.arguments[0].first, call.arguments[0].second, &data) ||
+            !region_text(call.arguments[1].first, call.arguments[1].second, &fill))
+          return true;
+        const std::string type = "std::decay_t<decltype(" + data + "\n)>";
+        operand = "etm_msl::data_and_fill<" + type + ">{" + data + "\n, static_cast<" + type + ">(" + fill + "\n)}";
       }
       region_code_ += site + ".publish(etm__index, " + operand + "); ";
       region_has_code_ = true;
     }
     close_region();
+    body_ += group_steps;
     // Answer.
     for (size_t c = 0; c < calls.size(); ++c) {
       const CollectiveCall& call = calls[c];
+      if (call.group) {
+        replacements_[call.first] = {t_.partner(call.open) + 1, sites[c] + ".results[etm__index]"};
+        continue;
+      }
       std::string replacement = "etm_regions::" + call.name;
       if (!is_vote_collective(call.name)) {
         std::string operand;
@@ -536,13 +607,41 @@ class RegionWriter {
     return true;
   }
 
+  // A c10::metal threadgroup helper's call site: its argument and result types (deduced
+  // before the frame), the site, the publishing of the arguments in the open region, and in
+  // *steps the group's computation (etm_barrier_regions.h). Returns the site's name.
+  std::string group_call(const CollectiveCall& call, std::string* steps) {
+    const std::string id = std::to_string(next_site_++);
+    const std::string site = "etm__g" + id, arguments = "etm__a" + id, result = "etm__r" + id;
+    std::string list, whole;
+    for (const auto& [first, last] : call.arguments) {
+      std::string argument;
+      if (!region_text(first, last, &argument)) return site;
+      list += (list.empty() ? "" : ", ") + argument + "\n";
+    }
+    if (!region_text(call.first, t_.partner(call.open) + 1, &whole)) return site;
+    member_types_ += "using " + arguments + " = decltype(({ " + type_context() + "etm_regions::arguments_of(" + list +
+                     "); })); using " + result + "_returned = decltype(({ " + type_context() + whole + "\n; })); using " + result +
+                     " = std::decay_t<" + result + "_returned>; ";
+    const std::string type = "etm_regions::group_call<" + arguments + ", " + result + ">";
+    group_sites_ += type + " " + site + "(__builtin_alloca(sizeof(" + arguments + ") * etm__count), __builtin_alloca(sizeof(" +
+                    result + ") * etm__count), __builtin_alloca(etm__count)); ";
+    group_stand_ins_ += "auto& " + site + " = etm_regions::stand_in<" + type + ">(); (void)" + site + "; ";
+    region_reset_ += site + ".reset(etm__index); ";
+    region_code_ += site + ".publish(etm__index, etm_regions::arguments_of(" + list + ")); ";
+    region_has_code_ = true;
+    *steps += "\netm_regions::c10_" + call.name + "(" + site + ", etm__count);";
+    return site;
+  }
+
   // for / while around a barrier: runs once for the group.
   // Does [begin, end) call threadgroup_barrier (or a barrier helper)?
   bool has_barrier(size_t begin, size_t end) const {
     for (size_t k = begin; k < end; ++k) {
       if (!t_.identifier(k) || !t_.is(k + 1, "(")) continue;
       const std::string name = t_.spell(k);
-      if (name == "threadgroup_barrier" || barrier_helpers_.count(name)) return true;
+      if (name == "threadgroup_barrier" || barrier_helpers_.count(name) || c10_group_helper_arguments(name) >= 0)
+        return true;
     }
     return false;
   }
@@ -552,7 +651,7 @@ class RegionWriter {
     for (size_t i = begin; i < end; ++i) {
       if (!t_.identifier(i) || t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
       const Name* n = find(t_.spell(i));
-      if (n && n->per_thread && n->member.empty()) return true;
+      if (n && n->per_thread && n->storage.empty()) return true;
     }
     return false;
   }
@@ -563,12 +662,13 @@ class RegionWriter {
   void uniform_loop(size_t begin, size_t end) {
     const size_t open = begin + 1, close = t_.partner(begin + 1);
     const bool leader_header = !uniform(open + 1, close);
-    if (leader_header && (!masks_.empty() || !has_barrier(close + 1, end) || names_thread_attribute(open + 1, close))) {
-      fail(begin, "a loop around a barrier whose condition depends on per-thread values");
-      return;
-    }
     if (range_synchronises(t_, open + 1, close, synchronising_)) {
       fail(begin, "a SIMD-group call in a loop header");
+      return;
+    }
+    if (leader_header && !has_barrier(close + 1, end)) return predicated_loop(begin, end);
+    if (leader_header && (!masks_.empty() || names_thread_attribute(open + 1, close))) {
+      fail(begin, "a loop around a barrier whose condition depends on per-thread values");
       return;
     }
     close_region();
@@ -591,7 +691,7 @@ class RegionWriter {
           fail(k, "the loop variable '" + name + "' of a loop around a barrier changes in its body");
           return;
         }
-        scopes_.back().push_back({name, "", false, false});
+        scopes_.back().push_back({name, "", false, false, "", false});
       }
     }
     body_ += text(begin, close + 1) + " {";
@@ -603,6 +703,63 @@ class RegionWriter {
     }
     body_ += "}";
     if (leader_header) body_ += "}";
+    scopes_.pop_back();
+  }
+
+  // for / while on per-thread values around SIMD-group collectives (no barrier): each thread
+  // runs its own iterations; the group repeats the body while any thread is still in the loop,
+  // for the threads of a per-thread mask (those still iterating), so a collective in it sees
+  // exactly the lanes that reach it.
+  void predicated_loop(size_t begin, size_t end) {
+    const size_t open = begin + 1, close = t_.partner(begin + 1);
+    size_t condition_begin = open + 1, condition_end = close, step_begin = close;
+    if (t_.is(begin, "for")) {
+      std::vector<size_t> semicolons;
+      for (size_t k = open + 1; k < close; ++k) {
+        if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX) {
+          k = t_.partner(k);
+          continue;
+        }
+        if (t_.is(k, ";")) semicolons.push_back(k);
+      }
+      if (semicolons.size() != 2) return void(fail(begin, "cannot parse the loop header"));
+      condition_begin = semicolons[0] + 1;
+      condition_end = semicolons[1];
+      step_begin = semicolons[1] + 1;
+    }
+    const std::string mask = "etm__m" + std::to_string(next_site_++), any = mask + "_any";
+    sites_ += "bool* " + mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
+    scopes_.push_back({});
+    // The initialisation (its declarations: the threads' own), and who enters the loop.
+    if (t_.is(begin, "for") && condition_begin > open + 2) region_statement(open + 1, condition_begin, false);
+    open_region();
+    region_reset_ += mask + "[etm__index] = false; ";
+    region_code_ += mask + "[etm__index] = true; ";
+    region_has_code_ = true;
+    close_region();
+    body_ += "\nfor (;;) { bool " + any + " = false; ";
+    std::string condition = "true";
+    if (condition_end > condition_begin) {
+      condition.clear();
+      if (!region_text(condition_begin, condition_end, &condition)) return;
+    }
+    masks_.push_back(mask);
+    open_region();
+    region_code_ += "if (!(" + condition + "\n)) " + mask + "[etm__index] = false; else " + any + " = true; ";
+    region_has_code_ = true;
+    close_region();
+    body_ += " if (!" + any + ") break; ";
+    const size_t body = close + 1;
+    branch(body, end);
+    if (step_begin < close) {
+      open_region();
+      if (!region_text(step_begin, close, &region_code_)) return;
+      region_code_ += ";";
+      region_has_code_ = true;
+      close_region();
+    }
+    masks_.pop_back();
+    body_ += "}";
     scopes_.pop_back();
   }
 
@@ -677,8 +834,8 @@ class RegionWriter {
     std::string code;
     for (const auto& scope : scopes_) {
       for (const Name& n : scope) {
-        if (n.per_thread && !n.member.empty())
-          code += "auto& " + n.name + " = etm__frames[etm__index]." + n.member + "; (void)" + n.name + "; ";
+        if (n.per_thread && !n.storage.empty())
+          code += "auto& " + n.name + " = " + n.storage + "; (void)" + n.name + "; ";
       }
     }
     return code;
@@ -734,7 +891,7 @@ class RegionWriter {
         body_ += text(begin, end);
       }
       if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "threadgroup"))
-        declare_group_names(begin, end);
+        declare_group_names(begin, end, top);
       return;
     }
     open_region();
@@ -750,7 +907,7 @@ class RegionWriter {
     return false;
   }
 
-  void declare_group_names(size_t begin, size_t end) {
+  void declare_group_names(size_t begin, size_t end, bool before_frames) {
     for (size_t k = begin; k < end; ++k) {
       if ((t_.is(k, "(") || t_.is(k, "[") || t_.is(k, "{")) && t_.partner(k) != SIZE_MAX) {
         k = t_.partner(k);
@@ -758,7 +915,7 @@ class RegionWriter {
       }
       if (t_.identifier(k) && (t_.is(k + 1, "=") || t_.is(k + 1, ";") || t_.is(k + 1, "[") || t_.is(k + 1, "{") ||
                                t_.is(k + 1, ","))) {
-        scopes_.back().push_back({t_.spell(k), "", false, false});
+        scopes_.back().push_back({t_.spell(k), "", false, false, "", before_frames});
       }
     }
   }
@@ -800,10 +957,7 @@ class RegionWriter {
     if (name == SIZE_MAX) return false;
     std::string type;
     for (size_t j = begin; j < name; ++j) type += t_.spell(j) + " ";
-    if (t_.is(begin, "auto") || t_.is(begin + 1, "auto") || type.find("auto ") != std::string::npos) {
-      fail(begin, "an 'auto' declaration at a level with barriers");
-      return true;
-    }
+    const bool deduced = t_.is(begin, "auto") || t_.is(begin + 1, "auto") || type.find("auto ") != std::string::npos;
     const bool matrix = type.find("simdgroup_") != std::string::npos;
     if (uniform_constant(begin, name, end)) return true;
     // Declarators, split at top-level commas.
@@ -832,8 +986,18 @@ class RegionWriter {
         }
         ++stop;
       }
+      std::string member_type;
+      if (deduced) {
+        if (!dimensions.empty() || !t_.is(j, "=") || j + 1 >= stop) {
+          fail(part, "an 'auto' declaration without '= value' at a level with barriers");
+          return true;
+        }
+        if (!deduced_type(j + 1, stop, &member_type)) return true;
+      } else {
+        member_type = frame_member_type("std::remove_cv_t<" + type + ">" + dimensions);
+      }
       const std::string member = "m" + std::to_string(next_member_++) + "_" + declared;
-      members_ += "std::remove_cv_t<" + type + "> " + member + dimensions + "; ";
+      members_ += member_type + " " + member + "; ";
       region_code_ += "auto& " + declared + " = etm__frames[etm__index]." + member + "; (void)" + declared + "; ";
       if (j < stop && !dimensions.empty()) {
         // An array initialiser fills a local array of the same type, copied into the frame.
@@ -854,11 +1018,50 @@ class RegionWriter {
         region_code_ += declared + " = " + value + "; ";
         region_has_code_ = true;
       }
-      scopes_.back().push_back({declared, member, true, matrix});
+      scopes_.back().push_back({declared, "etm__frames[etm__index]." + member, true, matrix, member_type});
       part = stop + 1;
       if (t_.is(stop, ";")) break;
     }
     return true;
+  }
+
+  // A frame member's type, as an alias declared before the frame (etm__t<N>).
+  std::string frame_member_type(const std::string& spelled) {
+    const std::string alias = "etm__t" + std::to_string(next_type_++);
+    member_types_ += "using " + alias + " = " + spelled + "; ";
+    return alias;
+  }
+
+  // The type of `auto x = value;`, deduced before the frame is declared: the value's type in
+  // an unevaluated statement expression where the per-thread names in scope stand for values
+  // of their frame types. Group names declared later than the frame cannot appear in it.
+  bool deduced_type(size_t begin, size_t end, std::string* alias) {
+    for (size_t i = begin; i < end; ++i) {
+      if (!t_.identifier(i) || t_.is(i - 1, ".") || t_.is(i - 1, "->") || t_.is(i - 1, "::")) continue;
+      const Name* n = find(t_.spell(i));
+      if (n && !n->per_thread && !n->before_frames)
+        return fail(i, "an 'auto' declaration whose value names '" + n->name + "', declared between barriers");
+      if (n && n->per_thread && !n->storage.empty() && n->type.empty())
+        return fail(i, "an 'auto' declaration whose value names '" + n->name + "', whose type is unknown");
+    }
+    std::string value;
+    if (!region_text(begin, end, &value)) return false;
+    const std::string id = std::to_string(next_type_);
+    member_types_ += "using etm__d" + id + " = decltype(({ " + type_context() + value + "\n; })); ";
+    *alias = frame_member_type("std::decay_t<etm__d" + id + ">");
+    return true;
+  }
+
+  // The start of a statement expression, before the frame, in which a per-thread expression
+  // has its type: the thread attributes, and stand-ins for the per-thread names and call sites.
+  std::string type_context() const {
+    std::string code = "const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + group_stand_ins_;
+    for (const auto& scope : scopes_) {
+      for (const Name& n : scope)
+        if (n.per_thread && !n.storage.empty())
+          code += n.type + "& " + n.name + " = etm_regions::stand_in<" + n.type + ">(); (void)" + n.name + "; ";
+    }
+    return code;
   }
 
   // `const T x = e;` where e names nothing per-thread: one value for the whole group, computed
@@ -885,7 +1088,7 @@ class RegionWriter {
     if (!initialised || !uniform(name + 1, end) || range_synchronises(t_, name + 1, end, synchronising_)) return false;
     close_region();
     body_ += text(begin, end);
-    declare_group_names(name, end);
+    declare_group_names(name, end, false);
     return true;
   }
 
@@ -944,10 +1147,14 @@ class RegionWriter {
   Tokens t_;
   const std::set<std::string>& synchronising_;
   const std::set<std::string>& barrier_helpers_;
+  const bool c10_helpers_known_;
   std::string reason_;
   std::vector<std::vector<Name>> scopes_;
   std::set<std::string> matrix_names_;
   std::string members_;
+  std::string member_types_;  // the frame members' type aliases, in declaration order
+  std::string group_sites_;   // the c10 group helpers' call sites (etm_regions::group_call)
+  std::string group_stand_ins_;
   std::string parameter_copies_;
   std::string prologue_;
   std::string body_;
@@ -958,6 +1165,7 @@ class RegionWriter {
   unsigned region_id_ = 0;
   unsigned next_region_ = 0;
   unsigned next_member_ = 0;
+  unsigned next_type_ = 0;
   std::string region_code_;
   std::string region_reset_;  // runs for every thread of a region loop, before the skip
   std::string sites_;         // the collectives' lane arrays and the predicate masks
@@ -983,6 +1191,7 @@ SynchronisingFunctions synchronising_functions(const std::string& text, const st
     std::string name;
     size_t begin, end;
     bool no_parameters;
+    size_t name_at;
   };
   std::vector<Function> functions;
   for (size_t i = 1; i < t.size(); ++i) {
@@ -994,8 +1203,8 @@ SynchronisingFunctions synchronising_functions(const std::string& text, const st
            t.is(j, "threadgroup") || t.is(j, "constant"))
       ++j;
     if (t.is(j, "{") && t.partner(j) != SIZE_MAX)
-      functions.push_back(
-          {name, j + 1, t.partner(j), t.partner(i) == i + 1 || (t.is(i + 1, "void") && t.partner(i) == i + 2)});
+      functions.push_back({name, j + 1, t.partner(j),
+                           t.partner(i) == i + 1 || (t.is(i + 1, "void") && t.partner(i) == i + 2), i - 1});
   }
   SynchronisingFunctions found;
   for (bool grew = true; grew;) {
@@ -1022,6 +1231,16 @@ SynchronisingFunctions synchronising_functions(const std::string& text, const st
     (barriers ? found.barriers_only : other).insert(f.name);
   }
   for (const std::string& name : other) found.barriers_only.erase(name);
+  uint64_t fingerprint = 1469598103934665603ull;  // FNV-1a
+  bool any = false;
+  for (const Function& f : functions) {
+    if (!is_c10_reduction_definition(f.name)) continue;
+    any = true;
+    for (size_t k = f.name_at; k <= f.end; ++k) {
+      for (char c : t.spell(k) + " ") fingerprint = (fingerprint ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    }
+  }
+  found.c10_reductions_known = any && fingerprint == kC10ReductionsFingerprint;
   return found;
 }
 

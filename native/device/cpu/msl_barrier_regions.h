@@ -53,6 +53,9 @@ bool is_per_thread_attribute(const std::string& attribute);
 struct SynchronisingFunctions {
   std::set<std::string> all;
   std::set<std::string> barriers_only;
+  // The source defines c10::metal's simd and threadgroup reduction helpers exactly as the
+  // region form re-expresses them (etm_barrier_regions.h; torch 2.13's reduction_utils.h).
+  bool c10_reductions_known = false;
 };
 SynchronisingFunctions synchronising_functions(const std::string& text, const std::vector<Token>& tokens,
                                                const std::vector<size_t>& partner);

@@ -6,11 +6,12 @@
 // variable lie `stride` bytes apart) and multiplies as plain 8x8 matrices. A simd_* / quad_*
 // collective becomes two regions: every thread that reaches it publishes its operand into the
 // call site's lane array, then every such thread computes its result from the array
-// (reductions once per simdgroup).
+// (reductions once per simdgroup); shuffle_and_fill publishes its data and filling value.
 #pragma once
 
 #include <new>
 
+#include "etm_bfloat.h"
 #include "etm_simd.h"
 #include "etm_simdgroup_matrix.h"
 
@@ -247,6 +248,14 @@ template <class T, class Combine> inline T reduce(collective& c, uint32_t index,
   template <class T> inline T prefix##shuffle_rotate_down(collective& c, uint32_t i, ushort delta) {  \
     return etm_msl::shuffle_lanes<T>(c.lanes(i), quad, etm_msl::shuffle_kind::rotate_down, delta);   \
   }                                                                                                   \
+  template <class T>                                                                                \
+  inline T prefix##shuffle_and_fill_up(collective& c, uint32_t i, ushort delta, ushort modulo = 0) {  \
+    return etm_msl::shuffle_and_fill_lanes<T>(c.lanes(i), quad, false, delta, modulo);               \
+  }                                                                                                 \
+  template <class T>                                                                                \
+  inline T prefix##shuffle_and_fill_down(collective& c, uint32_t i, ushort delta, ushort modulo = 0) { \
+    return etm_msl::shuffle_and_fill_lanes<T>(c.lanes(i), quad, true, delta, modulo);                \
+  }                                                                                                 \
   template <class T> inline T prefix##broadcast_first(collective& c, uint32_t i) {                    \
     return etm_msl::broadcast_first_lanes<T>(c.lanes(i), quad);                                      \
   }                                                                                                   \
@@ -274,6 +283,316 @@ template <class T, class Combine> inline T reduce(collective& c, uint32_t index,
 ETM_REGION_COLLECTIVES(simd_, false, simd_vote)
 ETM_REGION_COLLECTIVES(quad_, true, quad_vote)
 #undef ETM_REGION_COLLECTIVES
+
+// ---- c10::metal's threadgroup reductions for a whole group
+//
+// Inductor's reduction kernels call c10::metal::threadgroup_sum / _max / _min / _argmax /
+// _argmin / _welford_reduce (c10/metal/reduction_utils.h, inlined into their source), which
+// synchronise inside. The region form turns such a call into three steps: every thread that
+// reaches it publishes its arguments (a region), the whole group's results are computed here
+// once, following c10's algorithm stage by stage over the simdgroups (the same lane
+// combination order as the fiber path's collectives, lanes that did not take part reading as
+// zero bits), and each thread reads its result (the next region). The translator accepts the
+// call only when the source's definitions of these helpers are the ones this re-expresses.
+
+template <class... A> struct arguments;
+template <class A0, class A1> struct arguments<A0, A1> {
+  A0 a0;
+  A1 a1;
+};
+template <class A0, class A1, class A2, class A3> struct arguments<A0, A1, A2, A3> {
+  A0 a0;
+  A1 a1;
+  A2 a2;
+  A3 a3;
+};
+template <class A0, class A1, class A2, class A3, class A4, class A5> struct arguments<A0, A1, A2, A3, A4, A5> {
+  A0 a0;
+  A1 a1;
+  A2 a2;
+  A3 a3;
+  A4 a4;
+  A5 a5;
+};
+template <class... A> inline arguments<std::decay_t<A>...> arguments_of(A&&... a) { return {a...}; }
+
+// One call site of a group helper: each thread's arguments and result, and whether it took part.
+template <class Arguments, class Result> struct group_call {
+  Arguments* calls;
+  Result* results;
+  bool* joined;
+
+  group_call(void* call_storage, void* result_storage, void* joined_storage)
+      : calls(static_cast<Arguments*>(call_storage)),
+        results(static_cast<Result*>(result_storage)),
+        joined(static_cast<bool*>(joined_storage)) {}
+  void reset(uint32_t index) { joined[index] = false; }
+  void publish(uint32_t index, const Arguments& a) {
+    ::new (static_cast<void*>(calls + index)) Arguments(a);
+    joined[index] = true;
+  }
+};
+
+// One simdgroup's operands of a collective; lanes without one read as zero bits.
+template <class T> struct simdgroup_operands {
+  T values[32];
+  uint64_t active = 0;
+  uint32_t first = 0;  // the first active lane: whose view a uniform result is computed in
+
+  void set(uint32_t lane, const T& value) {
+    if (!active) first = lane;
+    values[lane] = value;
+    active |= uint64_t(1) << lane;
+  }
+  etm_msl::lane_values view() const {
+    return {reinterpret_cast<const unsigned char*>(values), sizeof(T), active, first, 32u};
+  }
+  T lane(uint32_t l) const { return etm_msl::lane_value<T>(view(), l); }
+};
+
+// What c10's simd helpers compute over the active lanes (the same value in every lane).
+template <class T> using c10_simd_operand_t = std::conditional_t<std::is_same_v<T, ::bfloat>, float, T>;
+
+template <class T, class Combine> inline T c10_simd_reduce(const simdgroup_operands<T>& v, Combine combine) {
+  using S = c10_simd_operand_t<T>;
+  simdgroup_operands<S> s;
+  for (uint32_t l = 0; l < 32; ++l)
+    if ((v.active >> l) & 1u) s.set(l, S(v.values[l]));
+  return T(etm_msl::reduce_lanes<S>(s.view(), false, combine));
+}
+
+// c10's 64-bit reductions: a shuffle_and_fill_down tree (a source lane that did not take part
+// gives zero bits; past the end, the filling value of the lane that many positions from the
+// start, zero if that lane did not take part), then lane 0's value.
+template <class T, class Step> inline T c10_shuffle_tree(const simdgroup_operands<T>& v, T fill, Step step) {
+  T current[32];
+  for (uint32_t l = 0; l < 32; ++l) current[l] = v.lane(l);
+  for (ushort i = 32 / 2; i > 0; i /= 2) {
+    T next[32];
+    for (uint32_t l = 0; l < 32; ++l) {
+      next[l] = current[l];
+      if (!((v.active >> l) & 1u)) continue;
+      const uint32_t source = l + i;
+      const bool source_active = ((v.active >> (source % 32u)) & 1u) != 0;
+      const T other = source < 32u ? (source_active ? current[source] : T(0)) : (source_active ? fill : T(0));
+      next[l] = step(current[l], other);
+    }
+    for (uint32_t l = 0; l < 32; ++l) current[l] = next[l];
+  }
+  return (v.active & 1u) ? current[0] : T(0);
+}
+
+template <class T> inline T c10_simd_sum(const simdgroup_operands<T>& v) {
+  if constexpr (std::is_same_v<T, long>) {
+    return c10_shuffle_tree(v, T(0), [](T a, T b) { return T(a + b); });
+  } else {
+    return c10_simd_reduce(v, etm_msl::plus<c10_simd_operand_t<T>>{});
+  }
+}
+
+template <class T> inline bool c10_any_nan(const simdgroup_operands<T>& v) {
+  for (uint32_t l = 0; l < 32; ++l)
+    if (((v.active >> l) & 1u) && ::metal::isnan(v.values[l])) return true;
+  return false;
+}
+
+// c10's simd_max (maximum) or simd_min: NaN from any lane wins for floating types.
+template <class T> inline T c10_simd_extreme(const simdgroup_operands<T>& v, bool maximum) {
+  if constexpr (::metal::is_floating_point_v<T>) {
+    if (c10_any_nan(v)) return ::metal::numeric_limits<T>::quiet_NaN();
+  }
+  if constexpr (std::is_same_v<T, long>) {
+    if (maximum) return c10_shuffle_tree(v, ::metal::numeric_limits<long>::lowest(), [](T a, T b) { return T(::metal::max(a, b)); });
+    return c10_shuffle_tree(v, ::metal::numeric_limits<long>::max(), [](T a, T b) { return T(::metal::min(a, b)); });
+  } else {
+    static_assert(::metal::is_floating_point_v<T> || (::metal::is_integral_v<T> && sizeof(T) != 8),
+                  "c10::metal::simd_max/min take floating types, long and integers up to 32 bits");
+    using S = c10_simd_operand_t<T>;
+    if (maximum) return c10_simd_reduce(v, [](const S& a, const S& b) { return S(::metal::max(a, b)); });
+    return c10_simd_reduce(v, [](const S& a, const S& b) { return S(::metal::min(a, b)); });
+  }
+}
+
+// c10's simd_argmax / simd_argmin with an index value: the extreme and the index value of the
+// lowest lane holding it (NaN counts as holding it), broadcast from that lane.
+template <class T, class I>
+inline void c10_simd_arg_extreme(const simdgroup_operands<T>& v, const simdgroup_operands<I>& indices, bool maximum,
+                                 T* extreme, I* index) {
+  const T rc = c10_simd_extreme(v, maximum);
+  simdgroup_operands<bool> votes;
+  for (uint32_t l = 0; l < 32; ++l) {
+    if (!((v.active >> l) & 1u)) continue;
+    bool vote = v.values[l] == rc;
+    if constexpr (::metal::is_floating_point_v<T>) vote = vote || ::metal::isnan(v.values[l]);
+    votes.set(l, vote);
+  }
+  const ulong bits = etm_msl::ballot_lanes(votes.view(), false, nullptr);
+  const ushort lane = static_cast<ushort>(::metal::ctz(bits));
+  *extreme = rc;
+  *index = indices.lane(uint32_t(lane) % 32u);
+}
+
+inline constexpr uint32_t kC10SimdgroupSize = 32;
+
+// Calls every thread that took part with (index, its arguments), in thread order.
+template <class Call, class F> inline void for_each_joined(const Call& call, uint32_t count, F f) {
+  for (uint32_t i = 0; i < count; ++i)
+    if (call.joined[i]) f(i, call.calls[i]);
+}
+
+// threadgroup_sum / _max / _min (data, val, idx, size): each simdgroup reduces, the lane with
+// idx % 32 == 0 stores its simdgroup's value at data[idx / 32]; with more than 32 values, the
+// threads with idx < ceil(size / 32) reduce those and idx 0 stores the total at data[0]; every
+// thread returns data[0].
+template <class R, class A, class Reduce>
+inline void c10_two_stage(group_call<A, R>& call, uint32_t count, Reduce reduce) {
+  const uint32_t groups = (count + 31u) / 32u;
+  for (uint32_t g = 0; g < groups; ++g) {
+    simdgroup_operands<R> operands;
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l)
+      if (call.joined[g * 32 + l]) operands.set(l, static_cast<R>(call.calls[g * 32 + l].a1));
+    if (!operands.active) continue;
+    const R rc = reduce(operands);
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      if (!call.joined[g * 32 + l]) continue;
+      const A& a = call.calls[g * 32 + l];
+      const unsigned idx = a.a2;
+      if (idx % kC10SimdgroupSize == 0) a.a0[idx / kC10SimdgroupSize] = rc;
+    }
+  }
+  auto second_stage = [](const A& a) {
+    const unsigned idx = a.a2, size = a.a3;
+    return size > kC10SimdgroupSize && idx < (size + kC10SimdgroupSize - 1) / kC10SimdgroupSize;
+  };
+  R* totals = static_cast<R*>(__builtin_alloca(sizeof(R) * groups));
+  for (uint32_t g = 0; g < groups; ++g) {
+    simdgroup_operands<R> operands;
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      const uint32_t i = g * 32 + l;
+      if (call.joined[i] && second_stage(call.calls[i])) operands.set(l, R(call.calls[i].a0[unsigned(call.calls[i].a2)]));
+    }
+    if (operands.active) totals[g] = reduce(operands);
+  }
+  for_each_joined(call, count, [&](uint32_t i, const A& a) {
+    if (second_stage(a) && unsigned(a.a2) == 0) a.a0[0] = totals[i / 32u];
+  });
+  for_each_joined(call, count, [&](uint32_t i, const A& a) { call.results[i] = a.a0[0]; });
+}
+
+template <class R, class A0, class A1, class A2, class A3>
+inline void c10_threadgroup_sum(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
+  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_sum(v); });
+}
+template <class R, class A0, class A1, class A2, class A3>
+inline void c10_threadgroup_max(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
+  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, true); });
+}
+template <class R, class A0, class A1, class A2, class A3>
+inline void c10_threadgroup_min(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
+  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, false); });
+}
+
+// threadgroup_argmax / _argmin (arg_data, idx_data, val, idx_val, idx, size): each simdgroup's
+// extreme and its index value; with at most 32 values every thread returns its simdgroup's
+// index value; otherwise as the two-stage reductions, over (value, index value) pairs.
+template <class R, class A0, class A1, class T, class I, class A4, class A5>
+inline void c10_arg_two_stage(group_call<arguments<A0, A1, T, I, A4, A5>, R>& call, uint32_t count, bool maximum) {
+  using A = arguments<A0, A1, T, I, A4, A5>;
+  const uint32_t groups = (count + 31u) / 32u;
+  for (uint32_t g = 0; g < groups; ++g) {
+    simdgroup_operands<T> values;
+    simdgroup_operands<I> indices;
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      if (!call.joined[g * 32 + l]) continue;
+      values.set(l, call.calls[g * 32 + l].a2);
+      indices.set(l, call.calls[g * 32 + l].a3);
+    }
+    if (!values.active) continue;
+    T extreme;
+    I index;
+    c10_simd_arg_extreme(values, indices, maximum, &extreme, &index);
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      const uint32_t i = g * 32 + l;
+      if (!call.joined[i]) continue;
+      const A& a = call.calls[i];
+      const unsigned idx = a.a4, size = a.a5;
+      if (size <= kC10SimdgroupSize) {
+        call.results[i] = index;
+        continue;
+      }
+      if (idx % kC10SimdgroupSize == 0) {
+        a.a0[idx / kC10SimdgroupSize] = extreme;
+        a.a1[idx / kC10SimdgroupSize] = index;
+      }
+    }
+  }
+  auto in_stages = [](const A& a) { return unsigned(a.a5) > kC10SimdgroupSize; };
+  auto second_stage = [&](const A& a) {
+    const unsigned idx = a.a4, size = a.a5;
+    return in_stages(a) && idx < (size + kC10SimdgroupSize - 1) / kC10SimdgroupSize;
+  };
+  I* totals = static_cast<I*>(__builtin_alloca(sizeof(I) * groups));
+  for (uint32_t g = 0; g < groups; ++g) {
+    simdgroup_operands<T> values;
+    simdgroup_operands<I> indices;
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      const uint32_t i = g * 32 + l;
+      if (!call.joined[i] || !second_stage(call.calls[i])) continue;
+      const unsigned idx = call.calls[i].a4;
+      values.set(l, call.calls[i].a0[idx]);
+      indices.set(l, call.calls[i].a1[idx]);
+    }
+    if (!values.active) continue;
+    T extreme;
+    c10_simd_arg_extreme(values, indices, maximum, &extreme, &totals[g]);
+  }
+  for_each_joined(call, count, [&](uint32_t i, const A& a) {
+    if (second_stage(a) && unsigned(a.a4) == 0) a.a1[0] = totals[i / 32u];
+  });
+  for_each_joined(call, count, [&](uint32_t i, const A& a) {
+    if (in_stages(a)) call.results[i] = a.a1[0];
+  });
+}
+
+template <class R, class A0, class A1, class A2, class A3, class A4, class A5>
+inline void c10_threadgroup_argmax(group_call<arguments<A0, A1, A2, A3, A4, A5>, R>& call, uint32_t count) {
+  c10_arg_two_stage(call, count, true);
+}
+template <class R, class A0, class A1, class A2, class A3, class A4, class A5>
+inline void c10_threadgroup_argmin(group_call<arguments<A0, A1, A2, A3, A4, A5>, R>& call, uint32_t count) {
+  c10_arg_two_stage(call, count, false);
+}
+
+// threadgroup_welford_reduce (data, size): every thread computes mean, m2 and count of
+// data[0 .. size) in order; threads with the same arguments share the computation.
+template <class R, class A0, class A1>
+inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
+  bool computed = false;
+  arguments<A0, A1> last{};
+  R result{};
+  for_each_joined(call, count, [&](uint32_t i, const arguments<A0, A1>& a) {
+    if (!computed || a.a0 != last.a0 || unsigned(a.a1) != unsigned(last.a1)) {
+      const auto* data = a.a0;
+      const unsigned size = a.a1;
+      float m = data[0];
+      float m2 = 0;
+      for (unsigned idx = 1; idx < size; ++idx) {
+        float delta = data[idx] - m;
+        m += delta / (idx + 1);
+        m2 += delta * (data[idx] - m);
+      }
+      result = R(m, m2, size);
+      last = a;
+      computed = true;
+    }
+    call.results[i] = result;
+  });
+}
+
+// A value of type T where only its type matters: the region function deduces the types of
+// `auto` variables from their initialisers in unevaluated statement expressions, where the
+// per-thread names stand for values of their frame types. Never defined, never called.
+template <class T> T& stand_in();
 
 // Frames for `count` threads in caller-provided storage (alloca'd by the region function).
 template <class Frame> inline Frame* construct_frames(void* storage, uint32_t count) {

@@ -133,10 +133,7 @@ template <class T> struct data_and_fill {
   T fill;
 };
 template <class T>
-inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling_data, bool quad, bool down,
-                          uint32_t delta, uint32_t modulo) {
-  const data_and_fill<T> mine{data, filling_data};
-  const lane_values view = publish(site, mine);
+inline T shuffle_and_fill_lanes(const lane_values& view, bool quad, bool down, uint32_t delta, uint32_t modulo) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   const uint32_t width = (modulo == 0 || modulo > range.size) ? range.size : modulo;
   const uint32_t position = view.lane - range.base;
@@ -148,6 +145,11 @@ inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling
   }
   if (offset >= delta) return lane_value<data_and_fill<T>>(view, vector_base + offset - delta).data;
   return lane_value<data_and_fill<T>>(view, vector_base + (offset + width - delta % width) % width).fill;
+}
+template <class T>
+inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling_data, bool quad, bool down,
+                          uint32_t delta, uint32_t modulo) {
+  return shuffle_and_fill_lanes<T>(publish(site, data_and_fill<T>{data, filling_data}), quad, down, delta, modulo);
 }
 
 template <class T> inline T broadcast_first_lanes(const lane_values& view, bool quad) {

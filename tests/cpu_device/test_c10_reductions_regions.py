@@ -1,0 +1,206 @@
+"""Inductor's reductions on barrier regions: c10::metal::threadgroup_sum / max / min / argmax /
+argmin / welford_reduce, called from kernels whose source inlines torch's c10/metal headers (as
+Inductor's generated MSL does), with `auto` values live across the call. Each kernel runs on
+both paths and must give the same bits on both, and the numpy result."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from cpu_device_testing import device_array
+from etmetal_py.tensors import Tensor
+
+PATHS = ["regions", "fibers"]
+C10_METAL = __import__("pathlib").Path(torch.__file__).parent / "include" / "c10" / "metal"
+
+
+def inlined_c10_headers():
+    """common.h, utils.h and reduction_utils.h as text, their own includes of each other dropped."""
+    text = ""
+    for name in ("common.h", "utils.h", "reduction_utils.h"):
+        body = (C10_METAL / name).read_text()
+        text += re.sub(r"#include <c10/metal/[a-z_]+\.h>", "", body.replace("#pragma once", "")) + "\n"
+    return text
+
+
+KERNELS = r"""
+// One row per group of `width` threads (dispatched as [rows, width] with groups [1, width]);
+// rows past `rows` return before the reduction, as Inductor's bounds checks do.
+kernel void row_sum(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                    constant uint& rows [[buffer(2)]], uint2 thread_pos [[thread_position_in_grid]],
+                    uint2 group_pos [[thread_position_in_threadgroup]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[32];
+    if (x0 >= rows) return;
+    auto tmp0 = in[r0_index + size.y * x0];
+    auto tmp1 = tmp0 * tmp0;
+    auto tmp2 = c10::metal::threadgroup_sum(tmp_acc_0, tmp1, r0_index * 1, size.y);
+    auto tmp3 = tmp0 / tmp2;
+    out[r0_index + size.y * x0] = tmp3;
+}
+
+kernel void row_long_sum(device long* out [[buffer(0)]], device const long* in [[buffer(1)]],
+                         uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup long tmp_acc_0[32];
+    auto tmp0 = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_sum(tmp_acc_0, tmp0, r0_index, size.y);
+    if (r0_index == 0) out[x0] = tmp1;
+}
+
+kernel void row_extremes(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                         uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[32];
+    threadgroup float tmp_acc_1[32];
+    auto tmp0 = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_max(tmp_acc_0, tmp0, r0_index, size.y);
+    auto tmp2 = c10::metal::threadgroup_min(tmp_acc_1, tmp0, r0_index, size.y);
+    if (r0_index == 0) {
+        out[2 * x0] = tmp1;
+        out[2 * x0 + 1] = tmp2;
+    }
+}
+
+kernel void row_arg_extremes(device long* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                             uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[32];
+    threadgroup long tmp_acc_1[32];
+    auto tmp0 = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_argmax(tmp_acc_0, tmp_acc_1, tmp0, static_cast<long>(r0_index), r0_index, size.y);
+    auto tmp2 = c10::metal::threadgroup_argmin(tmp_acc_0, tmp_acc_1, tmp0, static_cast<long>(r0_index), r0_index, size.y);
+    if (r0_index == 0) {
+        out[2 * x0] = tmp1;
+        out[2 * x0 + 1] = tmp2;
+    }
+}
+
+kernel void row_normalize(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                          uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[1024];
+    auto tmp0 = in[r0_index + size.y * x0];
+    tmp_acc_0[r0_index] = tmp0;
+    auto tmp1 = c10::metal::threadgroup_welford_reduce(tmp_acc_0, size.y);
+    auto tmp2 = tmp1.y / size.y;
+    auto tmp3 = (tmp0 - tmp1.x) * metal::precise::rsqrt(tmp2 + 1e-5);
+    out[r0_index + size.y * x0] = tmp3;
+}
+"""
+
+SOURCE = "#include <metal_stdlib>\n" + inlined_c10_headers() + KERNELS
+
+
+def run_on_paths(msl, monkeypatch, name, make_arguments, grid, group):
+    results = []
+    for path in PATHS:
+        monkeypatch.setenv("ETMETAL_CPU_EXECUTION", path)
+        arguments, outputs = make_arguments()
+        msl(SOURCE).kernel(name).run(arguments, grid, group)
+        results.append([o.numpy() for o in outputs])
+    for regions, fibers in zip(*results):
+        np.testing.assert_array_equal(regions.view(np.uint8), fibers.view(np.uint8))
+    return results[0]
+
+
+WIDTHS = [16, 100]  # one partial simdgroup; three full and one of 4 lanes (two stages)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_sum(msl, monkeypatch, width):
+    rows = 5
+    x = np.random.default_rng(width).uniform(-2, 2, (rows, width)).astype(np.float32)
+
+    def arguments():
+        out = Tensor.empty([(rows + 1) * width])
+        out.write(np.full((rows + 1) * width, 7.0, np.float32))
+        count = device_array(np.array([rows], np.uint32))
+        padded = np.concatenate([x.ravel(), np.zeros(width, np.float32)])
+        return {0: out, 1: device_array(padded), 2: count}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_sum", arguments, (rows + 1, width), (1, width))
+    out = out.reshape(rows + 1, width)
+    np.testing.assert_allclose(out[:rows], x / (x * x).sum(1, keepdims=True), rtol=1e-5)
+    assert (out[rows] == 7.0).all()  # the row whose threads all returned
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_sum_of_int64(msl, monkeypatch, width):
+    rows = 3
+    wide = ((1 << 40) + np.arange(rows * width, dtype=np.int64) * 977).reshape(rows, width)
+
+    def arguments():
+        out = Tensor.empty([rows], dtype=np.int64)
+        return {0: out, 1: device_array(wide.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_long_sum", arguments, (rows, width), (1, width))
+    assert out.tolist() == wide.sum(1).tolist()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_max_min_and_nan(msl, monkeypatch, width):
+    rows = 3
+    x = np.random.default_rng(width + 1).uniform(-9, 9, (rows, width)).astype(np.float32)
+    x[1, width // 2] = np.nan
+
+    def arguments():
+        out = Tensor.empty([rows * 2])
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_extremes", arguments, (rows, width), (1, width))
+    out = out.reshape(rows, 2)
+    for r in (0, 2):
+        assert out[r, 0] == x[r].max() and out[r, 1] == x[r].min()
+    assert np.isnan(out[1]).all()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_argmax_argmin(msl, monkeypatch, width):
+    rows = 4
+    x = np.random.default_rng(width + 2).integers(-50, 50, (rows, width)).astype(np.float32)
+
+    def arguments():
+        out = Tensor.empty([rows * 2], dtype=np.int64)
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_arg_extremes", arguments, (rows, width), (1, width))
+    out = out.reshape(rows, 2)
+    if width <= 32:
+        np.testing.assert_array_equal(out[:, 0], x.argmax(1))
+        np.testing.assert_array_equal(out[:, 1], x.argmin(1))
+    else:
+        # c10's second stage keeps the first simdgroup holding the extreme
+        for r in range(rows):
+            assert x[r, out[r, 0]] == x[r].max() and x[r, out[r, 1]] == x[r].min()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_welford_reduce(msl, monkeypatch, width):
+    rows = 3
+    x = np.random.default_rng(width + 3).normal(size=(rows, width)).astype(np.float32)
+
+    def arguments():
+        out = Tensor.empty([rows * width])
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_normalize", arguments, (rows, width), (1, width))
+    expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out.reshape(rows, width), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_reductions_run_as_barrier_regions(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    library = msl(SOURCE)
+    for name in ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize"):
+        library.kernel(name)
+    err = capfd.readouterr().err
+    for name in ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize"):
+        assert f"kernel '{name}' runs as barrier regions" in err, err
