@@ -314,7 +314,6 @@ struct WorkerState {
   ~WorkerState() { std::free(arena); }
   unsigned char* arena;
   FiberScheduler scheduler;
-  unsigned char loop_exchange[kExchangeBufferBytes] = {};
 };
 
 WorkerState& worker_state() {
@@ -446,8 +445,6 @@ WorkerPool& pool() {
 }
 
 }  // namespace
-
-unsigned executor_thread_count() { return pool().thread_count(); }
 
 Status execute_dispatch(const KernelDispatch& dispatch) {
   const etm_cpu_launch& l = dispatch.launch;

@@ -36,7 +36,4 @@ Status execute_dispatch(const KernelDispatch& dispatch);
 // The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.
 const etm_cpu_lane_calls& executor_lane_calls();
 
-// Worker threads taking part in a dispatch, the calling thread included.
-unsigned executor_thread_count();
-
 }  // namespace etm::device::cpu

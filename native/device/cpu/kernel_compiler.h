@@ -31,7 +31,6 @@ class KernelCompiler {
   // True for clang (which has no -fsingle-precision-constant: the translator suffixes
   // float literals instead).
   bool is_clang() const { return is_clang_; }
-  const std::string& description() const { return description_; }
   const std::string& cache_directory() const { return cache_directory_; }
 
   // Produces the translated source when the cache cannot answer without it.

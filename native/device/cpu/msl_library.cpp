@@ -149,7 +149,6 @@ class CpuKernelPipeline : public CpuPipeline {
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
   size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
-  bool uses_fibers() const { return object_->use_fibers(); }
   bool writes_buffer(uint32_t index) const override {
     for (const KernelArgument& argument : kernel_.arguments) {
       if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
