@@ -479,7 +479,10 @@ def test_bad_arguments():
     expect_poisoned()
     fails(call_sort(torch.randn(2, 2).double(), 0)[0], "sort", "float64")
     expect_poisoned()
-    fails(call_cumsum(x, 0, torch.int64)[0], "cumsum", "not supported")
+    float64 = ffi.new("int32_t*", 7)  # not in DTYPE_CODE: no float64 tensors on the device
+    device_x = as_device(x)
+    fails(lib.aoti_torch_mps_cumsum(device_x.handle, 0, float64, ffi.new("AtenTensorHandle*")),
+          "cumsum", "float32 input to float64 output")
     expect_poisoned()
     fails(call_cumsum(x, 5)[0], "cumsum", "dim 5")
     expect_poisoned()
