@@ -149,6 +149,11 @@ const char* intern(const char* name) {
   return copy;
 }
 
+const char* intern_locked(const char* name) {
+  std::lock_guard<std::mutex> lock(runtime_mutex());
+  return intern(name);
+}
+
 [[noreturn]] void fail(const std::string& message) {
   fprintf(stderr, "objc runtime: %s\n", message.c_str());
   abort();
@@ -211,24 +216,19 @@ void attach_category(Category* category) {
   prepend(cls->isa, category->class_methods);
 }
 
-IMP find_method(Class* cls, const char* interned_name) {
-  for (; cls; cls = cls->super_class) {
-    for (MethodList* list = cls->methods; list; list = list->next) {
-      for (int i = 0; i < list->count; ++i) {
-        if (list->methods[i].selector->name == interned_name) return list->methods[i].imp;
-      }
+// Only this class's own methods (.cxx_construct / .cxx_destruct look no further).
+IMP own_method(Class* cls, const char* interned_name) {
+  for (MethodList* list = cls->methods; list; list = list->next) {
+    for (int i = 0; i < list->count; ++i) {
+      if (list->methods[i].selector->name == interned_name) return list->methods[i].imp;
     }
   }
   return nullptr;
 }
 
-// Only this class's own methods, for .cxx_construct / .cxx_destruct.
-IMP own_method(Class* cls, const char* name) {
-  const char* interned = intern(name);
-  for (MethodList* list = cls->methods; list; list = list->next) {
-    for (int i = 0; i < list->count; ++i) {
-      if (list->methods[i].selector->name == interned) return list->methods[i].imp;
-    }
+IMP find_method(Class* cls, const char* interned_name) {
+  for (; cls; cls = cls->super_class) {
+    if (IMP method = own_method(cls, interned_name)) return method;
   }
   return nullptr;
 }
@@ -396,7 +396,7 @@ void* class_createInstance(Class* cls, size_t extra_bytes) {
   std::vector<Class*> chain;
   for (Class* c = cls; c; c = c->super_class) chain.push_back(c);
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    if (IMP construct = own_method(*it, ".cxx_construct")) construct(object, nullptr);
+    if (IMP construct = own_method(*it, intern_locked(".cxx_construct"))) construct(object, nullptr);
   }
   return object;
 }
@@ -404,7 +404,7 @@ void* class_createInstance(Class* cls, size_t extra_bytes) {
 void* object_dispose(void* object) {
   if (!object) return nullptr;
   for (Class* c = static_cast<Object*>(object)->isa; c; c = c->super_class) {
-    if (IMP destruct = own_method(c, ".cxx_destruct")) destruct(object, nullptr);
+    if (IMP destruct = own_method(c, intern_locked(".cxx_destruct"))) destruct(object, nullptr);
   }
   free(header_of(object));
   return nullptr;
