@@ -112,7 +112,7 @@ class FiberStack {
   FiberStack& operator=(const FiberStack&) = delete;
   ~FiberStack() {
     if (base_) munmap(base_, length_);
-    if (sanitizer_fiber_) sanitizer_fiber_destroy(sanitizer_fiber_);
+    sanitizer_context_destroy(&sanitizer_);
   }
   bool allocate() {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -123,16 +123,16 @@ class FiberStack {
     base_ = memory;
     // Overflowing the stack hits this page instead of another fiber's stack.
     mprotect(base_, page, PROT_NONE);
-    sanitizer_fiber_ = sanitizer_fiber_create();
+    sanitizer_context_create(&sanitizer_, static_cast<unsigned char*>(base_) + page, kFiberStackBytes);
     return true;
   }
   void* top() const { return static_cast<unsigned char*>(base_) + length_; }
-  void* sanitizer_fiber() const { return sanitizer_fiber_; }
+  SanitizerContext& sanitizer() { return sanitizer_; }
 
  private:
   void* base_ = nullptr;
   size_t length_ = 0;
-  void* sanitizer_fiber_ = nullptr;
+  SanitizerContext sanitizer_;
 };
 
 // Runs one threadgroup at a time, one fiber per thread, on the worker that owns it.
@@ -161,13 +161,14 @@ class FiberScheduler {
       auto* top = static_cast<unsigned char*>(stacks_[i]->top()) - (i * 832u) % 4096u;
       f.stack_pointer = prepare_fiber_stack(top, &FiberScheduler::fiber_main, &f);
     }
-    scheduler_sanitizer_fiber_ = sanitizer_current_fiber();
+    sanitizer_context_of_thread(&scheduler_sanitizer_);
     for (;;) {
       Fiber* first = next_runnable(0);
       if (first) {
         current_ = first;
-        sanitizer_switch_to_fiber(stacks_[first->index]->sanitizer_fiber());
+        sanitizer_before_switch(&scheduler_sanitizer_, stacks_[first->index]->sanitizer());
         etm_fiber_switch(&scheduler_stack_pointer_, first->stack_pointer);
+        sanitizer_after_switch(scheduler_sanitizer_);
       }
       if (done_ == count_) break;
       if (resolve_exchanges()) continue;
@@ -189,24 +190,38 @@ class FiberScheduler {
 
   Fiber* current() const { return current_; }
 
+  // A fault handler jumped from the running fiber (if any) back to the worker's stack: that
+  // fiber and the rest of its group are abandoned.
+  void abandon_after_fault() {
+    if (!current_) return;
+    sanitizer_resume_thread_after_fault(scheduler_sanitizer_);
+    current_ = nullptr;
+  }
+
   // Called on the current fiber: gives up the CPU until the scheduler makes it runnable.
   void park(Fiber* fiber) {
+    // A finished fiber never resumes: the sanitizers may drop its state.
+    SanitizerContext* leaving = fiber->state == FiberState::done ? nullptr : &stacks_[fiber->index]->sanitizer();
     Fiber* next = next_runnable(fiber->index + 1);
     if (next) {
       current_ = next;
-      sanitizer_switch_to_fiber(stacks_[next->index]->sanitizer_fiber());
+      sanitizer_before_switch(leaving, stacks_[next->index]->sanitizer());
       etm_fiber_switch(&fiber->stack_pointer, next->stack_pointer);
     } else {
       current_ = nullptr;
-      sanitizer_switch_to_fiber(scheduler_sanitizer_fiber_);
+      sanitizer_before_switch(leaving, scheduler_sanitizer_);
       etm_fiber_switch(&fiber->stack_pointer, scheduler_stack_pointer_);
     }
+    sanitizer_after_switch(stacks_[fiber->index]->sanitizer());
   }
 
  private:
   static void fiber_main(void* argument) {
     Fiber* fiber = static_cast<Fiber*>(argument);
     FiberScheduler* self = fiber->scheduler;
+    SanitizerContext& sanitizer = self->stacks_[fiber->index]->sanitizer();
+    sanitizer.asan_fake_stack = nullptr;  // a fresh start has none saved
+    sanitizer_after_switch(sanitizer);
     self->job_->dispatch().thread_entry(&self->job_->dispatch().launch, self->group_, fiber->index);
     fiber->state = FiberState::done;
     ++self->done_;
@@ -289,7 +304,7 @@ class FiberScheduler {
   std::vector<std::unique_ptr<FiberStack>> stacks_;
   std::vector<std::unique_ptr<unsigned char[]>> exchange_buffers_;
   void* scheduler_stack_pointer_ = nullptr;
-  void* scheduler_sanitizer_fiber_ = nullptr;
+  SanitizerContext scheduler_sanitizer_;
   Fiber* current_ = nullptr;
   Job* job_ = nullptr;
   const etm_cpu_group* group_ = nullptr;
@@ -344,6 +359,7 @@ void run_job(Job* job) {
     if (sigsetjmp(scope.recovery(), 1) == 0) {
       run_groups(job, state, context, fallback, &scope);
     } else {
+      state.scheduler.abandon_after_fault();
       job->fail(scope.message());
     }
   }

@@ -10,8 +10,19 @@
 #define ETM_THREAD_SANITIZER 1
 #endif
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define ETM_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ETM_ADDRESS_SANITIZER 1
+#endif
+#endif
 #if defined(ETM_THREAD_SANITIZER)
 #include <sanitizer/tsan_interface.h>
+#endif
+#if defined(ETM_ADDRESS_SANITIZER)
+#include <pthread.h>
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 #if defined(__APPLE__)
@@ -129,16 +140,67 @@ void* prepare_fiber_stack(void* stack_top, void (*entry)(void*), void* argument)
 #endif
 }
 
+void sanitizer_context_create(SanitizerContext* context, const void* bottom, size_t size) {
+  context->stack_bottom = bottom;
+  context->stack_size = size;
 #if defined(ETM_THREAD_SANITIZER)
-void* sanitizer_fiber_create() { return __tsan_create_fiber(0); }
-void sanitizer_fiber_destroy(void* fiber) { __tsan_destroy_fiber(fiber); }
-void* sanitizer_current_fiber() { return __tsan_get_current_fiber(); }
-void sanitizer_switch_to_fiber(void* fiber) { __tsan_switch_to_fiber(fiber, 0); }
-#else
-void* sanitizer_fiber_create() { return nullptr; }
-void sanitizer_fiber_destroy(void*) {}
-void* sanitizer_current_fiber() { return nullptr; }
-void sanitizer_switch_to_fiber(void*) {}
+  context->tsan_fiber = __tsan_create_fiber(0);
 #endif
+}
+
+void sanitizer_context_destroy(SanitizerContext* context) {
+#if defined(ETM_THREAD_SANITIZER)
+  if (context->tsan_fiber) __tsan_destroy_fiber(context->tsan_fiber);
+#endif
+  *context = SanitizerContext{};
+}
+
+void sanitizer_context_of_thread(SanitizerContext* context) {
+#if defined(ETM_THREAD_SANITIZER)
+  context->tsan_fiber = __tsan_get_current_fiber();
+#endif
+#if defined(ETM_ADDRESS_SANITIZER)
+#if defined(__APPLE__)
+  const size_t size = pthread_get_stacksize_np(pthread_self());
+  context->stack_bottom = static_cast<char*>(pthread_get_stackaddr_np(pthread_self())) - size;
+  context->stack_size = size;
+#else
+  pthread_attr_t attributes;
+  if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+    void* bottom = nullptr;
+    size_t size = 0;
+    pthread_attr_getstack(&attributes, &bottom, &size);
+    context->stack_bottom = bottom;
+    context->stack_size = size;
+    pthread_attr_destroy(&attributes);
+  }
+#endif
+#endif
+  (void)context;
+}
+
+void sanitizer_before_switch(SanitizerContext* from, const SanitizerContext& to) {
+#if defined(ETM_ADDRESS_SANITIZER)
+  __sanitizer_start_switch_fiber(from ? &from->asan_fake_stack : nullptr, to.stack_bottom, to.stack_size);
+#endif
+#if defined(ETM_THREAD_SANITIZER)
+  __tsan_switch_to_fiber(to.tsan_fiber, 0);
+#endif
+  (void)from;
+  (void)to;
+}
+
+void sanitizer_after_switch(SanitizerContext& current) {
+#if defined(ETM_ADDRESS_SANITIZER)
+  __sanitizer_finish_switch_fiber(current.asan_fake_stack, nullptr, nullptr);
+#endif
+  (void)current;
+}
+
+void sanitizer_resume_thread_after_fault(SanitizerContext& thread) {
+  // The abandoned fiber never resumes: its fake stack goes (null `from`).
+  sanitizer_before_switch(nullptr, thread);
+  sanitizer_after_switch(thread);
+}
 
 }  // namespace etm::device::cpu
