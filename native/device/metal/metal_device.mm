@@ -858,8 +858,15 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
       for (const GraphOperand& input : workload.inputs)
         operands.emplace_back(as_metal_buffer(input.buffer, "graph input"), &input);
       operands.emplace_back(as_metal_buffer(workload.output.buffer, "graph output"), &workload.output);
-      for (const auto& [buffer, operand] : operands)
+      for (const auto& [buffer, operand] : operands) {
         if (buffer == nullptr) return Status();  // recorded: the command buffer fails
+        int64_t elements = 1;
+        for (int64_t size : operand->sizes) elements *= size;
+        const size_t element_bytes = operand->dtype == GraphDataType::float32 ? 4 : 2;
+        if (elements <= 0 ||
+            !support::range_fits(operand->offset, static_cast<size_t>(elements) * element_bytes, buffer->length()))
+          return Status::error("a graph operand reaches outside its buffer");
+      }
       if (!can_encode()) return Status();
       std::shared_ptr<CompiledGraph> compiled;
       Status status = context_->graphs.find_or_build(workload, &compiled);

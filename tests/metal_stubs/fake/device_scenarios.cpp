@@ -807,6 +807,10 @@ void graphs() {
   Status refused;
   run(*queue, [&](CommandBuffer& command_buffer) { refused = command_buffer.encode_graph(strided); });
   expect_contains(refused.message(), "layout MPSGraph does not take", "a strided operand is refused");
+  GraphWorkload overrun = matmul_workload(*device, GraphDataType::float32, 4, 4, 4, false, 0);
+  overrun.inputs[1].offset = 4;
+  run(*queue, [&](CommandBuffer& command_buffer) { refused = command_buffer.encode_graph(overrun); });
+  expect_equal(refused.message(), "a graph operand reaches outside its buffer", "an operand past its buffer's end");
   expect_no_violations("graphs");
 }
 
