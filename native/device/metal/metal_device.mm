@@ -878,6 +878,7 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
           MPSNDArrayDescriptor* descriptor =
               [MPSNDArrayDescriptor descriptorWithDataType:mps_data_type(operand->dtype)
                                                      shape:mps_shape(stored_sizes(*operand))];
+          descriptor.preferPackedRows = YES;  // the buffer holds rows without padding
           MPSNDArray* array = [[MPSNDArray alloc] initWithBuffer:buffer->metal_buffer()
                                                           offset:operand->offset
                                                       descriptor:descriptor];

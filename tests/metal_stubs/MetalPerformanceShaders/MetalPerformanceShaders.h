@@ -36,6 +36,10 @@ API_AVAILABLE(macos(10.15), ios(13.0))
 // docs: metalperformanceshaders/mpsndarraydescriptor/init(datatype:shape:)
 + (instancetype)descriptorWithDataType:(MPSDataType)dataType
                                  shape:(NSArray<NSNumber*>*)shape API_AVAILABLE(macos(11.0), ios(14.0));
+#if ETM_STUB_SDK_VERSION >= 150000
+// docs: metalperformanceshaders/mpsndarraydescriptor/preferpackedrows
+@property(readwrite, nonatomic) BOOL preferPackedRows API_AVAILABLE(macos(15.0), ios(18.0));
+#endif
 @end
 
 // docs: metalperformanceshaders/mpsndarray

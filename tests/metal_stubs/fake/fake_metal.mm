@@ -1538,6 +1538,13 @@ size_t graphs_built() {
 @implementation MPSNDArrayDescriptor {
   MPSDataType dataType_;
   std::vector<int64_t> sizes_;
+  BOOL preferPackedRows_;
+}
+- (BOOL)preferPackedRows {
+  return preferPackedRows_;
+}
+- (void)setPreferPackedRows:(BOOL)preferPackedRows {
+  preferPackedRows_ = preferPackedRows;
 }
 + (instancetype)descriptorWithDataType:(MPSDataType)dataType shape:(NSArray<NSNumber*>*)shape {
   MPSNDArrayDescriptor* descriptor = [[MPSNDArrayDescriptor alloc] init];
@@ -1570,6 +1577,9 @@ size_t graphs_built() {
   descriptor_ = descriptor;
   const uint64_t bytes = static_cast<uint64_t>(volume(descriptor.sizes)) * element_bytes(descriptor.dataType);
   if (offset % element_bytes(descriptor.dataType) != 0) violation("MPSNDArray at an offset that splits an element");
+  // Without packed rows MPS may assume rows padded to its own alignment: the fake reads
+  // packed rows only.
+  if (!descriptor.preferPackedRows) violation("MPSNDArray over a buffer without preferPackedRows");
   if (offset > buffer.length || bytes > buffer.length - offset) violation("MPSNDArray past the end of its buffer");
   return self;
 }
