@@ -33,6 +33,7 @@ INVALID = [
     ("ETMETAL_CPU_THREADS", "0", "an integer from 1 to 1024"),
     ("ETMETAL_CPU_EXECUTION", "fast", "one of loop, fibers or regions"),
     ("ETMETAL_FAST_MATH", "yes", "one of 0 or 1"),
+    ("ETMETAL_FALLBACKS", "graph", "one of mpsgraph or msl"),
 ]
 
 # A runtime that failed to start retries at the next call, so one process tries every value.
@@ -67,9 +68,14 @@ def test_an_invalid_value_is_an_error_naming_the_variable():
 def test_valid_values_are_used_and_info_prints_them():
     result = run(PROBE, ETMETAL_MAX_OPS_PER_BUFFER="7", ETMETAL_LOG="error")
     assert result.stdout.startswith("0 "), result.stdout + result.stderr
+    # The CPU device runs no graphs: ETMETAL_FALLBACKS=mpsgraph (the default) is accepted
+    # there and its fallbacks stay MSL kernels (every op test runs with it).
     result = run("from etmetal_py.cli import main; main(['info'])",
-                 ETMETAL_MAX_OPS_PER_BUFFER="7", ETMETAL_CPU_EXECUTION="loop")
+                 ETMETAL_MAX_OPS_PER_BUFFER="7", ETMETAL_CPU_EXECUTION="loop",
+                 ETMETAL_FALLBACKS="mpsgraph")
     assert result.returncode == 0, result.stderr
     assert "every 7 commands" in result.stdout
     assert "ETMETAL_CPU_EXECUTION=loop" in result.stdout
+    assert "ETMETAL_FALLBACKS=mpsgraph" in result.stdout
     assert "ETMETAL_POOL_MB unset (default:" in result.stdout
+

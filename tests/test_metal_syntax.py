@@ -224,6 +224,21 @@ def test_stubs_reject_unguarded_newer_api(tmp_path):
 
 
 @requires_clang
+def test_stubs_reject_unguarded_mpsndarray_offset(tmp_path):
+    # MPSNDArray over a buffer offset is macOS 15 API: the device guards it.
+    code = DEVICE_PRELUDE + """
+        #import <MetalPerformanceShaders/MetalPerformanceShaders.h>
+        MPSNDArray* view(id<MTLBuffer> buffer, MPSNDArrayDescriptor* descriptor) {
+          return [[MPSNDArray alloc] initWithBuffer:buffer offset:16 descriptor:descriptor];
+        }
+    """
+    assert_rejected(compile_snippet(macos_target_command("14.0"), code, tmp_path),
+                    r"only available on macOS 15\.0 or newer")
+    assert_rejected(compile_snippet(linux_target_command(140000), code, tmp_path),
+                    r"initWithBuffer:offset:descriptor:")
+
+
+@requires_clang
 def test_older_sdk_stub_lacks_macos15_api(tmp_path):
     code = DEVICE_PRELUDE + """
         void configure(MTLCompileOptions* options) { options.mathMode = MTLMathModeSafe; }
@@ -314,6 +329,39 @@ int main() {
   add("empty grid", support::grid_is_empty(Size3{4, 0, 1}) ? "true" : "false");
   add("full grid", support::grid_is_empty(Size3{4, 1, 1}) ? "true" : "false");
   add("builtin source", quote(kBuiltinKernelSource));
+  auto layout_name = [](GraphLayout layout) {
+    return layout == GraphLayout::row_major ? "\"row_major\"" : layout == GraphLayout::last_two_swapped ? "\"swapped\"" : "\"other\"";
+  };
+  add("layout contiguous", layout_name(graph_layout({2, 3, 4}, {12, 4, 1})));
+  add("layout transposed", layout_name(graph_layout({3, 4}, {1, 3})));
+  add("layout batch transposed", layout_name(graph_layout({2, 3, 4}, {12, 1, 3})));
+  add("layout padded rows", layout_name(graph_layout({3, 4}, {8, 1})));
+  add("layout broadcast", layout_name(graph_layout({3, 4}, {0, 1})));
+  add("layout unit dimension", layout_name(graph_layout({1, 4}, {99, 1})));
+  GraphWorkload base;
+  base.inputs.resize(2);
+  base.inputs[0].sizes = {3, 4};
+  base.inputs[0].strides = {4, 1};
+  base.inputs[1].sizes = {4, 5};
+  base.inputs[1].strides = {5, 1};
+  base.output.sizes = {3, 5};
+  base.output.strides = {5, 1};
+  GraphWorkload moved = base;
+  moved.inputs[0].offset = 64;
+  GraphWorkload transposed = base;
+  transposed.inputs[1].strides = {1, 4};
+  GraphWorkload half = base;
+  for (GraphOperand* operand : {&half.inputs[0], &half.inputs[1], &half.output}) operand->dtype = GraphDataType::float16;
+  GraphWorkload scaled = base;
+  scaled.alpha = 0.5;
+  GraphWorkload convolution = base;
+  convolution.op = GraphWorkload::Op::convolution2d;
+  const std::string key = support::graph_cache_key(base);
+  add("key same memory moved", support::graph_cache_key(moved) == key ? "true" : "false");
+  add("key strides", support::graph_cache_key(transposed) == key ? "true" : "false");
+  add("key dtype", support::graph_cache_key(half) == key ? "true" : "false");
+  add("key alpha", support::graph_cache_key(scaled) == key ? "true" : "false");
+  add("key op", support::graph_cache_key(convolution) == key ? "true" : "false");
   std::printf("%s}\n", json.c_str());
   return 0;
 }
@@ -414,6 +462,19 @@ def test_threadgroup_checks(support_results):
     assert support_results["full grid"] is False
 
 
+def test_graph_layouts_and_cache_keys(support_results):
+    assert support_results["layout contiguous"] == "row_major"
+    assert support_results["layout transposed"] == "swapped"
+    assert support_results["layout batch transposed"] == "swapped"
+    assert support_results["layout padded rows"] == "other"
+    assert support_results["layout broadcast"] == "other"
+    assert support_results["layout unit dimension"] == "row_major"
+    # The key is what the compiled graph depends on, not the memory it is fed.
+    assert support_results["key same memory moved"] is True
+    for changed in ("key strides", "key dtype", "key alpha", "key op"):
+        assert support_results[changed] is False, changed
+
+
 def test_builtin_kernel_source_declares_both_kernels(support_results):
     source = support_results["builtin source"]
     assert "kernel void etm_copy_bytes(" in source
@@ -500,7 +561,7 @@ def test_builtin_fill_handles_unaligned_ranges(builtin_kernels):
 FAKE = STUBS / "fake"
 FAKE_SCENARIOS = ["device_properties", "buffers", "no_copy", "compile_options", "libraries",
                   "function_constants", "residency", "dispatches", "blits", "encoding_errors",
-                  "gpu_failure", "lifetimes", "completion"]
+                  "gpu_failure", "lifetimes", "completion", "graphs"]
 
 
 @pytest.fixture(scope="module")
@@ -548,6 +609,14 @@ def test_metal_device_on_fake_metal(fake_device_binary, scenario):
     # The fake device's working set is 1 MiB: a 1 MiB residency set can fill it.
     settings = {"ETMETAL_RESIDENT_MB": "1"} if scenario == "residency" else {}
     result = run_scenario(fake_device_binary, scenario, **settings)
+    assert result.returncode == 0 and result.stdout.endswith("done\n"), (
+        result.stdout + result.stderr)
+
+
+def test_metal_device_graphs_survive_mpsgraph_commits_on_fake_metal(fake_device_binary):
+    # MPSGraph may commit the work encoded so far and continue in a new command buffer
+    # (commitAndContinue): results, order and completion must hold all the same.
+    result = run_scenario(fake_device_binary, "graphs", FAKE_METAL_GRAPH_COMMITS="1")
     assert result.returncode == 0 and result.stdout.endswith("done\n"), (
         result.stdout + result.stderr)
 

@@ -111,6 +111,68 @@ class ComputeEncoder {
   virtual void memory_barrier() = 0;
 };
 
+// Work a device runs through a graph compiler of its own (MPSGraph on Metal) instead of
+// the runtime's kernels. Devices without one (Device::runs_graphs() false) refuse it.
+enum class GraphDataType { float32, float16, bfloat16 };
+
+// A tensor operand: `sizes` and `strides` in elements, the first element `offset` bytes
+// into `buffer`. Graph devices take the layouts graph_layout() accepts.
+struct GraphOperand {
+  std::shared_ptr<Buffer> buffer;
+  size_t offset = 0;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  GraphDataType dtype = GraphDataType::float32;
+};
+
+enum class GraphLayout {
+  row_major,         // dense, last dimension fastest
+  last_two_swapped,  // a row-major tensor with its last two dimensions transposed
+  other,
+};
+
+inline GraphLayout graph_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  auto dense = [&](const std::vector<int64_t>& order) {
+    int64_t expected = 1;
+    for (size_t i = order.size(); i-- > 0;) {
+      const size_t d = static_cast<size_t>(order[i]);
+      if (sizes[d] != 1 && strides[d] != expected) return false;
+      expected *= sizes[d];
+    }
+    return true;
+  };
+  if (sizes.size() != strides.size()) return GraphLayout::other;
+  std::vector<int64_t> order(sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  if (dense(order)) return GraphLayout::row_major;
+  if (order.size() >= 2) {
+    std::swap(order[order.size() - 1], order[order.size() - 2]);
+    if (dense(order)) return GraphLayout::last_two_swapped;
+  }
+  return GraphLayout::other;
+}
+
+struct GraphWorkload {
+  enum class Op {
+    // out = alpha * (a @ b) + beta * addend. inputs: a [B, M, K] or [M, K], b [B, K, N] or
+    // [K, N] (row-major or last two swapped), then the addend when beta != 0: row-major, of
+    // out's rank, each size out's or 1 (broadcast). out row-major.
+    matmul,
+    // out = conv2d(input, weight) + bias. inputs: input [N, C, H, W], weight
+    // [O, C / groups, kH, kW], then bias [O] when there is one; all row-major, out too.
+    convolution2d,
+  };
+  Op op = Op::matmul;
+  std::vector<GraphOperand> inputs;
+  GraphOperand output;
+  double alpha = 1;
+  double beta = 0;
+  int64_t stride[2] = {1, 1};    // (y, x)
+  int64_t padding[2] = {0, 0};   // (y, x), both sides
+  int64_t dilation[2] = {1, 1};  // (y, x)
+  int64_t groups = 1;
+};
+
 enum class CommandBufferState { recording, committed, completed, failed };
 
 // The host's steady clock in microseconds: the time base of execution times. (On macOS it
@@ -158,6 +220,13 @@ class CommandBuffer {
   virtual CommandBufferState state() const = 0;
   // The failure of a failed command buffer, naming its cause; ok otherwise.
   virtual Status error() const = 0;
+  // Encodes a graph workload after the work recorded so far, in encoders of its own (a
+  // compute encoder open before it is ended). Fails at once on a device that runs no graphs
+  // or a workload it cannot take; other failures fail the command buffer.
+  virtual Status encode_graph(const GraphWorkload& workload) {
+    (void)workload;
+    return Status::error("this device runs no graphs");
+  }
 };
 
 class CommandQueue {
@@ -186,6 +255,8 @@ class Device {
   // GPU family for commit-policy defaults, e.g. "applegpu_g13s"; "cpu" for the CPU device.
   virtual std::string architecture() const = 0;
   virtual size_t recommended_max_working_set_size() const = 0;
+  // Whether CommandBuffer::encode_graph works (MPSGraph on Metal; never on the CPU device).
+  virtual bool runs_graphs() const { return false; }
 
   virtual Status new_buffer(size_t length, std::shared_ptr<Buffer>* out) = 0;
   // Wraps memory the caller owns and keeps alive. Returns ok with a null buffer when the

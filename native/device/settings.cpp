@@ -37,6 +37,8 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
       {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers|regions", 0, 0, "chosen per kernel"},
       {"ETMETAL_KERNEL_TIMEOUT_MS", Kind::integer, "", 0, int64_t{1} << 40, "300000 (0: no limit)"},
+      {"ETMETAL_FALLBACKS", Kind::choice, "mpsgraph|msl", 0, 0,
+       "mpsgraph: mm, bmm and conv2d through MPSGraph where the device runs graphs (Metal)"},
   };
   return table;
 }

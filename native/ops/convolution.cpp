@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ops/graph_fallbacks.h"
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
@@ -172,6 +173,10 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   std::unique_ptr<Tensor> output =
       Runtime::get().empty_tensor(output_sizes, contiguous_strides(output_sizes), input.dtype);
   if (output->numel() == 0) return output;
+  if (!options.transposed && spatial == 2 && input.numel() > 0 &&
+      encode_convolution2d_graph(*output, input, weight, bias, stride.data(), padding.data(), dilation.data(),
+                                 groups))
+    return output;
 
   // Every problem runs as 3-D: missing leading spatial dimensions get size 1.
   ConvParams params{};

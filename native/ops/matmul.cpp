@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/graph_fallbacks.h"
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
@@ -214,6 +215,9 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   // With K == 0 the operands are empty and may have no buffer; the kernel never reads them.
   const Tensor& a_bound = K == 0 ? out : a;
   const Tensor& b_bound = K == 0 ? out : b;
+  if (K > 0 && encode_matmul_graph(out, a, b, params.has_addend ? addend : nullptr, params.addend_strides,
+                                   alpha, beta))
+    return;
   const Tensor& addend_bound = params.has_addend ? *addend : out;
   const std::string suffix = float_kernel_suffix(out.dtype);
   const uint64_t batch = static_cast<uint64_t>(params.batch);

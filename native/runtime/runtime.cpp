@@ -18,6 +18,12 @@ size_t pool_limit_bytes(const device::Device& device) {
   return device.recommended_max_working_set_size() / 4;
 }
 
+bool runs_graph_fallbacks(const device::Device& device) {
+  std::string choice = "mpsgraph";
+  require(settings::read_choice("ETMETAL_FALLBACKS", &choice));
+  return device.runs_graphs() && choice == "mpsgraph";
+}
+
 }  // namespace
 
 std::string selected_device_kind() {
@@ -29,7 +35,9 @@ std::string selected_device_kind() {
 }
 
 Runtime::Runtime(std::unique_ptr<device::Device> device)
-    : device_(std::move(device)), policy_(commit_policy_for(device_->architecture())) {
+    : device_(std::move(device)),
+      policy_(commit_policy_for(device_->architecture())),
+      graph_fallbacks_(runs_graph_fallbacks(*device_)) {
   allocator_ = std::make_unique<Allocator>(*device_, addresses_, pool_limit_bytes(*device_));
 }
 

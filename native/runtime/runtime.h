@@ -25,6 +25,9 @@ class Runtime {
   // The calling thread's stream, created on first use and finished when the thread exits.
   Stream& current_stream();
   const CommitPolicy& policy() const { return policy_; }
+  // Whether fallback ops with a graph form (mm, bmm, conv2d) run it: the device runs graphs
+  // and ETMETAL_FALLBACKS is not "msl".
+  bool graph_fallbacks() const { return graph_fallbacks_; }
 
   // Tensor storage over caller memory: inside a live allocation it shares that allocation,
   // anywhere else the device wraps it in place.
@@ -59,6 +62,7 @@ class Runtime {
   WriteOrder write_order_;
   std::unique_ptr<Allocator> allocator_;
   CommitPolicy policy_;
+  bool graph_fallbacks_ = false;
 };
 
 // The device kind ETMETAL_DEVICE asks for, else the preferred one this build has.

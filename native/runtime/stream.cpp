@@ -248,6 +248,20 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
   count_command();
 }
 
+void Stream::encode_graph(const device::GraphWorkload& workload, const std::string& name) {
+  ETM_REQUIRE(workload.output.buffer, "graph '", name, "' has no output buffer");
+  for (const device::GraphOperand& input : workload.inputs)
+    ETM_REQUIRE(input.buffer, "graph '", name, "' has an input without a buffer");
+  device::CommandBuffer& command_buffer = open_command_buffer();
+  for (const device::GraphOperand& input : workload.inputs) note_buffer_use(input.buffer, false);
+  note_buffer_use(workload.output.buffer, true);
+  const device::Status status = command_buffer.encode_graph(workload);
+  ETM_REQUIRE(status.ok(), "graph '", name, "': ", status.message());
+  since_barrier_.clear();  // the graph ended the compute encoder; the next one starts fresh
+  if (tracing_) trace_command("graph", name, concat("\"inputs\": ", workload.inputs.size()));
+  count_command();
+}
+
 void Stream::commit_open() {
   if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
   std::vector<const device::Buffer*> written;

@@ -77,6 +77,10 @@ class Stream {
   void copy_buffer(BufferPtr source, size_t source_offset, BufferPtr destination,
                    size_t destination_offset, size_t length);
   void fill_buffer(BufferPtr destination, size_t offset, size_t length, uint8_t value);
+  // A graph workload (device::Device::runs_graphs), ordered and committed like a dispatch:
+  // one command of the commit policy, its operands' buffers tracked like kernel arguments.
+  // `name` labels it in traces.
+  void encode_graph(const device::GraphWorkload& workload, const std::string& name);
 
   // Applies a sync type; throws etm::Error carrying the sticky error on a wait that finds one.
   void synchronize(SyncType type);
@@ -129,7 +133,7 @@ class Stream {
   std::vector<size_t> threadgroup_memory_;
 
   struct TracedCommand {
-    std::string category;  // "dispatch", "copy" or "fill"
+    std::string category;  // "dispatch", "copy", "fill" or "graph"
     std::string name;
     std::string args_json;
   };

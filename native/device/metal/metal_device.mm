@@ -3,10 +3,13 @@
 // Thin by design: it carries out what the runtime decides (when to commit, where a barrier
 // goes) and checks only what Metal would otherwise turn into a process abort. Every class
 // here needs macOS 14 (Metal Shading Language 3.1, MTLDevice.architecture);
-// create_metal_device checks the OS once. macOS 15 additions (residency sets, mathMode) are
+// create_metal_device checks the OS once. macOS 15 additions (residency sets, mathMode,
+// MPSGraph workloads, which need MPSNDArray over a buffer offset) are
 // used when both the SDK and the running OS have them.
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
+#import <MetalPerformanceShaders/MetalPerformanceShaders.h>
+#import <MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h>
 
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -245,6 +249,165 @@ class Residency {
 #endif
 
 // ---------------------------------------------------------------------------------------
+// Graph workloads (MPSGraph), on macOS 15 and later: MPSNDArray reads a buffer from an
+// offset only from there on, and tensors live at offsets inside their buffers.
+
+#if ETM_METAL_SDK_HAS_MACOS_15
+bool graphs_available() {
+  if (@available(macOS 15.0, *)) return true;
+  return false;
+}
+
+// A compiled graph: placeholders in the order of the workload's inputs, and its result.
+// MPSGraph does not promise that one graph may be encoded from two threads at once, so
+// encoding holds `encoding`.
+struct ETM_NEEDS_MACOS_14 CompiledGraph {
+  MPSGraph* graph = nil;
+  std::vector<MPSGraphTensor*> inputs;
+  MPSGraphTensor* output = nil;
+  std::mutex encoding;
+};
+
+ETM_NEEDS_MACOS_14 MPSDataType mps_data_type(GraphDataType type) {
+  switch (type) {
+    case GraphDataType::float32: return MPSDataTypeFloat32;
+    case GraphDataType::float16: return MPSDataTypeFloat16;
+    case GraphDataType::bfloat16: return MPSDataTypeBFloat16;
+  }
+  return MPSDataTypeInvalid;
+}
+
+MPSShape* mps_shape(const std::vector<int64_t>& sizes) {
+  std::vector<NSNumber*> numbers;
+  for (int64_t size : sizes) numbers.push_back([NSNumber numberWithLongLong:size]);
+  return [NSArray arrayWithObjects:numbers.data() count:numbers.size()];
+}
+
+// The sizes of the operand's memory read as a row-major array: a last-two-swapped operand
+// is stored as the row-major transpose of what it means.
+std::vector<int64_t> stored_sizes(const GraphOperand& operand) {
+  std::vector<int64_t> sizes = operand.sizes;
+  if (graph_layout(operand.sizes, operand.strides) == GraphLayout::last_two_swapped)
+    std::swap(sizes[sizes.size() - 1], sizes[sizes.size() - 2]);
+  return sizes;
+}
+
+// A placeholder for the operand's memory and the tensor it means.
+ETM_NEEDS_MACOS_14 MPSGraphTensor* add_input(CompiledGraph& compiled, const GraphOperand& operand) {
+  MPSGraphTensor* placeholder = [compiled.graph placeholderWithShape:mps_shape(stored_sizes(operand))
+                                                            dataType:mps_data_type(operand.dtype)
+                                                                name:nil];
+  compiled.inputs.push_back(placeholder);
+  if (graph_layout(operand.sizes, operand.strides) != GraphLayout::last_two_swapped) return placeholder;
+  const NSUInteger rank = operand.sizes.size();
+  return [compiled.graph transposeTensor:placeholder dimension:rank - 2 withDimension:rank - 1 name:nil];
+}
+
+ETM_NEEDS_MACOS_14 MPSGraphTensor* scaled(MPSGraph* graph, MPSGraphTensor* tensor, double factor, MPSDataType type) {
+  if (factor == 1.0) return tensor;
+  return [graph multiplicationWithPrimaryTensor:tensor
+                                secondaryTensor:[graph constantWithScalar:factor dataType:type]
+                                           name:nil];
+}
+
+// Checks what the device relies on that the runtime's callers guarantee (device.h), so that
+// a broken workload fails with a message instead of a Metal assertion.
+Status check_workload(const GraphWorkload& workload) {
+  const bool matmul = workload.op == GraphWorkload::Op::matmul;
+  const size_t inputs = workload.inputs.size();
+  if (inputs != 2 && inputs != 3)
+    return Status::error("graph workload with " + std::to_string(inputs) + " inputs");
+  std::vector<const GraphOperand*> operands;
+  for (const GraphOperand& input : workload.inputs) operands.push_back(&input);
+  operands.push_back(&workload.output);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const GraphOperand& operand = *operands[i];
+    const GraphLayout layout = graph_layout(operand.sizes, operand.strides);
+    const bool may_swap = matmul && i < 2;
+    if (layout == GraphLayout::other || (layout == GraphLayout::last_two_swapped && !may_swap))
+      return Status::error("graph operand " + std::to_string(i) + " has a layout MPSGraph does not take");
+    if (operand.dtype != workload.output.dtype)
+      return Status::error("graph operands differ in element type");
+  }
+  return Status();
+}
+
+ETM_NEEDS_MACOS_14 Status build_graph(const GraphWorkload& workload, CompiledGraph& compiled) {
+  compiled.graph = [[MPSGraph alloc] init];
+  MPSGraph* graph = compiled.graph;
+  const MPSDataType type = mps_data_type(workload.output.dtype);
+  MPSGraphTensor* first = add_input(compiled, workload.inputs[0]);
+  MPSGraphTensor* second = add_input(compiled, workload.inputs[1]);
+  MPSGraphTensor* result = nil;
+  if (workload.op == GraphWorkload::Op::matmul) {
+    result = [graph matrixMultiplicationWithPrimaryTensor:first secondaryTensor:second name:nil];
+    result = scaled(graph, result, workload.alpha, type);
+    if (workload.inputs.size() == 3) {
+      MPSGraphTensor* addend = scaled(graph, add_input(compiled, workload.inputs[2]), workload.beta, type);
+      result = [graph additionWithPrimaryTensor:result secondaryTensor:addend name:nil];
+    }
+  } else {
+    MPSGraphConvolution2DOpDescriptor* descriptor = [MPSGraphConvolution2DOpDescriptor
+        descriptorWithStrideInX:static_cast<NSUInteger>(workload.stride[1])
+                      strideInY:static_cast<NSUInteger>(workload.stride[0])
+                dilationRateInX:static_cast<NSUInteger>(workload.dilation[1])
+                dilationRateInY:static_cast<NSUInteger>(workload.dilation[0])
+                         groups:static_cast<NSUInteger>(workload.groups)
+                    paddingLeft:static_cast<NSUInteger>(workload.padding[1])
+                   paddingRight:static_cast<NSUInteger>(workload.padding[1])
+                     paddingTop:static_cast<NSUInteger>(workload.padding[0])
+                  paddingBottom:static_cast<NSUInteger>(workload.padding[0])
+                   paddingStyle:MPSGraphPaddingStyleExplicit
+                     dataLayout:MPSGraphTensorNamedDataLayoutNCHW
+                  weightsLayout:MPSGraphTensorNamedDataLayoutOIHW];
+    if (descriptor == nil) return Status::error("MPSGraph refused the convolution's parameters");
+    result = [graph convolution2DWithSourceTensor:first weightsTensor:second descriptor:descriptor name:nil];
+    if (result != nil && workload.inputs.size() == 3) {
+      const int64_t channels = workload.inputs[2].sizes.empty() ? 1 : workload.inputs[2].sizes[0];
+      MPSGraphTensor* bias = [graph reshapeTensor:add_input(compiled, workload.inputs[2])
+                                        withShape:mps_shape({1, channels, 1, 1})
+                                             name:nil];
+      result = [graph additionWithPrimaryTensor:result secondaryTensor:bias name:nil];
+    }
+  }
+  if (result == nil) return Status::error("MPSGraph could not build the graph");
+  compiled.output = result;
+  return Status();
+}
+
+// Compiled graphs by graph_cache_key, kept for the device's life as PyTorch's MPSGraphCache
+// keeps them.
+class ETM_NEEDS_MACOS_14 GraphCache {
+ public:
+  Status find_or_build(const GraphWorkload& workload, std::shared_ptr<CompiledGraph>* out) {
+    const std::string key = support::graph_cache_key(workload);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = graphs_.find(key);
+    if (found != graphs_.end()) {
+      *out = found->second;
+      return Status();
+    }
+    auto compiled = std::make_shared<CompiledGraph>();
+    @autoreleasepool {
+      Status status = build_graph(workload, *compiled);
+      if (!status.ok()) return status;
+    }
+    graphs_.emplace(key, compiled);
+    *out = std::move(compiled);
+    return Status();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<CompiledGraph>> graphs_;
+};
+#else
+// SDKs before macOS 15 lack MPSNDArray over a buffer offset: no graph workloads.
+bool graphs_available() { return false; }
+class GraphCache {};
+#endif
+
+// ---------------------------------------------------------------------------------------
 // What the device's objects share; outlives the Device while buffers or command buffers do.
 
 class ETM_NEEDS_MACOS_14 DeviceContext {
@@ -381,6 +544,7 @@ class ETM_NEEDS_MACOS_14 DeviceContext {
 
   const id<MTLDevice> device;
   Residency residency;
+  GraphCache graphs;
   const bool fast_math;
   const size_t page_size;
   const size_t max_buffer_length;
@@ -507,6 +671,11 @@ class ETM_NEEDS_MACOS_14 MetalLibrary final : public Library {
 
 // ---------------------------------------------------------------------------------------
 // Command buffers
+
+// An Objective-C object a command buffer keeps alive until it completes.
+struct RetainedObject {
+  id object;
+};
 
 // The part of a command buffer that its completion handler touches, on Metal's thread.
 class Completion {
@@ -678,6 +847,72 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
 
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     if (handler) completion_->add_handler(std::move(handler));
+  }
+
+  Status encode_graph(const GraphWorkload& workload) override {
+#if ETM_METAL_SDK_HAS_MACOS_15
+    if (@available(macOS 15.0, *)) {
+      Status valid = check_workload(workload);
+      if (!valid.ok()) return valid;
+      std::vector<std::pair<MetalBuffer*, const GraphOperand*>> operands;
+      for (const GraphOperand& input : workload.inputs)
+        operands.emplace_back(as_metal_buffer(input.buffer, "graph input"), &input);
+      operands.emplace_back(as_metal_buffer(workload.output.buffer, "graph output"), &workload.output);
+      for (const auto& [buffer, operand] : operands) {
+        if (buffer == nullptr) return Status();  // recorded: the command buffer fails
+        int64_t elements = 1;
+        for (int64_t size : operand->sizes) elements *= size;
+        const size_t element_bytes = operand->dtype == GraphDataType::float32 ? 4 : 2;
+        if (elements <= 0 ||
+            !support::range_fits(operand->offset, static_cast<size_t>(elements) * element_bytes, buffer->length()))
+          return Status::error("a graph operand reaches outside its buffer");
+      }
+      if (!can_encode()) return Status();
+      std::shared_ptr<CompiledGraph> compiled;
+      Status status = context_->graphs.find_or_build(workload, &compiled);
+      if (!status.ok()) return status;
+      end_encoding();
+      @autoreleasepool {
+        std::vector<MPSGraphTensorData*> data;
+        for (const auto& [buffer, operand] : operands) {
+          MPSNDArrayDescriptor* descriptor =
+              [MPSNDArrayDescriptor descriptorWithDataType:mps_data_type(operand->dtype)
+                                                     shape:mps_shape(stored_sizes(*operand))];
+          descriptor.preferPackedRows = YES;  // the buffer holds rows without padding
+          MPSNDArray* array = [[MPSNDArray alloc] initWithBuffer:buffer->metal_buffer()
+                                                          offset:operand->offset
+                                                      descriptor:descriptor];
+          data.push_back([[MPSGraphTensorData alloc] initWithMPSNDArray:array]);
+          retained_.push_back(std::make_shared<RetainedObject>(RetainedObject{data.back()}));
+        }
+        MPSGraphTensorData* result = data.back();
+        data.pop_back();
+        MPSGraphTensor* output = compiled->output;
+        MPSGraphTensorDataDictionary* feeds = [NSDictionary dictionaryWithObjects:data.data()
+                                                                          forKeys:compiled->inputs.data()
+                                                                            count:data.size()];
+        MPSGraphTensorDataDictionary* results = [NSDictionary dictionaryWithObjects:&result
+                                                                            forKeys:&output
+                                                                              count:1];
+        if (graph_command_buffer_ == nil) {
+          graph_command_buffer_ = [MPSCommandBuffer commandBufferWithCommandBuffer:command_buffer_];
+          command_buffer_ = graph_command_buffer_;
+        }
+        std::lock_guard<std::mutex> lock(compiled->encoding);
+        [compiled->graph encodeToCommandBuffer:graph_command_buffer_
+                                         feeds:feeds
+                              targetOperations:nil
+                             resultsDictionary:results
+                           executionDescriptor:nil];
+      }
+      for (const GraphOperand& input : workload.inputs) retained_.push_back(input.buffer);
+      retained_.push_back(workload.output.buffer);
+      retained_.push_back(std::move(compiled));
+      return Status();
+    }
+#endif
+    (void)workload;
+    return Status::error("MPSGraph workloads need macOS 15 (MPSNDArray over a buffer offset)");
   }
 
   void record_execution_times() override { timed_ = true; }
@@ -967,7 +1202,13 @@ class ETM_NEEDS_MACOS_14 MetalCommandBuffer final : public CommandBuffer, public
   }
 
   const std::shared_ptr<DeviceContext> context_;
-  const id<MTLCommandBuffer> command_buffer_;  // nil when Metal could not create one
+  // nil when Metal could not create one. Once a graph is encoded, the MPSCommandBuffer
+  // wrapping it: MPSGraph may commit the work so far and continue in a new Metal command
+  // buffer (commitAndContinue), so everything after goes through the wrapper.
+  id<MTLCommandBuffer> command_buffer_;
+#if ETM_METAL_SDK_HAS_MACOS_15
+  MPSCommandBuffer* graph_command_buffer_ = nil;
+#endif
   const std::shared_ptr<Completion> completion_;
   id<MTLComputeCommandEncoder> compute_ = nil;
   id<MTLBlitCommandEncoder> blit_ = nil;
@@ -1021,6 +1262,7 @@ class ETM_NEEDS_MACOS_14 MetalDevice final : public Device {
   const std::string& name() const override { return name_; }
   const char* kind() const override { return "metal"; }
   std::string architecture() const override { return architecture_; }
+  bool runs_graphs() const override { return graphs_available(); }
   size_t recommended_max_working_set_size() const override {
     return recommended_max_working_set_size_;
   }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -257,6 +258,30 @@ inline bool function_constant_bytes(ConstantScalar type, const FunctionConstantV
     return (*error = "cannot hold " + std::to_string(v), false);
   }
   return store(static_cast<uint64_t>(v), r.size);
+}
+
+// The graph cache's key: what the compiled graph depends on (the op, each operand's element
+// type, sizes and strides, the op's scalars), not the memory it is fed (buffers, offsets).
+inline std::string graph_cache_key(const GraphWorkload& workload) {
+  std::string key = workload.op == GraphWorkload::Op::matmul ? "matmul" : "conv2d";
+  auto add_operand = [&key](const GraphOperand& operand) {
+    key += " d" + std::to_string(static_cast<int>(operand.dtype)) + " [";
+    for (size_t d = 0; d < operand.sizes.size(); ++d)
+      key += (d ? "," : "") + std::to_string(operand.sizes[d]) + ":" + std::to_string(operand.strides[d]);
+    key += "]";
+  };
+  for (const GraphOperand& input : workload.inputs) add_operand(input);
+  key += " ->";
+  add_operand(workload.output);
+  char scalars[64];
+  std::snprintf(scalars, sizeof scalars, " %a %a", workload.alpha, workload.beta);
+  key += scalars;
+  for (int d = 0; d < 2; ++d) {
+    key += " " + std::to_string(workload.stride[d]) + "/" + std::to_string(workload.padding[d]) + "/" +
+           std::to_string(workload.dilation[d]);
+  }
+  key += " g" + std::to_string(workload.groups);
+  return key;
 }
 
 }  // namespace etm::device::metal::support

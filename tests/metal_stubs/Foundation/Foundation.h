@@ -119,14 +119,32 @@ static const NSStringEncoding NSUTF8StringEncoding = 4;
 @interface NSConstantString : NSString
 @end
 
+// docs: foundation/nsvalue
+@interface NSValue : NSObject <NSCopying>
+@end
+
+// docs: foundation/nsnumber
+@interface NSNumber : NSValue
+// docs: foundation/nsnumber/init(value:) (numberWithLongLong:)
++ (NSNumber*)numberWithLongLong:(long long)value;
+// docs: foundation/nsnumber/int64value
+@property(readonly) long long longLongValue;
+@end
+
 // docs: foundation/nsarray
 @interface NSArray<__covariant ObjectType> : NSObject <NSCopying, NSFastEnumeration>
+// docs: foundation/nsarray/init(objects:count:) (arrayWithObjects:count:)
++ (instancetype)arrayWithObjects:(const ObjectType _Nonnull[_Nonnull])objects count:(NSUInteger)cnt;
 @property(readonly) NSUInteger count;
 - (ObjectType)objectAtIndex:(NSUInteger)index;
 @end
 
 // docs: foundation/nsdictionary
 @interface NSDictionary<__covariant KeyType, __covariant ObjectType> : NSObject <NSCopying>
+// docs: foundation/nsdictionary/init(objects:forkeys:count:) (dictionaryWithObjects:forKeys:count:)
++ (instancetype)dictionaryWithObjects:(const ObjectType _Nonnull[_Nullable])objects
+                              forKeys:(const KeyType<NSCopying> _Nonnull[_Nullable])keys
+                                count:(NSUInteger)cnt;
 @property(readonly) NSUInteger count;
 - (nullable ObjectType)objectForKey:(KeyType)aKey;
 // docs: foundation/nsdictionary/allvalues

@@ -4,9 +4,11 @@
 // are driven by tests/test_metal_syntax.py.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -540,6 +542,278 @@ void completion() {
   expect_no_violations("completion");
 }
 
+// ---------------------------------------------------------------------------------------
+// Graph workloads (MPSGraph): results against float64 loops over the operands' own strides,
+// the graph cache, and order with kernels in one command buffer.
+
+uint16_t half_bits(float value) {
+  // Exact for the values used here (multiples of 1/8 below 16).
+  if (value == 0) return 0;
+  const uint16_t sign = value < 0 ? 0x8000 : 0;
+  float magnitude = value < 0 ? -value : value;
+  int exponent = 0;
+  while (magnitude >= 2) magnitude /= 2, ++exponent;
+  while (magnitude < 1) magnitude *= 2, --exponent;
+  return static_cast<uint16_t>(sign | ((exponent + 15) << 10) | static_cast<uint16_t>((magnitude - 1) * 1024));
+}
+
+float from_half_bits(uint16_t bits) {
+  if ((bits & 0x7fff) == 0) return 0;
+  const float magnitude = (1 + (bits & 0x3ff) / 1024.0f) * std::ldexp(1.0f, ((bits >> 10) & 0x1f) - 15);
+  return (bits & 0x8000) ? -magnitude : magnitude;
+}
+
+// An operand over a fresh buffer: `sizes`/`strides` at `offset` bytes, elements k/8 - 1 for
+// deterministic small k (exact in every dtype), written where the strides put them.
+int64_t reach(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  return last + 1;
+}
+
+size_t element_size(GraphDataType dtype) { return dtype == GraphDataType::float32 ? 4 : 2; }
+
+GraphOperand make_operand(Device& device, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                          size_t offset, GraphDataType dtype, int seed) {
+  GraphOperand operand;
+  operand.sizes = std::move(sizes);
+  operand.strides = std::move(strides);
+  operand.offset = offset;
+  operand.dtype = dtype;
+  const int64_t elements = reach(operand.sizes, operand.strides);
+  operand.buffer = buffer(device, offset + static_cast<size_t>(elements) * element_size(dtype));
+  char* base = static_cast<char*>(operand.buffer->contents()) + offset;
+  for (int64_t i = 0; i < elements; ++i) {
+    const float value = static_cast<float>((i * 7 + seed * 3) % 17) / 8.0f - 1.0f;
+    if (dtype == GraphDataType::float32) {
+      std::memcpy(base + 4 * i, &value, 4);
+    } else if (dtype == GraphDataType::float16) {
+      const uint16_t bits = half_bits(value);
+      std::memcpy(base + 2 * i, &bits, 2);
+    } else {
+      uint32_t wide;
+      std::memcpy(&wide, &value, 4);
+      const uint16_t bits = static_cast<uint16_t>(wide >> 16);  // exact: few mantissa bits
+      std::memcpy(base + 2 * i, &bits, 2);
+    }
+  }
+  return operand;
+}
+
+// The element at logical index `index` (row-major over sizes), read through the strides.
+double element(const GraphOperand& operand, const std::vector<int64_t>& index) {
+  int64_t position = 0;
+  for (size_t d = 0; d < index.size(); ++d) position += index[d] * operand.strides[d];
+  const char* address = static_cast<const char*>(operand.buffer->contents()) + operand.offset +
+                        static_cast<size_t>(position) * element_size(operand.dtype);
+  if (operand.dtype == GraphDataType::float32) {
+    float value;
+    std::memcpy(&value, address, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, address, 2);
+  if (operand.dtype == GraphDataType::float16) return from_half_bits(bits);
+  const uint32_t wide = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+std::vector<int64_t> row_major(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
+  return strides;
+}
+
+GraphOperand make_output(Device& device, std::vector<int64_t> sizes, GraphDataType dtype) {
+  std::vector<int64_t> strides = row_major(sizes);
+  GraphOperand out = make_operand(device, std::move(sizes), std::move(strides), 0, dtype, 99);
+  return out;
+}
+
+// out = alpha * a @ b + beta * addend, in float64 over the operands' strides.
+void expect_matmul(const GraphWorkload& w, double tolerance, const std::string& what) {
+  const GraphOperand& a = w.inputs[0];
+  const GraphOperand& b = w.inputs[1];
+  const size_t rank = a.sizes.size();
+  const int64_t batches = rank == 3 ? a.sizes[0] : 1;
+  const int64_t M = a.sizes[rank - 2], K = a.sizes[rank - 1], N = b.sizes[rank - 1];
+  double worst = 0;
+  for (int64_t batch = 0; batch < batches; ++batch)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        auto index = [&](int64_t row, int64_t column) {
+          return rank == 3 ? std::vector<int64_t>{batch, row, column} : std::vector<int64_t>{row, column};
+        };
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += element(a, index(m, k)) * element(b, index(k, n));
+        double expected = w.alpha * sum;
+        if (w.inputs.size() == 3) {
+          const GraphOperand& addend = w.inputs[2];
+          std::vector<int64_t> at = index(m, n);
+          for (size_t d = 0; d < at.size(); ++d)
+            if (addend.sizes[d] == 1) at[d] = 0;
+          expected += w.beta * element(addend, at);
+        }
+        const double error = std::fabs(element(w.output, index(m, n)) - expected) / (1 + std::fabs(expected));
+        worst = std::max(worst, error);
+      }
+  expect(worst <= tolerance, what + ": largest relative error " + std::to_string(worst));
+}
+
+void expect_convolution(const GraphWorkload& w, double tolerance, const std::string& what) {
+  const GraphOperand& x = w.inputs[0];
+  const GraphOperand& weight = w.inputs[1];
+  const std::vector<int64_t>& out = w.output.sizes;
+  const int64_t per_group_in = weight.sizes[1], per_group_out = out[1] / w.groups;
+  double worst = 0;
+  for (int64_t n = 0; n < out[0]; ++n)
+    for (int64_t o = 0; o < out[1]; ++o)
+      for (int64_t y = 0; y < out[2]; ++y)
+        for (int64_t xo = 0; xo < out[3]; ++xo) {
+          double expected = w.inputs.size() == 3 ? element(w.inputs[2], {o}) : 0.0;
+          const int64_t group = o / per_group_out;
+          for (int64_t c = 0; c < per_group_in; ++c)
+            for (int64_t ky = 0; ky < weight.sizes[2]; ++ky)
+              for (int64_t kx = 0; kx < weight.sizes[3]; ++kx) {
+                const int64_t iy = y * w.stride[0] - w.padding[0] + ky * w.dilation[0];
+                const int64_t ix = xo * w.stride[1] - w.padding[1] + kx * w.dilation[1];
+                if (iy < 0 || ix < 0 || iy >= x.sizes[2] || ix >= x.sizes[3]) continue;
+                expected += element(x, {n, group * per_group_in + c, iy, ix}) * element(weight, {o, c, ky, kx});
+              }
+          const double error = std::fabs(element(w.output, {n, o, y, xo}) - expected) / (1 + std::fabs(expected));
+          worst = std::max(worst, error);
+        }
+  expect(worst <= tolerance, what + ": largest relative error " + std::to_string(worst));
+}
+
+GraphWorkload matmul_workload(Device& device, GraphDataType dtype, int64_t M, int64_t K, int64_t N,
+                              bool b_transposed, size_t a_offset) {
+  GraphWorkload w;
+  w.inputs.push_back(make_operand(device, {M, K}, {K, 1}, a_offset, dtype, 1));
+  w.inputs.push_back(b_transposed ? make_operand(device, {K, N}, {1, K}, 0, dtype, 2)
+                                  : make_operand(device, {K, N}, {N, 1}, 0, dtype, 2));
+  w.output = make_output(device, {M, N}, dtype);
+  return w;
+}
+
+Status run_graph(CommandQueue& queue, const GraphWorkload& workload) {
+  Status encoded;
+  Status outcome = run(queue, [&](CommandBuffer& command_buffer) { encoded = command_buffer.encode_graph(workload); });
+  expect(encoded.ok(), "encode_graph: " + encoded.message());
+  return outcome;
+}
+
+void graphs() {
+  auto device = make_device();
+  expect(device->runs_graphs(), "the Metal device runs graphs (macOS 15)");
+  auto queue = device->new_command_queue();
+  fake_metal::clear_logs();
+  const size_t built = fake_metal::graphs_built();
+
+  // mm, f32, operand at an offset.
+  GraphWorkload mm = matmul_workload(*device, GraphDataType::float32, 5, 7, 3, false, 64);
+  expect(run_graph(*queue, mm).ok(), "mm completes");
+  expect_matmul(mm, 1e-6, "mm");
+  expect(fake_metal::graphs_built() == built + 1, "the first mm builds a graph");
+  // The same op, shapes, strides and dtypes over other memory: the cached graph.
+  GraphWorkload again = matmul_workload(*device, GraphDataType::float32, 5, 7, 3, false, 128);
+  expect(run_graph(*queue, again).ok(), "repeated mm completes");
+  expect_matmul(again, 1e-6, "repeated mm");
+  expect(fake_metal::graphs_built() == built + 1, "a repeat hits the cache");
+  for (auto [label, workload] :
+       {std::pair<const char*, GraphWorkload>{"new shape", matmul_workload(*device, GraphDataType::float32, 5, 8, 3, false, 0)},
+        {"new strides", matmul_workload(*device, GraphDataType::float32, 5, 7, 3, true, 0)},
+        {"new dtype", matmul_workload(*device, GraphDataType::bfloat16, 5, 7, 3, false, 0)}}) {
+    const size_t before = fake_metal::graphs_built();
+    expect(run_graph(*queue, workload).ok(), std::string(label) + " completes");
+    expect_matmul(workload, workload.output.dtype == GraphDataType::float32 ? 1e-6 : 1e-2, label);
+    expect(fake_metal::graphs_built() == before + 1, std::string(label) + " misses the cache");
+  }
+
+  // addmm: b transposed, a bias broadcast over rows, alpha and beta.
+  GraphWorkload addmm = matmul_workload(*device, GraphDataType::float32, 4, 6, 5, true, 0);
+  addmm.inputs.push_back(make_operand(*device, {1, 5}, {5, 1}, 8, GraphDataType::float32, 3));
+  addmm.alpha = 0.5;
+  addmm.beta = 2.0;
+  expect(run_graph(*queue, addmm).ok(), "addmm completes");
+  expect_matmul(addmm, 1e-6, "addmm");
+
+  // bmm in float16, a transposed.
+  GraphWorkload bmm;
+  bmm.inputs.push_back(make_operand(*device, {3, 4, 6}, {24, 1, 4}, 0, GraphDataType::float16, 4));
+  bmm.inputs.push_back(make_operand(*device, {3, 6, 5}, {30, 5, 1}, 2, GraphDataType::float16, 5));
+  bmm.output = make_output(*device, {3, 4, 5}, GraphDataType::float16);
+  expect(run_graph(*queue, bmm).ok(), "bmm completes");
+  expect_matmul(bmm, 2e-3, "bmm float16");
+
+  // conv2d: groups, stride, padding, dilation (y and x differ), bias.
+  GraphWorkload conv;
+  conv.op = GraphWorkload::Op::convolution2d;
+  conv.inputs.push_back(make_operand(*device, {2, 4, 7, 6}, row_major({2, 4, 7, 6}), 16, GraphDataType::float32, 6));
+  conv.inputs.push_back(make_operand(*device, {6, 2, 3, 2}, row_major({6, 2, 3, 2}), 0, GraphDataType::float32, 7));
+  conv.inputs.push_back(make_operand(*device, {6}, {1}, 4, GraphDataType::float32, 8));
+  conv.stride[0] = 2;
+  conv.padding[0] = 1;
+  conv.padding[1] = 2;
+  conv.dilation[1] = 2;
+  conv.groups = 2;
+  conv.output = make_output(*device, {2, 6, 4, 8}, GraphDataType::float32);
+  expect(run_graph(*queue, conv).ok(), "conv2d completes");
+  expect_convolution(conv, 1e-6, "conv2d");
+
+  // Order with kernels in one command buffer: a += 1 (kernel), out = a @ b (graph), out += 1
+  // (kernel): out = (a + 1) @ b + 1.
+  auto add_one = pipeline(*device, "add_one");
+  GraphWorkload ordered = matmul_workload(*device, GraphDataType::float32, 4, 8, 4, false, 0);
+  const float one = 1.0f;
+  fake_metal::clear_logs();
+  Status outcome = run(*queue, [&](CommandBuffer& command_buffer) {
+    ComputeEncoder& encoder = command_buffer.compute_encoder();
+    encoder.set_pipeline(add_one);
+    encoder.set_buffer(ordered.inputs[0].buffer, 0, 0);
+    encoder.set_bytes(&one, sizeof one, 1);
+    encoder.dispatch_threads(Size3{32, 1, 1}, Size3{32, 1, 1});
+    expect(command_buffer.encode_graph(ordered).ok(), "graph between kernels");
+    ComputeEncoder& after = command_buffer.compute_encoder();
+    after.set_pipeline(add_one);
+    after.set_buffer(ordered.output.buffer, 0, 0);
+    after.set_bytes(&one, sizeof one, 1);
+    after.dispatch_threads(Size3{16, 1, 1}, Size3{16, 1, 1});
+  });
+  expect(outcome.ok(), "kernels and graph complete: " + outcome.message());
+  // The reference reads a after the first kernel; out after the second holds product + 1.
+  auto* out = static_cast<float*>(ordered.output.buffer->contents());
+  for (int i = 0; i < 16; ++i) out[i] -= 1.0f;
+  expect_matmul(ordered, 1e-6, "graph between kernels");
+  const std::vector<std::string> log = fake_metal::command_log();
+  std::vector<std::string> order;
+  for (const std::string& entry : log)
+    if (entry == "end" || entry == "graph" || entry == "compute concurrent" || entry == "commit") order.push_back(entry);
+  std::string joined;
+  for (const std::string& entry : order) joined += (joined.empty() ? "" : ", ") + entry;
+  // With FAKE_METAL_GRAPH_COMMITS=1 MPSGraph commits the work so far itself
+  // (commitAndContinue); the rest follows in the command buffer that continues it.
+  const bool graph_commits = std::getenv("FAKE_METAL_GRAPH_COMMITS") != nullptr;
+  expect_equal(joined,
+               graph_commits ? "compute concurrent, end, graph, commit, compute concurrent, end, commit"
+                             : "compute concurrent, end, graph, compute concurrent, end, commit",
+               "the graph runs between the kernels' encoders");
+
+  // Layouts the graph does not take are refused before anything is encoded.
+  GraphWorkload strided = matmul_workload(*device, GraphDataType::float32, 4, 4, 4, false, 0);
+  strided.inputs[0].strides = {8, 2};
+  Status refused;
+  run(*queue, [&](CommandBuffer& command_buffer) { refused = command_buffer.encode_graph(strided); });
+  expect_contains(refused.message(), "layout MPSGraph does not take", "a strided operand is refused");
+  GraphWorkload overrun = matmul_workload(*device, GraphDataType::float32, 4, 4, 4, false, 0);
+  overrun.inputs[1].offset = 4;
+  run(*queue, [&](CommandBuffer& command_buffer) { refused = command_buffer.encode_graph(overrun); });
+  expect_equal(refused.message(), "a graph operand reaches outside its buffer", "an operand past its buffer's end");
+  expect_no_violations("graphs");
+}
+
 void capture() {
   // Run under different environments by the test; prints what happened.
   std::unique_ptr<Device> device;
@@ -571,7 +845,7 @@ int main(int argc, char** argv) {
       {"blits", blits},                         {"encoding_errors", encoding_errors},
       {"gpu_failure", gpu_failure},             {"lifetimes", lifetimes},
       {"completion", completion},               {"capture", capture},
-      {"capture_at_exit", capture_at_exit},
+      {"capture_at_exit", capture_at_exit},     {"graphs", graphs},
   };
   if (argc != 2 || !scenarios.count(argv[1])) {
     std::printf("usage: device_scenarios <scenario>\n");

@@ -20,7 +20,8 @@ CompileRecord last_compile();
 // Misuses that real Metal answers with a validation assertion (a process abort).
 std::vector<std::string> violations();
 // Encoder calls in order, e.g. "compute concurrent", "pipeline add_one", "dispatch_threads
-// 8x1x1 4x1x1", "barrier", "end", "blit", "copy 0->4 8", "fill 0 16 171".
+// 8x1x1 4x1x1", "barrier", "end", "blit", "copy 0->4 8", "fill 0 16 171",
+// "mps command buffer", "graph".
 std::vector<std::string> command_log();
 void clear_logs();
 
@@ -30,5 +31,7 @@ size_t residency_requests();
 size_t queues_with_residency();
 size_t live_buffers();
 bool capture_running();
+// MPSGraph objects created so far (graph cache misses of the device).
+size_t graphs_built();
 
 }  // namespace fake_metal

@@ -7,12 +7,16 @@
 //   add_one    buffer(0) float[] += setBytes float at index 1, one element per grid thread
 //   fault      makes the command buffer fail with MTLCommandBufferErrorPageFault
 //   slow       sleeps 50 ms
-// Source containing "#error" fails to compile. This is a model of Metal's documented
+// Source containing "#error" fails to compile. MPSGraph graphs run their operations as float64
+// loops (the end of this file). This is a model of Metal's documented
 // behaviour, written for the tests; it is no substitute for running on a Mac.
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
+#import <MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "device/metal/metal_builtin_kernels.h"
+#include "device/metal/metal_support.h"
 #include "fake_metal.h"
 
 namespace {
@@ -190,7 +195,30 @@ static NSString* make_string(const std::string& text) {
 }
 @end
 
+@implementation NSValue
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@implementation NSNumber {
+  long long value_;
+}
++ (NSNumber*)numberWithLongLong:(long long)value {
+  NSNumber* number = [[NSNumber alloc] init];
+  number->value_ = value;
+  return number;
+}
+- (long long)longLongValue {
+  return value_;
+}
+@end
+
 @implementation NSArray
++ (instancetype)arrayWithObjects:(const id _Nonnull[_Nonnull])objects count:(NSUInteger)cnt {
+  return [[FakeArray alloc] initWithObjects:std::vector<id>(objects, objects + cnt)];
+}
 - (NSUInteger)count {
   return 0;
 }
@@ -212,7 +240,20 @@ static NSString* make_string(const std::string& text) {
 }
 @end
 
+@interface FakeObjectDictionary : NSDictionary
+- (instancetype)initWithKeys:(std::vector<id>)keys values:(std::vector<id>)values;
+@property(readonly) std::vector<std::pair<id, id>> entries;
+@end
+
 @implementation NSDictionary
++ (instancetype)dictionaryWithObjects:(const id _Nonnull[_Nullable])objects
+                              forKeys:(const id<NSCopying> _Nonnull[_Nullable])keys
+                                count:(NSUInteger)cnt {
+  std::vector<id> copied_keys;
+  for (NSUInteger i = 0; i < cnt; ++i) copied_keys.push_back([keys[i] copyWithZone:nullptr]);
+  return [[FakeObjectDictionary alloc] initWithKeys:copied_keys
+                                             values:std::vector<id>(objects, objects + cnt)];
+}
 - (NSUInteger)count {
   return 0;
 }
@@ -254,6 +295,34 @@ static NSString* make_string(const std::string& text) {
   std::vector<id> values;
   for (const auto& entry : entries_) values.push_back(entry.second);
   return [[FakeArray alloc] initWithObjects:values];
+}
+@end
+
+// A dictionary keyed by objects (isEqual:), as dictionaryWithObjects:forKeys:count: makes.
+@implementation FakeObjectDictionary {
+  std::vector<id> keys_;
+  std::vector<id> values_;
+}
+- (instancetype)initWithKeys:(std::vector<id>)keys values:(std::vector<id>)values {
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  return self;
+}
+- (NSUInteger)count {
+  return keys_.size();
+}
+- (id)objectForKey:(id)key {
+  for (size_t i = 0; i < keys_.size(); ++i)
+    if ([keys_[i] isEqual:key]) return values_[i];
+  return nil;
+}
+- (NSArray*)allValues {
+  return [[FakeArray alloc] initWithObjects:values_];
+}
+- (std::vector<std::pair<id, id>>)entries {
+  std::vector<std::pair<id, id>> entries;
+  for (size_t i = 0; i < keys_.size(); ++i) entries.emplace_back(keys_[i], values_[i]);
+  return entries;
 }
 @end
 
@@ -836,6 +905,9 @@ struct FakeCommandBufferState {
 @interface FakeCommandBuffer : NSObject <MTLCommandBuffer>
 - (instancetype)initWithQueue:(FakeCommandQueue*)queue;
 - (void)execute;
+// Work encoded outside any encoder of ours (MPSGraph's), run in order with the rest.
+- (void)appendCommand:(std::function<void(std::string*)>)command;
+@property(readonly) FakeCommandQueue* queue;
 @end
 
 @interface FakeCommandQueue : NSObject <MTLCommandQueue>
@@ -848,6 +920,7 @@ static CFTimeInterval steadySeconds() {
 
 @implementation FakeCommandBuffer {
   FakeCommandQueue* strongQueue_;  // until committed: a queue outlives its work
+  FakeCommandQueue* __weak queue_;
   std::shared_ptr<FakeCommandBufferState> state_;
   FakeComputeEncoder* __weak compute_;  // the encoders handed out, to check they ended
   FakeBlitEncoder* __weak blit_;
@@ -858,6 +931,7 @@ static CFTimeInterval steadySeconds() {
 }
 - (instancetype)initWithQueue:(FakeCommandQueue*)queue {
   strongQueue_ = queue;
+  queue_ = queue;
   state_ = std::make_shared<FakeCommandBufferState>();
   status_ = MTLCommandBufferStatusNotEnqueued;
   return self;
@@ -882,6 +956,14 @@ static CFTimeInterval steadySeconds() {
   FakeBlitEncoder* encoder = [[FakeBlitEncoder alloc] initWithState:state_];
   blit_ = encoder;
   return encoder;
+}
+- (FakeCommandQueue*)queue {
+  return queue_;
+}
+- (void)appendCommand:(std::function<void(std::string*)>)command {
+  if (status_ != MTLCommandBufferStatusNotEnqueued) violation("encoding after commit");
+  if ([self encoderOpen]) violation("graph encoded while an encoder is open");
+  state_->commands.push_back(std::move(command));
 }
 - (void)addCompletedHandler:(MTLCommandBufferHandler)block {
   if (status_ != MTLCommandBufferStatusNotEnqueued) violation("addCompletedHandler after commit");
@@ -1212,5 +1294,587 @@ extern "C" NSArray<id<MTLDevice>>* MTLCopyAllDevices(void) {
 - (BOOL)isCapturing {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_capture_running;
+}
+@end
+
+// ---------------------------------------------------------------------------------------
+// MetalPerformanceShaders and MPSGraph: graphs record their operations and run them as a
+// float64 reference when the command buffer executes. FAKE_METAL_GRAPH_COMMITS=1 makes each
+// encode commit the work so far and continue in a new command buffer, as MPSGraph may.
+
+namespace {
+
+size_t g_graphs_built = 0;
+
+struct GraphNode {
+  enum class Kind { placeholder, constant, matmul, transpose, reshape, multiply, add, convolution };
+  Kind kind = Kind::placeholder;
+  std::vector<int64_t> shape;
+  MPSDataType type = MPSDataTypeInvalid;
+  std::vector<std::shared_ptr<GraphNode>> inputs;
+  double scalar = 0;
+  NSUInteger dimensions[2] = {0, 0};                                          // transpose
+  NSUInteger stride[2] = {1, 1}, dilation[2] = {1, 1}, padding[4] = {0, 0, 0, 0}, groups = 1;  // (x, y); l r t b
+};
+
+int64_t volume(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t size : shape) n *= size;
+  return n;
+}
+
+std::vector<int64_t> shape_of(NSArray<NSNumber*>* shape) {
+  std::vector<int64_t> sizes;
+  for (NSUInteger i = 0; i < shape.count; ++i) sizes.push_back([shape objectAtIndex:i].longLongValue);
+  return sizes;
+}
+
+size_t element_bytes(MPSDataType type) { return type == MPSDataTypeFloat32 ? 4 : 2; }
+
+double load_element(const char* address, MPSDataType type) {
+  if (type == MPSDataTypeFloat32) {
+    float value;
+    std::memcpy(&value, address, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, address, 2);
+  if (type == MPSDataTypeBFloat16) {
+    const uint32_t wide = uint32_t{bits} << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+  }
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 31) return mantissa ? NAN : sign * INFINITY;
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+void store_element(char* address, MPSDataType type, double value) {
+  const float narrow = static_cast<float>(value);
+  if (type == MPSDataTypeFloat32) {
+    std::memcpy(address, &narrow, 4);
+    return;
+  }
+  uint16_t bits;
+  if (type == MPSDataTypeBFloat16) {
+    uint32_t wide;
+    std::memcpy(&wide, &narrow, 4);
+    bits = static_cast<uint16_t>((wide + 0x7fffu + ((wide >> 16) & 1u)) >> 16);
+  } else {
+    bits = etm::device::metal::support::float_to_half_bits(narrow);
+  }
+  std::memcpy(address, &bits, 2);
+}
+
+// Row-major strides of `shape`, with 0 where `shape` broadcasts (size 1) against `target`.
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& target) {
+  std::vector<int64_t> strides(target.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const size_t from_end = shape.size() - 1 - i;
+    const size_t d = target.size() - 1 - i;
+    strides[d] = shape[from_end] == 1 ? 0 : stride;
+    stride *= shape[from_end];
+  }
+  return strides;
+}
+
+using GraphValues = std::map<const GraphNode*, std::vector<double>>;
+
+std::vector<double> evaluate(const GraphNode& node, GraphValues& values) {
+  auto known = values.find(&node);
+  if (known != values.end()) return known->second;
+  std::vector<std::vector<double>> in;
+  for (const auto& input : node.inputs) in.push_back(evaluate(*input, values));
+  std::vector<double> out(static_cast<size_t>(volume(node.shape)));
+  const std::vector<int64_t>& shape = node.shape;
+  const size_t rank = shape.size();
+  switch (node.kind) {
+    case GraphNode::Kind::placeholder:
+      violation("graph placeholder without a feed");
+      break;
+    case GraphNode::Kind::constant:
+      out.assign(1, node.scalar);
+      break;
+    case GraphNode::Kind::matmul: {
+      const std::vector<int64_t>& a = node.inputs[0]->shape;
+      const int64_t M = shape[rank - 2], N = shape[rank - 1], K = a[a.size() - 1];
+      const int64_t batches = volume(shape) / (M * N);
+      for (int64_t b = 0; b < batches; ++b)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double sum = 0;
+            for (int64_t k = 0; k < K; ++k) sum += in[0][(b * M + m) * K + k] * in[1][(b * K + k) * N + n];
+            out[(b * M + m) * N + n] = sum;
+          }
+      break;
+    }
+    case GraphNode::Kind::transpose: {
+      const std::vector<int64_t>& from = node.inputs[0]->shape;
+      std::vector<int64_t> from_strides = broadcast_strides(from, from);
+      std::swap(from_strides[node.dimensions[0]], from_strides[node.dimensions[1]]);
+      for (int64_t i = 0; i < volume(shape); ++i) {
+        int64_t rest = i, offset = 0;
+        for (size_t d = rank; d-- > 0;) {
+          offset += (rest % shape[d]) * from_strides[d];
+          rest /= shape[d];
+        }
+        out[i] = in[0][offset];
+      }
+      break;
+    }
+    case GraphNode::Kind::reshape:
+      out = in[0];
+      break;
+    case GraphNode::Kind::multiply:
+    case GraphNode::Kind::add: {
+      const std::vector<int64_t> a = broadcast_strides(node.inputs[0]->shape, shape);
+      const std::vector<int64_t> b = broadcast_strides(node.inputs[1]->shape, shape);
+      for (int64_t i = 0; i < volume(shape); ++i) {
+        int64_t rest = i, ia = 0, ib = 0;
+        for (size_t d = rank; d-- > 0;) {
+          const int64_t index = rest % shape[d];
+          ia += index * a[d];
+          ib += index * b[d];
+          rest /= shape[d];
+        }
+        out[i] = node.kind == GraphNode::Kind::add ? in[0][ia] + in[1][ib] : in[0][ia] * in[1][ib];
+      }
+      break;
+    }
+    case GraphNode::Kind::convolution: {
+      const std::vector<int64_t>& x = node.inputs[0]->shape;  // N C H W
+      const std::vector<int64_t>& w = node.inputs[1]->shape;  // O C/g kH kW
+      const int64_t C = x[1], H = x[2], W = x[3], O = w[0], Cg = w[1], kH = w[2], kW = w[3];
+      const int64_t OH = shape[2], OW = shape[3], groups = static_cast<int64_t>(node.groups);
+      const int64_t per_group = O / groups;
+      for (int64_t n = 0; n < shape[0]; ++n)
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t oy = 0; oy < OH; ++oy)
+            for (int64_t ox = 0; ox < OW; ++ox) {
+              double sum = 0;
+              const int64_t g = o / per_group;
+              for (int64_t c = 0; c < Cg; ++c)
+                for (int64_t ky = 0; ky < kH; ++ky)
+                  for (int64_t kx = 0; kx < kW; ++kx) {
+                    const int64_t iy = oy * int64_t(node.stride[1]) - int64_t(node.padding[2]) + ky * int64_t(node.dilation[1]);
+                    const int64_t ix = ox * int64_t(node.stride[0]) - int64_t(node.padding[0]) + kx * int64_t(node.dilation[0]);
+                    if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                    sum += in[0][((n * C + g * Cg + c) * H + iy) * W + ix] * in[1][((o * Cg + c) * kH + ky) * kW + kx];
+                  }
+              out[((n * O + o) * OH + oy) * OW + ox] = sum;
+            }
+      break;
+    }
+  }
+  values[&node] = out;
+  return out;
+}
+
+}  // namespace
+
+namespace fake_metal {
+size_t graphs_built() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_graphs_built;
+}
+}  // namespace fake_metal
+
+@implementation MPSCommandBuffer {
+  id<MTLCommandBuffer> inner_;
+}
++ (instancetype)commandBufferWithCommandBuffer:(id<MTLCommandBuffer>)commandBuffer {
+  MPSCommandBuffer* wrapper = [[MPSCommandBuffer alloc] init];
+  wrapper->inner_ = commandBuffer;
+  log("mps command buffer");
+  return wrapper;
+}
+- (id<MTLCommandBuffer>)commandBuffer {
+  return inner_;
+}
+- (void)commitAndContinue {
+  FakeCommandQueue* queue = ((FakeCommandBuffer*)inner_).queue;
+  [inner_ commit];
+  inner_ = [queue commandBufferWithUnretainedReferences];
+}
+- (void)commit {
+  [inner_ commit];
+}
+- (void)addCompletedHandler:(MTLCommandBufferHandler)block {
+  [inner_ addCompletedHandler:block];
+}
+- (void)waitUntilCompleted {
+  [inner_ waitUntilCompleted];
+}
+- (MTLCommandBufferStatus)status {
+  return inner_.status;
+}
+- (NSError*)error {
+  return inner_.error;
+}
+- (CFTimeInterval)GPUStartTime {
+  return inner_.GPUStartTime;
+}
+- (CFTimeInterval)GPUEndTime {
+  return inner_.GPUEndTime;
+}
+- (id<MTLBlitCommandEncoder>)blitCommandEncoder {
+  return [inner_ blitCommandEncoder];
+}
+- (id<MTLComputeCommandEncoder>)computeCommandEncoderWithDispatchType:(MTLDispatchType)dispatchType {
+  return [inner_ computeCommandEncoderWithDispatchType:dispatchType];
+}
+@end
+
+@interface MPSNDArrayDescriptor ()
+@property(readonly) MPSDataType dataType;
+@property(readonly) std::vector<int64_t> sizes;
+@end
+
+@implementation MPSNDArrayDescriptor {
+  MPSDataType dataType_;
+  std::vector<int64_t> sizes_;
+  BOOL preferPackedRows_;
+}
+- (BOOL)preferPackedRows {
+  return preferPackedRows_;
+}
+- (void)setPreferPackedRows:(BOOL)preferPackedRows {
+  preferPackedRows_ = preferPackedRows;
+}
++ (instancetype)descriptorWithDataType:(MPSDataType)dataType shape:(NSArray<NSNumber*>*)shape {
+  MPSNDArrayDescriptor* descriptor = [[MPSNDArrayDescriptor alloc] init];
+  descriptor->dataType_ = dataType;
+  descriptor->sizes_ = shape_of(shape);
+  return descriptor;
+}
+- (MPSDataType)dataType {
+  return dataType_;
+}
+- (std::vector<int64_t>)sizes {
+  return sizes_;
+}
+@end
+
+@interface MPSNDArray ()
+@property(readonly) FakeBuffer* buffer;
+@property(readonly) NSUInteger offset;
+@property(readonly) MPSNDArrayDescriptor* descriptor;
+@end
+
+@implementation MPSNDArray {
+  FakeBuffer* buffer_;
+  NSUInteger offset_;
+  MPSNDArrayDescriptor* descriptor_;
+}
+- (instancetype)initWithBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset descriptor:(MPSNDArrayDescriptor*)descriptor {
+  buffer_ = (FakeBuffer*)buffer;
+  offset_ = offset;
+  descriptor_ = descriptor;
+  const uint64_t bytes = static_cast<uint64_t>(volume(descriptor.sizes)) * element_bytes(descriptor.dataType);
+  if (offset % element_bytes(descriptor.dataType) != 0) violation("MPSNDArray at an offset that splits an element");
+  // Without packed rows MPS may assume rows padded to its own alignment: the fake reads
+  // packed rows only.
+  if (!descriptor.preferPackedRows) violation("MPSNDArray over a buffer without preferPackedRows");
+  if (offset > buffer.length || bytes > buffer.length - offset) violation("MPSNDArray past the end of its buffer");
+  return self;
+}
+- (FakeBuffer*)buffer {
+  return buffer_;
+}
+- (NSUInteger)offset {
+  return offset_;
+}
+- (MPSNDArrayDescriptor*)descriptor {
+  return descriptor_;
+}
+@end
+
+@implementation MPSGraphObject
+@end
+
+@implementation MPSGraphOperation
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface MPSGraphTensor ()
+- (instancetype)initWithNode:(std::shared_ptr<GraphNode>)node;
+@property(readonly) std::shared_ptr<GraphNode> node;
+@end
+
+@implementation MPSGraphTensor {
+  std::shared_ptr<GraphNode> node_;
+}
+- (instancetype)initWithNode:(std::shared_ptr<GraphNode>)node {
+  node_ = std::move(node);
+  return self;
+}
+- (std::shared_ptr<GraphNode>)node {
+  return node_;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+@interface MPSGraphTensorData ()
+@property(readonly) MPSNDArray* array;
+@end
+
+@implementation MPSGraphTensorData {
+  MPSNDArray* array_;
+}
+- (instancetype)initWithMPSNDArray:(MPSNDArray*)ndarray {
+  array_ = ndarray;
+  return self;
+}
+- (MPSNDArray*)array {
+  return array_;
+}
+@end
+
+@implementation MPSGraphExecutionDescriptor
+@end
+
+@interface MPSGraphConvolution2DOpDescriptor ()
+@property(readonly) GraphNode parameters;
+@end
+
+@implementation MPSGraphConvolution2DOpDescriptor {
+  GraphNode parameters_;
+}
++ (instancetype)descriptorWithStrideInX:(NSUInteger)strideInX
+                              strideInY:(NSUInteger)strideInY
+                        dilationRateInX:(NSUInteger)dilationRateInX
+                        dilationRateInY:(NSUInteger)dilationRateInY
+                                 groups:(NSUInteger)groups
+                            paddingLeft:(NSUInteger)paddingLeft
+                           paddingRight:(NSUInteger)paddingRight
+                             paddingTop:(NSUInteger)paddingTop
+                          paddingBottom:(NSUInteger)paddingBottom
+                           paddingStyle:(MPSGraphPaddingStyle)paddingStyle
+                             dataLayout:(MPSGraphTensorNamedDataLayout)dataLayout
+                          weightsLayout:(MPSGraphTensorNamedDataLayout)weightsLayout {
+  if (paddingStyle != MPSGraphPaddingStyleExplicit || dataLayout != MPSGraphTensorNamedDataLayoutNCHW ||
+      weightsLayout != MPSGraphTensorNamedDataLayoutOIHW) {
+    violation("the fake convolution models explicit padding, NCHW data and OIHW weights only");
+  }
+  MPSGraphConvolution2DOpDescriptor* descriptor = [[MPSGraphConvolution2DOpDescriptor alloc] init];
+  GraphNode& p = descriptor->parameters_;
+  p.stride[0] = strideInX;
+  p.stride[1] = strideInY;
+  p.dilation[0] = dilationRateInX;
+  p.dilation[1] = dilationRateInY;
+  p.groups = groups;
+  p.padding[0] = paddingLeft;
+  p.padding[1] = paddingRight;
+  p.padding[2] = paddingTop;
+  p.padding[3] = paddingBottom;
+  return descriptor;
+}
+- (GraphNode)parameters {
+  return parameters_;
+}
+- (id)copyWithZone:(NSZone*)zone {
+  (void)zone;
+  return self;
+}
+@end
+
+static MPSGraphTensor* graph_tensor(GraphNode node) {
+  return [[MPSGraphTensor alloc] initWithNode:std::make_shared<GraphNode>(std::move(node))];
+}
+
+static std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> shape(std::max(a.size(), b.size()), 1);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) violation("graph operands do not broadcast");
+    shape[shape.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return shape;
+}
+
+@implementation MPSGraph
+- (instancetype)init {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_graphs_built;
+  return self;
+}
+- (MPSGraphTensor*)placeholderWithShape:(MPSShape*)shape dataType:(MPSDataType)dataType name:(NSString*)name {
+  (void)name;
+  GraphNode node;
+  node.shape = shape_of(shape);
+  node.type = dataType;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)constantWithScalar:(double)scalar dataType:(MPSDataType)dataType {
+  GraphNode node;
+  node.kind = GraphNode::Kind::constant;
+  node.type = dataType;
+  node.scalar = scalar;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)matrixMultiplicationWithPrimaryTensor:(MPSGraphTensor*)primaryTensor
+                                         secondaryTensor:(MPSGraphTensor*)secondaryTensor
+                                                    name:(NSString*)name {
+  (void)name;
+  GraphNode node;
+  node.kind = GraphNode::Kind::matmul;
+  node.inputs = {primaryTensor.node, secondaryTensor.node};
+  const std::vector<int64_t>& a = primaryTensor.node->shape;
+  const std::vector<int64_t>& b = secondaryTensor.node->shape;
+  if (a.size() != b.size() || a.size() < 2 || a[a.size() - 1] != b[b.size() - 2] ||
+      !std::equal(a.begin(), a.end() - 2, b.begin()))
+    violation("matrix multiplication of mismatched shapes");
+  node.shape = a;
+  node.shape.back() = b.back();
+  node.type = primaryTensor.node->type;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)transposeTensor:(MPSGraphTensor*)tensor
+                         dimension:(NSUInteger)dimensionIndex
+                     withDimension:(NSUInteger)dimensionIndex2
+                              name:(NSString*)name {
+  (void)name;
+  GraphNode node;
+  node.kind = GraphNode::Kind::transpose;
+  node.inputs = {tensor.node};
+  node.shape = tensor.node->shape;
+  std::swap(node.shape.at(dimensionIndex), node.shape.at(dimensionIndex2));
+  node.dimensions[0] = dimensionIndex;
+  node.dimensions[1] = dimensionIndex2;
+  node.type = tensor.node->type;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)reshapeTensor:(MPSGraphTensor*)tensor withShape:(MPSShape*)shape name:(NSString*)name {
+  (void)name;
+  GraphNode node;
+  node.kind = GraphNode::Kind::reshape;
+  node.inputs = {tensor.node};
+  node.shape = shape_of(shape);
+  if (volume(node.shape) != volume(tensor.node->shape)) violation("reshape changes the element count");
+  node.type = tensor.node->type;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)binary:(GraphNode::Kind)kind of:(MPSGraphTensor*)a and:(MPSGraphTensor*)b {
+  GraphNode node;
+  node.kind = kind;
+  node.inputs = {a.node, b.node};
+  node.shape = broadcast_shape(a.node->shape, b.node->shape);
+  if (a.node->type != b.node->type) violation("binary operation on different data types");
+  node.type = a.node->type;
+  return graph_tensor(node);
+}
+- (MPSGraphTensor*)multiplicationWithPrimaryTensor:(MPSGraphTensor*)primaryTensor
+                                   secondaryTensor:(MPSGraphTensor*)secondaryTensor
+                                              name:(NSString*)name {
+  (void)name;
+  return [self binary:GraphNode::Kind::multiply of:primaryTensor and:secondaryTensor];
+}
+- (MPSGraphTensor*)additionWithPrimaryTensor:(MPSGraphTensor*)primaryTensor
+                             secondaryTensor:(MPSGraphTensor*)secondaryTensor
+                                        name:(NSString*)name {
+  (void)name;
+  return [self binary:GraphNode::Kind::add of:primaryTensor and:secondaryTensor];
+}
+- (MPSGraphTensor*)convolution2DWithSourceTensor:(MPSGraphTensor*)source
+                                   weightsTensor:(MPSGraphTensor*)weights
+                                      descriptor:(MPSGraphConvolution2DOpDescriptor*)descriptor
+                                            name:(NSString*)name {
+  (void)name;
+  GraphNode node = descriptor.parameters;
+  node.kind = GraphNode::Kind::convolution;
+  node.inputs = {source.node, weights.node};
+  const std::vector<int64_t>& x = source.node->shape;
+  const std::vector<int64_t>& w = weights.node->shape;
+  if (x.size() != 4 || w.size() != 4 || x[1] != w[1] * int64_t(node.groups)) {
+    violation("convolution of mismatched shapes");
+    return nil;
+  }
+  auto extent = [&](int64_t in, int64_t kernel, int axis) {
+    const int64_t padded = in + int64_t(node.padding[2 * (1 - axis)]) + int64_t(node.padding[2 * (1 - axis) + 1]);
+    return (padded - int64_t(node.dilation[1 - axis]) * (kernel - 1) - 1) / int64_t(node.stride[1 - axis]) + 1;
+  };
+  node.shape = {x[0], w[0], extent(x[2], w[2], 0), extent(x[3], w[3], 1)};
+  node.type = source.node->type;
+  return graph_tensor(node);
+}
+- (void)encodeToCommandBuffer:(MPSCommandBuffer*)commandBuffer
+                        feeds:(MPSGraphTensorDataDictionary*)feeds
+             targetOperations:(NSArray<MPSGraphOperation*>*)targetOperations
+            resultsDictionary:(MPSGraphTensorDataDictionary*)resultsDictionary
+          executionDescriptor:(MPSGraphExecutionDescriptor*)executionDescriptor {
+  (void)targetOperations;
+  (void)executionDescriptor;
+  struct Bound {
+    const GraphNode* node;
+    char* address;
+    uint64_t serial;
+    MPSDataType type;
+    int64_t count;
+  };
+  auto bind = [](MPSGraphTensor* key, MPSGraphTensorData* data, Bound* bound) {
+    MPSNDArray* array = data.array;
+    const GraphNode& node = *key.node;
+    if (array.descriptor.sizes != node.shape || array.descriptor.dataType != node.type)
+      violation("graph tensor data does not match its tensor's shape or type");
+    @autoreleasepool {
+      bound->address = static_cast<char*>(array.buffer.contents) + array.offset;
+    }
+    bound->node = &node;
+    bound->serial = array.buffer.serial;
+    bound->type = node.type;
+    bound->count = volume(node.shape);
+  };
+  std::vector<std::shared_ptr<GraphNode>> keep;
+  Bound output{};
+  if (resultsDictionary.count != 1) violation("the fake runs graphs with one result");
+  std::vector<Bound> bound_feeds;
+  FakeObjectDictionary* feed_dictionary = (FakeObjectDictionary*)feeds;
+  FakeObjectDictionary* result_dictionary = (FakeObjectDictionary*)resultsDictionary;
+  for (const auto& [key, value] : feed_dictionary.entries) {
+    Bound bound{};
+    bind(key, value, &bound);
+    bound_feeds.push_back(bound);
+    keep.push_back(((MPSGraphTensor*)key).node);
+  }
+  for (const auto& [key, value] : result_dictionary.entries) {
+    bind(key, value, &output);
+    keep.push_back(((MPSGraphTensor*)key).node);
+  }
+  log("graph");
+  FakeCommandBuffer* target = (FakeCommandBuffer*)commandBuffer.commandBuffer;
+  [target appendCommand:[bound_feeds, output, keep](std::string*) {
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      for (const Bound& b : bound_feeds)
+        if (!g_live_buffer_serials.count(b.serial)) g_violations.push_back("graph: buffer released before the GPU used it");
+      if (!g_live_buffer_serials.count(output.serial)) {
+        g_violations.push_back("graph: buffer released before the GPU used it");
+        return;
+      }
+    }
+    GraphValues values;
+    for (const Bound& b : bound_feeds) {
+      std::vector<double> data(static_cast<size_t>(b.count));
+      for (int64_t i = 0; i < b.count; ++i) data[i] = load_element(b.address + i * element_bytes(b.type), b.type);
+      values[b.node] = std::move(data);
+    }
+    const std::vector<double> result = evaluate(*output.node, values);
+    for (int64_t i = 0; i < output.count; ++i)
+      store_element(output.address + i * element_bytes(output.type), output.type, result[i]);
+  }];
+  if (const char* commits = std::getenv("FAKE_METAL_GRAPH_COMMITS"); commits && std::string(commits) == "1")
+    [commandBuffer commitAndContinue];
 }
 @end
