@@ -10,6 +10,7 @@
 #include "fallback_convolution.h"
 #include "fallback_experts.h"
 #include "fallback_matmul.h"
+#include "fallback_pooling3d.h"
 #include "fallback_quantized.h"
 #include "fallback_random.h"
 #include "fallback_reductions.h"
