@@ -9,6 +9,7 @@
 #include "fallback_attention.h"
 #include "fallback_convolution.h"
 #include "fallback_experts.h"
+#include "fallback_factories.h"
 #include "fallback_geometry.h"
 #include "fallback_matmul.h"
 #include "fallback_pooling3d.h"
