@@ -7,6 +7,7 @@
 #include "aoti_shim_mps.h"
 #include "custom_ops.h"
 #include "fallback_attention.h"
+#include "fallback_blas.h"
 #include "fallback_convolution.h"
 #include "fallback_experts.h"
 #include "fallback_factories.h"
