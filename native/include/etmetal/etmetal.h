@@ -13,6 +13,7 @@
 #include "fallback_factories.h"
 #include "fallback_geometry.h"
 #include "fallback_matmul.h"
+#include "fallback_pointwise.h"
 #include "fallback_pooling3d.h"
 #include "fallback_quantized.h"
 #include "fallback_random.h"
