@@ -12,6 +12,7 @@
 #include "fallback_experts.h"
 #include "fallback_factories.h"
 #include "fallback_geometry.h"
+#include "fallback_linear_algebra.h"
 #include "fallback_matmul.h"
 #include "fallback_pointwise.h"
 #include "fallback_pooling3d.h"
