@@ -19,6 +19,7 @@
 #include "fallback_quantized.h"
 #include "fallback_random.h"
 #include "fallback_reductions.h"
+#include "fallback_resize.h"
 #include "fallback_shape.h"
 #include "metal_buffer.h"
 
