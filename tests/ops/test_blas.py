@@ -1,6 +1,7 @@
-"""aoti_torch_mps_addmv and aoti_torch_mps_addbmm against torch eager on the CPU: beta / alpha
+"""aoti_torch_mps_addmv, _addbmm and __trilinear against torch eager on the CPU: beta / alpha
 (beta 0 ignores NaN in self), broadcast self, transposed and sliced operands, empty batches and
-dimensions, float32 / float16 / bfloat16, and bad input."""
+dimensions, bilinear and other expand / sum patterns, float32 / float16 / bfloat16, and bad
+input."""
 
 import pytest
 import torch
@@ -74,3 +75,50 @@ def test_blas_bad_input():
     poisoning_failure(call("aoti_torch_mps_addbmm", torch.randn(3, 5), b1, b2[:, :3])[0], "Incompatible matrix sizes")
     poisoning_failure(call("aoti_torch_mps_addbmm", torch.randn(3, 5), b1[0], b2)[0], "batch1 must be a 3D tensor")
     poisoning_failure(call("aoti_torch_mps_addbmm", torch.randn(4, 5), b1, b2)[0], "does not broadcast")
+
+
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    operands = [as_device(t) for t in (i1, i2, i3)]
+    lists = [ffi.new("int64_t[]", list(v) or [0]) for v in (expand1, expand2, expand3, sumdim)]
+    r0 = ffi.new("AtenTensorHandle*")
+    code = lib.aoti_torch_mps__trilinear(*(t.handle for t in operands), lists[0], len(expand1), lists[1],
+                                         len(expand2), lists[2], len(expand3), lists[3], len(sumdim), unroll_dim, r0)
+    return code, r0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_trilinear_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(2)
+    x1 = torch.randn(4, 3, generator=generator).to(dtype)
+    x2 = torch.randn(4, 5, generator=generator).to(dtype)
+    weight = torch.randn(6, 3, 5, generator=generator).to(dtype)
+    cases = [((x1, weight, x2), ([1, 3], [0], [1, 2], [2, 3])),               # F.bilinear
+             ((x1.t().contiguous().t(), weight.transpose(0, 2).contiguous().transpose(0, 2), x2[:, ::1]),
+              ([1, 3], [0], [1, 2], [2, 3])),
+             ((x1, weight, x2), ([1, 3], [0], [1, 2], [2])),
+             ((x1, weight, x2), ([1, 3], [0], [1, 2], [])),
+             ((x1, weight, x2), ([1, 3], [0], [1, 2], [0, 1, 2, 3])),          # a 0-dim sum
+             ((x1[:0], weight, x2[:0]), ([1, 3], [0], [1, 2], [2, 3]))]
+    for (a, b, c), (e1, e2, e3, sumdim) in cases:
+        code, r0 = trilinear(a, b, c, e1, e2, e3, sumdim)
+        assert code == 0, etmetal_py.last_error()
+        got = Tensor(r0[0]).torch()
+        expected = torch.ops.aten._trilinear(a.float(), b.float(), c.float(), e1, e2, e3, sumdim, 1)
+        assert got.dtype == dtype and got.shape == expected.shape
+        if expected.numel():
+            assert_close_scaled(got, expected, tolerance(dtype) * 4)
+    # A size-1 dimension broadcasts (torch's own kernel refuses this case's in-place sum).
+    code, r0 = trilinear(x1, weight, x2[:1], [1, 3], [0], [1, 2], [2, 3])
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.bilinear(x1.float(), x2[:1].expand(4, 5).float(), weight.float())
+    assert_close_scaled(Tensor(r0[0]).torch(), expected, tolerance(dtype) * 4)
+
+
+def test_trilinear_bad_input():
+    x1, x2, weight = torch.randn(4, 3), torch.randn(4, 5), torch.randn(6, 3, 5)
+    poisoning_failure(trilinear(x1, weight, x2, [1, 3], [0], [1, 2], [2, 3], 4)[0], "aoti_torch_mps__trilinear",
+                      "unroll_dim must be in [0,3]")
+    poisoning_failure(trilinear(x1[:2], weight, x2, [1, 3], [0], [1, 2], [2, 3])[0], "non-broadcast dimensions must match")
+    poisoning_failure(trilinear(x1, weight, x2, [1], [0], [1, 2], [2, 3])[0], "same rank once expanded")
+    poisoning_failure(trilinear(x1, weight, x2, [1, 3], [0], [1, 2], [2, 9])[0], "Dimension out of range")
+    poisoning_failure(trilinear(x1.half(), weight, x2, [1, 3], [0], [1, 2], [2, 3])[0], "expected scalar type")
