@@ -36,8 +36,8 @@ extern "C" AOTITorchError aoti_torch_mps_avg_pool3d(AtenTensorHandle self, const
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(etm::ops::avg_pool3d(
-        tensor_of(self), int_list(kernel_size, kernel_size_len_, "kernel_size"), int_list(stride, stride_len_, "stride"),
-        int_list(padding, padding_len_, "padding"), ceil_mode != 0, count_include_pad != 0,
+        tensor_of(self), int_list(kernel_size, kernel_size_len_, "kernel_size"),
+        int_list(stride, stride_len_, "stride"), int_list(padding, padding_len_, "padding"), ceil_mode != 0, count_include_pad != 0,
         divisor_override ? std::optional<int64_t>(*divisor_override) : std::nullopt));
   });
 }

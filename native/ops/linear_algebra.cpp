@@ -259,7 +259,8 @@ LuUnpackOutputs lu_unpack(const Tensor& lu, const Tensor& pivots, bool unpack_da
     const Tensor& permutation = *result.permutation;
     stream.fill_buffer(permutation.storage->buffer, permutation.buffer_offset(),
                        static_cast<size_t>(permutation.numel()) * sizeof(float), 0);
-    auto order = runtime.empty_tensor({batches, m}, contiguous_strides({batches, m}), static_cast<int32_t>(DType::int64));
+    auto order =
+        runtime.empty_tensor({batches, m}, contiguous_strides({batches, m}), static_cast<int32_t>(DType::int64));
     std::shared_ptr<Tensor> fault = new_fault_record();
     KernelLaunch launch(shader_kernel("linear_algebra.metal", "lu_permutation"));
     launch.tensor(0, pivots).tensor(1, *order).tensor(2, permutation).tensor(3, *fault).value(4, p);

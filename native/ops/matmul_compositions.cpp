@@ -43,7 +43,8 @@ std::unique_ptr<Tensor> addmv(const Tensor& self, const Tensor& mat, const Tenso
   auto out = Runtime::get().empty_tensor({rows}, {1}, self.dtype);
   if (rows == 0) return out;
   const Tensor column = view_of(vec, {vec.sizes[0], 1}, {vec.strides[0], 1});
-  const Tensor addend = view_of(self, {self.dim() == 1 ? self.sizes[0] : 1, 1}, {self.dim() == 1 ? self.strides[0] : 0, 0});
+  const bool vector_self = self.dim() == 1;
+  const Tensor addend = view_of(self, {vector_self ? self.sizes[0] : 1, 1}, {vector_self ? self.strides[0] : 0, 0});
   addmm_out(view_of(*out, {rows, 1}, {1, 1}), addend, mat, column, beta, alpha);
   return out;
 }
