@@ -67,6 +67,7 @@ TYPE_ALIASES = {
     "AOTIProxyExecutorHandle": "struct AOTIProxyExecutorOpaque *",
     "DeviceGuardHandle": "struct DeviceGuardOpaque *",
     "StreamHandle": "struct StreamOpaque *",
+    "StableIValue": "uint64_t",
     "aoti_torch_mps_command_block_callback_t":
         "void(*)(struct AOTIMetalKernelFunctionOpaque *, void *)",
 }

@@ -152,3 +152,15 @@ def test_proxy_executor_call_fails_naming_the_node():
     assert message
     with pytest.raises(etmetal_py.EtmetalError, match="extern kernel node 3"):
         etmetal_py.synchronize()  # generated code ignores codes: the stream reports it
+
+
+def test_call_dispatcher_fails_naming_the_op():
+    stack = ffi.new("StableIValue[]", 4)
+    message = fails(lib.aoti_torch_call_dispatcher(b"aten::fft_rfft", b"default", stack),
+                    "aten::fft_rfft.default", "dispatcher", "C shim")
+    assert message
+    with pytest.raises(etmetal_py.EtmetalError, match="aten::fft_rfft.default"):
+        etmetal_py.synchronize()
+    fails(lib.aoti_torch_call_dispatcher(ffi.NULL, ffi.NULL, ffi.NULL), "(null op name)")
+    with pytest.raises(etmetal_py.EtmetalError):
+        etmetal_py.synchronize()

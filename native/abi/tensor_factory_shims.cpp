@@ -1,7 +1,8 @@
 // More aoti_torch_* tensor functions of torch's shim.h (etmetal/aoti_shim.h): memory-format
-// codes, 0-dim CPU tensors from scalars, as_strided, zero_, and the proxy-executor entry
-// point, which exists only to fail clearly.
+// codes, 0-dim CPU tensors from scalars, as_strided, zero_, and the proxy-executor and
+// dispatcher entry points, which exist only to fail clearly.
 #include <cstring>
+#include <string>
 
 #include "abi/guard.h"
 #include "abi/scalar_types.h"
@@ -99,5 +100,19 @@ extern "C" AOTITorchError aoti_torch_proxy_executor_call_function(
                        " (an op without a C shim) through libtorch's proxy executor, which "
                        "etmetal does not have; the package's <wrapper>.json names the op. "
                        "Register a C shim for it or compile the model without it"));
+  });
+}
+
+// Stable-ABI custom kernels call other ops through libtorch's dispatcher, which this runtime
+// does not have.
+extern "C" AOTITorchError aoti_torch_call_dispatcher(const char* opName, const char* overloadName,
+                                                     StableIValue* stack) {
+  (void)stack;
+  return guarded_encoding(__func__, [&] {
+    const std::string op = opName ? opName : "(null op name)";
+    const std::string overload = overloadName && *overloadName ? concat(".", overloadName) : std::string();
+    throw Error(concat("the model calls aten op ", op, overload,
+                       " through libtorch's dispatcher, which etmetal does not have. Register a C shim "
+                       "for it or compile the model without it"));
   });
 }

@@ -45,15 +45,6 @@ void pair_of(const char* op, const char* name, const std::vector<int64_t>& value
   }
 }
 
-// torch's pooling_output_shape.
-int64_t output_size(int64_t input, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  const int64_t span = input + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  const int64_t floor_div = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
-  int64_t size = floor_div + 1;
-  if (ceil_mode && (size - 1) * stride >= input + pad) --size;
-  return size;
-}
-
 // The input planes of a 3-D or 4-D self ([N,] C, H, W): their strides and sizes.
 void set_input_planes(const char* op, const Tensor& self, PoolParams& p) {
   const bool batched = self.dim() == 4;
@@ -97,8 +88,8 @@ PoolShape plan_pool(const char* op, const Tensor& self, const std::vector<int64_
   const int64_t height = self.sizes[self.dim() - 2], width = self.sizes[self.dim() - 1];
   ETM_REQUIRE(height > 0 && width > 0, op, ": Expected input's non-batch dimensions to have positive length, got ",
               shape_text(self.sizes));
-  const int64_t out_height = output_size(height, p.window[0], p.padding[0], p.stride[0], p.dilation[0], ceil_mode);
-  const int64_t out_width = output_size(width, p.window[1], p.padding[1], p.stride[1], p.dilation[1], ceil_mode);
+  const int64_t out_height = pooling_output_size(height, p.window[0], p.padding[0], p.stride[0], p.dilation[0], ceil_mode);
+  const int64_t out_width = pooling_output_size(width, p.window[1], p.padding[1], p.stride[1], p.dilation[1], ceil_mode);
   ETM_REQUIRE(out_height >= 1 && out_width >= 1, op, ": Given input size ", shape_text(self.sizes),
               ". Calculated output size (", out_height, "x", out_width, "). Output size is too small");
   PoolShape shape{self.sizes, batch * channels};
@@ -112,6 +103,15 @@ PoolShape plan_pool(const char* op, const Tensor& self, const std::vector<int64_
 }
 
 }  // namespace
+
+int64_t pooling_output_size(int64_t input, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation,
+                            bool ceil_mode) {
+  const int64_t span = input + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  const int64_t floor_div = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
+  int64_t size = floor_div + 1;
+  if (ceil_mode && (size - 1) * stride >= input + pad) --size;
+  return size;
+}
 
 PoolOutputs max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel_size,
                                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,

@@ -15,6 +15,10 @@ struct PoolOutputs {
   std::unique_ptr<Tensor> indices;  // int64: flat positions h * W + w in the input plane
 };
 
+// torch's pooling_output_shape: the output length of one pooled dimension.
+int64_t pooling_output_size(int64_t input, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation,
+                            bool ceil_mode);
+
 // self [N, C, H, W] or [C, H, W], float32 / float16 / bfloat16, any strides. kernel_size,
 // padding and dilation hold one value or two (H, W); stride too, or none for kernel_size.
 // NaN propagates. Output sizes as torch computes them, ceil_mode included.

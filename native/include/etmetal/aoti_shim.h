@@ -208,6 +208,12 @@ ETMETAL_API AOTITorchError aoti_torch_proxy_executor_call_function(
     struct AOTIProxyExecutorOpaque* proxy_executor, int extern_node_index, int num_ints,
     int64_t* flatten_int_args, int num_tensors, AtenTensorHandle* flatten_tensor_args);
 
+/* Always fails (and poisons the calling thread's stream): etmetal has no ATen dispatcher. The
+ * message names the op ("opName.overloadName") the caller asked for. */
+typedef uint64_t StableIValue;
+ETMETAL_API AOTITorchError aoti_torch_call_dispatcher(const char* opName, const char* overloadName,
+                                                      StableIValue* stack);
+
 ETMETAL_END_DECLS
 
 #endif

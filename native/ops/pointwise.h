@@ -1,0 +1,29 @@
+// Pointwise fallbacks of c_shim_mps.h (shaders/pointwise.metal): add, mul, pow, abs, gcd and
+// angle with ATen semantics, torch's type promotion and broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace etm::ops {
+
+enum class PointwiseOp : uint32_t { add = 0, mul = 1, pow = 2, abs = 3, gcd = 4, angle = 5 };
+
+// One operand: a tensor (bool, uint8, int8, int16, int32, int64, float16, bfloat16 or float32;
+// any strides) or a scalar. The C ABI passes scalars as doubles: an integral value counts as an
+// integer scalar (torch's int), any other as a float scalar (a wrapped float, float32).
+struct PointwiseOperand {
+  const Tensor* tensor = nullptr;
+  double scalar = 0;
+};
+
+// A new contiguous result of the broadcast shape in torch's result dtype: add computes
+// a + alpha * b; abs and angle read `a` only (angle of a real number: pi below 0, NaN kept, else
+// 0, in a floating dtype). Errors as torch gives them (alpha not integral for integer results,
+// gcd of floats, integer to a negative integer scalar power, bool abs / pow results).
+std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, const PointwiseOperand& b,
+                                  double alpha = 1.0);
+
+}  // namespace etm::ops

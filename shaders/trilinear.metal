@@ -1,0 +1,53 @@
+// _trilinear (ATen semantics): out = the sum over the `sumdim` dimensions of i1 * i2 * i3, each
+// input unsqueezed at its expand dimensions and broadcast (stride 0). The host orders the
+// dimensions as kept ones (the output's, in order) and summed ones. One thread per output
+// element; float32 accumulation in row-major order of the summed dimensions.
+#include <metal_stdlib>
+using namespace metal;
+
+constant constexpr uint kMaxDims = 8;
+
+// Must match etm::ops::TrilinearParams (native/ops/trilinear.cpp).
+struct TrilinearParams {
+  long kept_strides[3][kMaxDims];
+  long sum_strides[3][kMaxDims];
+  uint kept_sizes[kMaxDims];
+  uint sum_sizes[kMaxDims];
+  uint kept_dims;
+  uint sum_dims;
+};
+
+template <typename T>
+kernel void trilinear(const device T* i1 [[buffer(0)]], const device T* i2 [[buffer(1)]],
+                      const device T* i3 [[buffer(2)]], device T* out [[buffer(3)]],
+                      constant TrilinearParams& p [[buffer(4)]], uint index [[thread_position_in_grid]]) {
+  long base[3] = {0, 0, 0};
+  uint rest = index;
+  for (int d = int(p.kept_dims) - 1; d >= 0; --d) {
+    const long coordinate = rest % p.kept_sizes[d];
+    rest /= p.kept_sizes[d];
+    for (int i = 0; i < 3; ++i) base[i] += coordinate * p.kept_strides[i][d];
+  }
+  uint terms = 1;
+  for (uint d = 0; d < p.sum_dims; ++d) terms *= p.sum_sizes[d];
+  float sum = 0.0f;
+  for (uint term = 0; term < terms; ++term) {
+    long offset[3] = {base[0], base[1], base[2]};
+    uint left = term;
+    for (int d = int(p.sum_dims) - 1; d >= 0; --d) {
+      const long coordinate = left % p.sum_sizes[d];
+      left /= p.sum_sizes[d];
+      for (int i = 0; i < 3; ++i) offset[i] += coordinate * p.sum_strides[i][d];
+    }
+    sum += float(i1[offset[0]]) * float(i2[offset[1]]) * float(i3[offset[2]]);
+  }
+  out[index] = T(sum);
+}
+
+#define INSTANTIATE_TRILINEAR(T)                                                                \
+  template [[host_name("trilinear_" #T)]] kernel void trilinear<T>(                               \
+      const device T*, const device T*, const device T*, device T*, constant TrilinearParams&, uint);
+
+INSTANTIATE_TRILINEAR(float)
+INSTANTIATE_TRILINEAR(half)
+INSTANTIATE_TRILINEAR(bfloat)

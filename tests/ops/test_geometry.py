@@ -1,0 +1,109 @@
+"""aoti_torch_mps_grid_sampler_3d and aoti_torch_mps__cdist_forward against torch eager on the
+CPU: every interpolation / padding / align_corners combination, points outside the input,
+float32 / float16 / bfloat16, strided inputs and grids; p 0, 1, 2, infinity and fractional,
+broadcast batches, empty and zero-column inputs; bad input. test_compiled_geometry.py (slow)
+reaches both through a compiled model."""
+
+import math
+
+import pytest
+import torch
+
+import etmetal_py
+from etmetal_py import Tensor, ffi, lib
+from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def sample(input, grid, interpolation, padding, align_corners):
+    r0 = ffi.new("AtenTensorHandle*")
+    a, b = as_device(input), as_device(grid)
+    return lib.aoti_torch_mps_grid_sampler_3d(a.handle, b.handle, interpolation, padding, int(align_corners), r0), r0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_grid_sampler_3d_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, 7, generator=generator).to(dtype)
+    # Points reach past the input on every side (padding modes matter), and some sit exactly on
+    # voxel centres and halfway between them (nearest rounds halves to even).
+    grid = (torch.rand(2, 4, 3, 5, 3, generator=generator) * 3.2 - 1.6).to(dtype)
+    grid[0, 0, 0, :3] = torch.tensor([[0.0, 0.0, 0.0], [1.0, -1.0, 1.0], [-1 / 7, 1 / 6, 0.2]]).to(dtype)
+    tolerance = 2e-6 if dtype == torch.float32 else 2e-2
+    for interpolation in (0, 1):
+        for padding in (0, 1, 2):
+            for align_corners in (False, True):
+                for tensor, points in ((x, grid), (x.transpose(2, 4), grid[:, :, :, ::2]),
+                                       (x.contiguous(memory_format=torch.channels_last_3d), grid.transpose(1, 3))):
+                    code, r0 = sample(tensor, points, interpolation, padding, align_corners)
+                    assert code == 0, etmetal_py.last_error()
+                    # torch's CPU kernel has no half kernels: the reference samples in float32.
+                    expected = torch.ops.aten.grid_sampler_3d(tensor.float(), points.float(), interpolation, padding,
+                                                              align_corners)
+                    got = Tensor(r0[0]).torch()
+                    assert got.dtype == dtype and got.is_contiguous()
+                    if interpolation == 1 and dtype != torch.float32:
+                        expected = expected.to(dtype)  # nearest copies a voxel: exact after rounding
+                        assert torch.equal(got, expected), (interpolation, padding, align_corners)
+                    else:
+                        torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_grid_sampler_3d_empty_and_bad_input():
+    x, grid = torch.randn(1, 2, 3, 3, 3), torch.rand(1, 2, 2, 2, 3)
+    code, r0 = sample(x, torch.rand(1, 0, 2, 2, 3), 0, 0, False)
+    assert code == 0 and Tensor(r0[0]).torch().shape == (1, 2, 0, 2, 2)
+    code, r0 = sample(x[:, :0], grid, 0, 0, False)
+    assert code == 0 and Tensor(r0[0]).torch().shape == (1, 0, 2, 2, 2)
+    poisoning_failure(sample(x, grid, 2, 0, False)[0], "aoti_torch_mps_grid_sampler_3d", "bicubic needs 4-D input")
+    poisoning_failure(sample(x, grid, 0, 3, False)[0], "padding mode 3 is not valid")
+    poisoning_failure(sample(x, grid.half(), 0, 0, False)[0], "expected input and grid to have same dtype")
+    poisoning_failure(sample(x, grid[..., :2], 0, 0, False)[0], "expected grid to have size 3 in last dimension")
+    poisoning_failure(sample(x, torch.rand(2, 2, 2, 2, 3), 0, 0, False)[0], "same batch size")
+    poisoning_failure(sample(x[0], grid[0], 0, 0, False)[0], "expected 5D input")
+    poisoning_failure(sample(x.long(), grid.long(), 0, 0, False)[0], "dtype int64 is not supported")
+    poisoning_failure(sample(x[:, :, :0], grid, 0, 0, False)[0], "non-empty spatial dimensions")
+
+
+def cdist(x1, x2, p, compute_mode=None):
+    r0 = ffi.new("AtenTensorHandle*")
+    mode = ffi.new("int64_t*", compute_mode) if compute_mode is not None else ffi.NULL
+    a, b = as_device(x1), as_device(x2)
+    return lib.aoti_torch_mps__cdist_forward(a.handle, b.handle, p, mode, r0), r0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_cdist_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(1)
+    x1 = torch.randn(2, 3, 7, 5, generator=generator).to(dtype)
+    x2 = torch.randn(3, 6, 5, generator=generator).to(dtype)
+    x2[0, 0] = x1[0, 0, 0]  # a zero distance (p 0 counts no column)
+    tolerance = 2e-6 if dtype == torch.float32 else 2e-2
+    for p in (0.0, 1.0, 2.0, math.inf, 0.5, 3.0):
+        for a, b in ((x1, x2), (x1.transpose(-1, -2).contiguous().transpose(-1, -2), x2[:, ::2]),
+                     (x1[0, 0], x2[1]), (x1[:, :1], x2)):
+            for mode in (None, 2):
+                code, r0 = cdist(a, b, p, mode)
+                assert code == 0, etmetal_py.last_error()
+                # compute mode 2: torch computes the differences directly, as etmetal always does
+                expected = torch.ops.aten._cdist_forward(a.float(), b.float(), p, 2)
+                got = Tensor(r0[0]).torch()
+                assert got.dtype == dtype and got.shape == expected.shape
+                torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance * (1 + 10 * (p == 0.5)))
+
+
+def test_cdist_empty_and_bad_input():
+    x1, x2 = torch.randn(4, 3), torch.randn(5, 3)
+    code, r0 = cdist(x1[:, :0], x2[:, :0], 2.0)
+    assert code == 0 and torch.equal(Tensor(r0[0]).torch(), torch.zeros(4, 5))
+    code, r0 = cdist(x1[:0], x2, 2.0)
+    assert code == 0 and Tensor(r0[0]).torch().shape == (0, 5)
+    poisoning_failure(cdist(x1, x2[:, :2], 2.0)[0], "aoti_torch_mps__cdist_forward",
+                      "X1 and X2 must have the same number of columns. X1: 3 X2: 2")
+    poisoning_failure(cdist(x1, x2, -1.0)[0], "only supports non-negative p values")
+    poisoning_failure(cdist(x1, x2, 2.0, 3)[0], "possible modes: None, 1, 2, but was: 3")
+    poisoning_failure(cdist(x1[0], x2, 2.0)[0], "at least 2D tensors, X1 got: 1D")
+    poisoning_failure(cdist(x1.long(), x2.long(), 2.0)[0], "only supports floating-point dtypes")
+    poisoning_failure(cdist(x1, x2.half(), 2.0)[0], "must have the same dtype")
+    poisoning_failure(cdist(torch.randn(2, 4, 3), torch.randn(3, 5, 3), 2.0)[0], "do not broadcast")
