@@ -37,6 +37,7 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
       {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers|regions", 0, 0, "chosen per kernel"},
       {"ETMETAL_KERNEL_TIMEOUT_MS", Kind::integer, "", 0, int64_t{1} << 40, "300000 (0: no limit)"},
+      {"ETMETAL_VALIDATE", Kind::choice, "0|1", 0, 0, "0 (1: the CPU device checks every kernel access)"},
   };
   return table;
 }
