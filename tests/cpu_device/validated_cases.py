@@ -137,6 +137,13 @@ def problems(message, kernel, count):
     return [line.strip() for line in message[message.index(header) + len(header):].splitlines() if line.strip()]
 
 
+def at(statement, kernel=""):
+    """Where a report places `statement`: its MSL line (the first after `kernel void KERNEL(`)."""
+    lines = SOURCE.splitlines()
+    first = next(k for k, text in enumerate(lines) if f"kernel void {kernel}" in text)
+    return f" at library.metal:{next(k for k in range(first, len(lines)) if statement in lines[k]) + 1}"
+
+
 def thread(x, group, local):
     return f"thread ({x}, 0, 0) (threadgroup ({group}, 0, 0), position ({local}, 0, 0) in it)"
 
@@ -146,14 +153,16 @@ def test_read_one_element_past_a_buffer(library):
     message = failure(lambda: library.function("read_one_past")(x, y, threads=100, group=32))
     # Only thread 99 (group 3, position 3) reads x[100]: byte 400 of a 400-byte binding.
     assert problems(message, "read_one_past", 1) == [
-        thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)"]
+        thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)" +
+        at("y[i] = x[i + 1];")]
 
 
 def test_write_one_element_past_a_buffer(library):
     x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
     message = failure(lambda: library.function("write_one_past")(x, y, threads=10, group=4))
     assert problems(message, "write_one_past", 1) == [
-        thread(9, 2, 1) + " writes 4 bytes at byte offset 40 of buffer 1, out of bounds (40 bytes bound)"]
+        thread(9, 2, 1) + " writes 4 bytes at byte offset 40 of buffer 1, out of bounds (40 bytes bound)" +
+        at("y[i + 1] = x[i];")]
 
 
 def test_read_before_a_buffer(library):
@@ -161,7 +170,8 @@ def test_read_before_a_buffer(library):
     message = failure(lambda: library.function("read_one_before")(x, y, threads=10, group=10))
     # x starts a page: the read lands in the guard zone before it and faults after its report.
     report, fault = problems(message, "read_one_before", 1)
-    assert report == thread(0, 0, 0) + " reads 4 bytes at byte offset -4 of buffer 0, out of bounds (40 bytes bound)"
+    assert report == (thread(0, 0, 0) + " reads 4 bytes at byte offset -4 of buffer 0, out of bounds (40 bytes bound)" +
+                      at("y[i] = x[int(i) - 1];"))
     assert fault.startswith("then: kernel 'read_one_before': invalid memory access at ")
 
 
@@ -169,7 +179,8 @@ def test_read_past_set_bytes_data(library):
     y = np.zeros(2, np.int64)
     message = failure(lambda: library.function("read_past_scalar")(y, 7, threads=2, group=2))
     assert problems(message, "read_past_scalar", 1) == [
-        thread(1, 0, 1) + " reads 8 bytes at byte offset 8 of buffer 1, out of bounds (set_bytes data, 8 bytes bound)"]
+        thread(1, 0, 1) + " reads 8 bytes at byte offset 8 of buffer 1, out of bounds (set_bytes data, 8 bytes bound)" +
+        at("y[i] = (&n)[i];")]
 
 
 def offset_in(line):
@@ -183,21 +194,18 @@ def test_write_past_a_threadgroup_array(library):
     # reads tile[0], which nobody wrote (the writes went to tile[1..64]).
     lines = problems(message, "write_past_tile", 4)
     tile = offset_in(lines[1])
-    assert lines == [
-        thread(63, 0, 63) + f" writes 4 bytes at threadgroup memory offset {tile + 256}, outside every threadgroup "
-        "variable and [[threadgroup(i)]] block",
-        thread(0, 0, 0) + f" reads 4 bytes at threadgroup memory offset {tile} that no thread of the group has written "
-        "(uninitialised)",
-        thread(127, 1, 63) + f" writes 4 bytes at threadgroup memory offset {tile + 256}, outside every threadgroup "
-        "variable and [[threadgroup(i)]] block",
-        thread(64, 1, 0) + f" reads 4 bytes at threadgroup memory offset {tile} that no thread of the group has "
-        "written (uninitialised)"]
+    outside = (f" writes 4 bytes at threadgroup memory offset {tile + 256}, outside every threadgroup variable and "
+               "[[threadgroup(i)]] block" + at("tile[t + 1] = x[i];"))
+    unwritten = (f" reads 4 bytes at threadgroup memory offset {tile} that no thread of the group has written "
+                 "(uninitialised)" + at("y[i] = tile[t];", "write_past_tile"))
+    assert lines == [thread(63, 0, 63) + outside, thread(0, 0, 0) + unwritten,
+                     thread(127, 1, 63) + outside, thread(64, 1, 0) + unwritten]
 
 
-def race(reader_or_writer, access, offset, other, did, size=4, seen_by_effect=False):
+def race(reader_or_writer, access, offset, other, did, where="", size=4, seen_by_effect=False):
     how = " (an update seen by its effect)" if seen_by_effect else ""
     return (reader_or_writer + f" {access}{how} {size} byte{'s' if size > 1 else ''} at threadgroup memory offset "
-            f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)")
+            f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)" + where)
 
 
 def test_missing_barrier_is_a_race(library):
@@ -207,23 +215,26 @@ def test_missing_barrier_is_a_race(library):
     # overwrites the slot the even one read, then reads the slot the even one wrote: 2 x 32.
     lines = problems(message, "missing_barrier", 64)
     tile = offset_in(lines[1])
-    assert lines[:4] == [race(thread(1, 0, 1), "writes", tile + 4, thread(0, 0, 0), "read"),
-                         race(thread(1, 0, 1), "reads", tile, thread(0, 0, 0), "wrote"),
-                         race(thread(3, 0, 3), "writes", tile + 12, thread(2, 0, 2), "read"),
-                         race(thread(3, 0, 3), "reads", tile + 8, thread(2, 0, 2), "wrote")]
+    store, load = at("tile[t] = x[i];", "missing_barrier"), at("y[i] = tile[t ^ 1];")
+    assert lines[:4] == [race(thread(1, 0, 1), "writes", tile + 4, thread(0, 0, 0), "read", store),
+                         race(thread(1, 0, 1), "reads", tile, thread(0, 0, 0), "wrote", load),
+                         race(thread(3, 0, 3), "writes", tile + 12, thread(2, 0, 2), "read", store),
+                         race(thread(3, 0, 3), "reads", tile + 8, thread(2, 0, 2), "wrote", load)]
 
 
 def test_unsynchronised_read_modify_write_is_a_race(library):
     y = np.zeros(1, np.int32)
     message = failure(lambda: library.function("unsynchronised_counter")(y, threadgroups=1, group=8))
     # Thread k (1..7) reads the counter thread k - 1 updated; thread k's update (0..8 change
-    # only the low byte) follows thread k - 1's: 2 x 7 reports, in this order.
+    # only the low byte) follows thread k - 1's: 2 x 7 reports, in this order. An update found
+    # by its effect has no code address, so no line.
     lines = problems(message, "unsynchronised_counter", 14)
     counter = offset_in(lines[0])
+    update = at("counter[0] += 1;")
     expected = []
     for k in range(1, 8):
-        expected.append(race(thread(k, 0, k), "reads", counter, thread(k - 1, 0, k - 1), "wrote"))
-        expected.append(race(thread(k, 0, k), "writes", counter, thread(k - 1, 0, k - 1), "wrote", 1, True))
+        expected.append(race(thread(k, 0, k), "reads", counter, thread(k - 1, 0, k - 1), "wrote", update))
+        expected.append(race(thread(k, 0, k), "writes", counter, thread(k - 1, 0, k - 1), "wrote", "", 1, True))
     assert lines[:8] == expected[:8]
     assert lines[8] == "(6 more not shown)"
 
@@ -234,7 +245,8 @@ def test_read_of_uninitialised_threadgroup_memory(library):
     # Nobody writes tile[0]; thread 63 reads it.
     (line,) = problems(message, "read_before_written", 1)
     assert line == thread(63, 0, 63) + (f" reads 4 bytes at threadgroup memory offset {offset_in(line)} that no "
-                                        "thread of the group has written (uninitialised)")
+                                        "thread of the group has written (uninitialised)" +
+                                        at("y[t] = tile[(t + 1) % 64];"))
 
 
 def test_barrier_reached_by_part_of_the_group(library):

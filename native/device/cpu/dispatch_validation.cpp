@@ -1,10 +1,20 @@
 #include "device/cpu/dispatch_validation.h"
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "device/cpu/cpu_executor.h"
+#include "device/cpu/msl_translator.h"
 #include "device/settings.h"
+
+extern char** environ;
 
 namespace etm::device::cpu {
 namespace {
@@ -66,6 +76,50 @@ const char* verb(uint32_t kind, bool past) {
   if (kind == ETM_CPU_ACCESS_LOAD) return past ? "read" : "reads";
   if (kind == ETM_CPU_ACCESS_STORE) return past ? "wrote" : "writes";
   return past ? "updated atomically" : "updates atomically";
+}
+
+// "library.metal:LINE" of the kernel code at `site` (a return address), from the kernel
+// object's line tables through addr2line; empty when they cannot tell.
+std::string msl_line_of(uintptr_t site) {
+  Dl_info info;
+  if (!site || !dladdr(reinterpret_cast<void*>(site), &info) || !info.dli_fname) return "";
+  char offset[32];
+  std::snprintf(offset, sizeof offset, "0x%llx",
+                static_cast<unsigned long long>(site - 1 - reinterpret_cast<uintptr_t>(info.dli_fbase)));
+  int out[2];
+  if (pipe(out) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::string object = info.dli_fname;
+  char tool[] = "addr2line", inlined[] = "-i", executable[] = "-e";
+  char* argv[] = {tool, inlined, executable, object.data(), offset, nullptr};
+  pid_t child = -1;
+  const bool spawned = posix_spawnp(&child, "addr2line", &actions, nullptr, argv, environ) == 0;
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string text;
+  char buffer[512];
+  for (ssize_t n; spawned && (n = read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+  close(out[0]);
+  if (spawned) waitpid(child, nullptr, 0);
+  // With -i the innermost inlined frame comes first; the MSL source is the first line from it.
+  const std::string name = std::string(kMslSourceName) + ":";
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    const size_t at = line.rfind(name);
+    if (at != std::string::npos && (at == 0 || line[at - 1] == '/')) {
+      const std::string location = line.substr(at);
+      const size_t discriminator = location.find(' ');
+      return location.substr(0, discriminator);
+    }
+    start = end + 1;
+  }
+  return "";
 }
 
 std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1 ? " byte" : " bytes"); }
@@ -147,21 +201,23 @@ std::string DispatchValidation::thread_text(const etm_cpu_group& group, uint32_t
   return text;
 }
 
-void DispatchValidation::report(const std::string& what, const etm_cpu_group& group, uint32_t thread) {
-  const std::string text = thread_text(group, thread) + " " + what;
+void DispatchValidation::report(const std::string& what, const etm_cpu_group* group, uint32_t thread,
+                                uintptr_t site) {
+  const std::string text = group ? thread_text(*group, thread) + " " + what : what;
   std::lock_guard<std::mutex> lock(mutex_);
   ++report_count_;
-  if (reports_.size() < kReportsKept && std::find(reports_.begin(), reports_.end(), text) == reports_.end())
-    reports_.push_back(text);
+  if (reports_.size() < kReportsKept &&
+      std::none_of(reports_.begin(), reports_.end(), [&](const Report& r) { return r.text == text; }))
+    reports_.push_back(Report{text, site});
 }
 
-void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind) {
+void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site) {
   auto* self = static_cast<DispatchValidation*>(state);
   const WorkerShadow& shadow = tl_shadow;
   if (shadow.owner != self || !shadow.group) return;
   const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
   if (address - arena < kThreadgroupMemoryLimit + kValidationArenaSlack) {
-    self->check_threadgroup(address - arena, size, kind);
+    self->check_threadgroup(address - arena, size, kind, site);
     return;
   }
   const Binding* nearest = nullptr;
@@ -184,7 +240,7 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
   self->report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at byte offset " +
                    std::to_string(offset) + " of buffer " + std::to_string(nearest->index) + ", out of bounds (" +
                    (nearest->device ? "" : "set_bytes data, ") + bytes_text(nearest->length) + " bound)",
-               *shadow.group, thread);
+               shadow.group, thread, site);
 }
 
 // Stores the compiler did not instrument (a store after a load of the same location in one
@@ -200,7 +256,7 @@ void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
   auto flush = [&] {
     if (run_end > run_begin)
       report_race(run_begin, run_end - run_begin, ETM_CPU_ACCESS_STORE, run_writer, run_other,
-                  run_wrote ? "wrote" : "read", true);
+                  run_wrote ? "wrote" : "read", true, 0);
     run_begin = run_end = 0;
   };
   for (uint64_t k = begin; k < end; ++k) {
@@ -232,16 +288,16 @@ void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
 }
 
 void DispatchValidation::report_race(uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread, uint32_t other,
-                                     const char* other_did, bool inferred) {
+                                     const char* other_did, bool inferred, uintptr_t site) {
   const etm_cpu_group& group = *tl_shadow.group;
   const std::string who = other == kSeveralThreads ? std::string("other threads") : thread_text(group, other);
   report(std::string(verb(kind, false)) + (inferred ? " (an update seen by its effect) " : " ") + bytes_text(size) +
              " at threadgroup memory offset " + std::to_string(offset) + ", which " + who + " " + other_did +
              " since the last threadgroup_barrier (a data race)",
-         group, thread);
+         &group, thread, site);
 }
 
-void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind) {
+void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site) {
   WorkerShadow& shadow = tl_shadow;
   uint32_t thread = kNoThread, barriers = 0;
   current_kernel_thread(&thread, &barriers);
@@ -250,7 +306,7 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
   if (!inside) {
     report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
                std::to_string(offset) + ", outside every threadgroup variable and [[threadgroup(i)]] block",
-           *shadow.group, thread);
+           shadow.group, thread, site);
     return;
   }
   if (thread == kNoThread) return;
@@ -294,9 +350,9 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
   if (uninitialised) {
     report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
                std::to_string(offset) + " that no thread of the group has written (uninitialised)",
-           *shadow.group, thread);
+           shadow.group, thread, site);
   } else if (other != kNoThread) {
-    report_race(offset, size, kind, thread, other, other_did, false);
+    report_race(offset, size, kind, thread, other, other_did, false, site);
   }
 }
 
@@ -308,10 +364,7 @@ void DispatchValidation::barrier_released(const etm_cpu_group& group, uint32_t r
                            std::to_string(group.position[0]) + ", " + std::to_string(group.position[1]) +
                            ", " + std::to_string(group.position[2]) + "); " + std::to_string(finished) +
                            " returned without reaching it";
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++report_count_;
-  if (reports_.size() < kReportsKept && std::find(reports_.begin(), reports_.end(), what) == reports_.end())
-    reports_.push_back(what);
+  report(what, nullptr, kNoThread, 0);
 }
 
 void DispatchValidation::end_group() { infer_writes(0, threadgroup_bytes_); }
@@ -321,7 +374,10 @@ Status DispatchValidation::outcome(const Status& executed) const {
   if (reports_.empty()) return executed;
   std::string message = "kernel '" + kernel_ + "': ETMETAL_VALIDATE found " + std::to_string(report_count_) +
                         (report_count_ == 1 ? " problem:" : " problems:");
-  for (const std::string& text : reports_) message += "\n  " + text;
+  for (const Report& r : reports_) {
+    const std::string line = msl_line_of(r.site);
+    message += "\n  " + r.text + (line.empty() ? "" : " at " + line);
+  }
   if (report_count_ > reports_.size())
     message += "\n  (" + std::to_string(report_count_ - reports_.size()) + " more not shown)";
   if (!executed.ok()) message += "\nthen: " + executed.message();

@@ -12,8 +12,9 @@
 //   stores are found from the bytes they change (at the next access, barrier or group end),
 //   so one that writes the value already there goes unseen;
 // - a threadgroup_barrier that some threads of the group never reach (they returned).
-// Reports name the kernel, the thread and threadgroup position and the binding or offset;
-// they become the dispatch's error once it has run. Nothing is stopped early: a checked
+// Reports name the kernel, the thread and threadgroup position, the binding or offset and
+// the MSL line (kernels are built with line tables; addr2line reads them when a report is
+// made); they become the dispatch's error once it has run. Nothing is stopped early: a checked
 // access still happens (an access outside every mapping then faults, kernel_faults.h).
 #pragma once
 
@@ -72,12 +73,17 @@ class DispatchValidation {
     bool device;
   };
 
-  static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind);
-  void check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind);
+  struct Report {
+    std::string text;
+    uintptr_t site;  // the kernel code that made the access (0: none)
+  };
+
+  static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
+  void check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site);
   void infer_writes(uint64_t begin, uint64_t end);
   void report_race(uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread, uint32_t other,
-                   const char* other_did, bool inferred);
-  void report(const std::string& what, const etm_cpu_group& group, uint32_t thread);
+                   const char* other_did, bool inferred, uintptr_t site);
+  void report(const std::string& what, const etm_cpu_group* group, uint32_t thread, uintptr_t site);
   std::string thread_text(const etm_cpu_group& group, uint32_t thread) const;
 
   std::string kernel_;
@@ -89,7 +95,7 @@ class DispatchValidation {
   etm_cpu_validation table_{};
 
   mutable std::mutex mutex_;
-  std::vector<std::string> reports_;
+  std::vector<Report> reports_;
   uint64_t report_count_ = 0;
 };
 

@@ -468,7 +468,10 @@ Status KernelCompiler::initialize() {
     for (const std::string& flag : instrumentation_compiler_flags(is_clang_)) flags_.push_back(flag);
   }
   if (counters_enabled()) flags_.push_back("-DETM_CPU_COUNTERS=1");
-  if (validation_enabled()) flags_.push_back("-DETM_CPU_VALIDATE=1");
+  if (validation_enabled()) {
+    flags_.push_back("-DETM_CPU_VALIDATE=1");
+    flags_.push_back("-g1");  // line tables: reports name the MSL line
+  }
   return Status();
 }
 

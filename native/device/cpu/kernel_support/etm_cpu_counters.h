@@ -25,14 +25,15 @@ namespace etm_cpu_kernel {
 // it just before the builtin), so that access is checked as atomic.
 inline thread_local uintptr_t pending_atomic = 0;
 
-__attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind) {
+__attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
+                                                                  uintptr_t site) {
   etm_cpu_validation* validation = dispatch_validation;
   if (!validation) return;
   if (pending_atomic && address == pending_atomic) {
     kind = ETM_CPU_ACCESS_ATOMIC;
     pending_atomic = 0;
   }
-  validation->check(validation->state, address, size, kind);
+  validation->check(validation->state, address, size, kind, site);
 }
 #endif
 
@@ -63,18 +64,23 @@ __attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, 
 }
 #endif
 
-__attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint64_t size) {
+// `site`: the instrumented code's address (the hook's return address).
+__attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
-  validate_access(address, size, ETM_CPU_ACCESS_LOAD);
+  validate_access(address, size, ETM_CPU_ACCESS_LOAD, site);
+#else
+  (void)site;
 #endif
 #if ETM_CPU_COUNTERS
   count_load(address, size);
 #endif
 }
 
-__attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uint64_t size) {
+__attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
-  validate_access(address, size, ETM_CPU_ACCESS_STORE);
+  validate_access(address, size, ETM_CPU_ACCESS_STORE, site);
+#else
+  (void)site;
 #endif
 #if ETM_CPU_COUNTERS
   count_store(address, size);
@@ -84,12 +90,13 @@ __attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uin
 }  // namespace etm_cpu_kernel
 
 // The hooks the instrumentation calls (the names and signatures are the compilers' ABI).
+#define ETM_CPU_ACCESS_SITE reinterpret_cast<uintptr_t>(__builtin_return_address(0))
 #define ETM_CPU_COUNTING_HOOKS(size)                                                              \
   extern "C" __attribute__((no_sanitize_address)) void __asan_load##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::on_load(a, size);                                                          \
+    etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);                                        \
   }                                                                                               \
   extern "C" __attribute__((no_sanitize_address)) void __asan_store##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::on_store(a, size);                                                         \
+    etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);                                       \
   }
 ETM_CPU_COUNTING_HOOKS(1)
 ETM_CPU_COUNTING_HOOKS(2)
@@ -99,11 +106,12 @@ ETM_CPU_COUNTING_HOOKS(16)
 #undef ETM_CPU_COUNTING_HOOKS
 
 extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintptr_t a, uintptr_t size) {
-  etm_cpu_kernel::on_load(a, size);
+  etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);
 }
 extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, uintptr_t size) {
-  etm_cpu_kernel::on_store(a, size);
+  etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);
 }
+#undef ETM_CPU_ACCESS_SITE
 // Bracket dynamic initialisers and calls that do not return; nothing to do for counting or checks.
 extern "C" __attribute__((no_sanitize_address)) void __asan_before_dynamic_init(const char*) {}
 extern "C" __attribute__((no_sanitize_address)) void __asan_after_dynamic_init(void) {}

@@ -26,13 +26,14 @@ typedef struct etm_cpu_counters {
 } etm_cpu_counters;
 
 // Access checks of one dispatch (ETMETAL_VALIDATE=1; see etm_cpu_counters.h): the kernel
-// hands every instrumented load and store to `check` before it happens. Atomic accesses are
-// marked, since they never race.
+// hands every instrumented load and store to `check` before it happens, with the address of
+// the code that makes it (`site`, 0 when unknown). Atomic accesses are marked, since they
+// never race.
 enum { ETM_CPU_ACCESS_LOAD = 0, ETM_CPU_ACCESS_STORE = 1, ETM_CPU_ACCESS_ATOMIC = 2 };
 
 typedef struct etm_cpu_validation {
   void* state;
-  void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind);
+  void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
 } etm_cpu_validation;
 
 // One dispatch, shared by all threadgroups.

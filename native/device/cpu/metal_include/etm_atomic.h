@@ -88,7 +88,8 @@ __attribute__((no_sanitize_address)) inline T update_atomically(volatile metal::
   etm_cpu_kernel::count_store(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
 #endif
 #if ETM_CPU_VALIDATE
-  etm_cpu_kernel::validate_access(reinterpret_cast<uintptr_t>(&object->value), sizeof(T), ETM_CPU_ACCESS_ATOMIC);
+  etm_cpu_kernel::validate_access(reinterpret_cast<uintptr_t>(&object->value), sizeof(T), ETM_CPU_ACCESS_ATOMIC,
+                                  reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 #endif
   T* target = const_cast<T*>(&object->value);
   T expected;
