@@ -213,6 +213,11 @@ void DispatchValidation::report(const std::string& what, const etm_cpu_group* gr
 
 void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site) {
   auto* self = static_cast<DispatchValidation*>(state);
+  // Most accesses are inside a binding: settled before anything else is looked up.
+  for (const Binding& binding : self->bindings_) {
+    const uint64_t offset = address - binding.begin;
+    if (offset < binding.length && size <= binding.length - offset) return;
+  }
   const WorkerShadow& shadow = tl_shadow;
   if (shadow.owner != self || !shadow.group) return;
   const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
@@ -223,9 +228,7 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
   const Binding* nearest = nullptr;
   uint64_t nearest_distance = UINT64_MAX;
   for (const Binding& binding : self->bindings_) {
-    const uint64_t offset = address - binding.begin;
-    if (offset < binding.length && size <= binding.length - offset) return;
-    const auto signed_offset = static_cast<int64_t>(offset);
+    const auto signed_offset = static_cast<int64_t>(address - binding.begin);
     const uint64_t distance = signed_offset < 0 ? static_cast<uint64_t>(-signed_offset)
                                                 : static_cast<uint64_t>(signed_offset) + size - binding.length;
     if (distance <= binding.reach && distance < nearest_distance) {

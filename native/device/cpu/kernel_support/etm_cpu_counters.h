@@ -21,19 +21,15 @@
 namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
-// The address of an atomic object the next instrumented access goes to (etm_atomic.h sets
-// it just before the builtin), so that access is checked as atomic.
-inline thread_local uintptr_t pending_atomic = 0;
-
 __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  etm_cpu_validation* validation = dispatch_validation;
-  if (!validation) return;
-  if (pending_atomic && address == pending_atomic) {
+  ValidationState& state = validation_state;
+  if (!state.table) return;
+  if (state.pending_atomic && address == state.pending_atomic) {
     kind = ETM_CPU_ACCESS_ATOMIC;
-    pending_atomic = 0;
+    state.pending_atomic = 0;
   }
-  validation->check(validation->state, address, size, kind, site);
+  state.table->check(state.table->state, address, size, kind, site);
 }
 #endif
 

@@ -64,7 +64,7 @@ template <class T> using non_deduced_t = typename identity<T>::type;
 // instrumented access that follows is marked atomic (etm_cpu_counters.h).
 template <class T> inline T* storage(volatile metal::atomic<T>* object) {
 #if ETM_CPU_VALIDATE
-  etm_cpu_kernel::pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
+  etm_cpu_kernel::validation_state.pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
 #endif
   return const_cast<T*>(&object->value);
 }
