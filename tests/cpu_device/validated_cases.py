@@ -1,6 +1,7 @@
 """Kernel-sanitizer cases; run by test_validation.py in a process with ETMETAL_VALIDATE=1 (the
 flag selects how kernels are compiled, so it must be set before the library loads). Each seeded
-bug's report is computed by hand from the kernel; the clean kernels must produce none."""
+bug's report is computed by hand from the kernel; the clean kernels must produce none. Two
+cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
 
 import re
 
@@ -10,7 +11,9 @@ import pytest
 import etmetal_py
 from etmetal_py.kernels import compile_library
 
-SOURCE = """
+# The two kernels of the default cases come first, alone in a small library of their own (each
+# kernel compiles the whole library, instrumented); SOURCE starts with them, so lines agree.
+CORE_SOURCE = """
 #include <metal_stdlib>
 using namespace metal;
 
@@ -18,6 +21,19 @@ kernel void read_one_past(device const float* x, device float* y, uint i [[threa
   y[i] = x[i + 1];
 }
 
+// Each thread reads its pair partner's slot without the barrier that needs.
+kernel void missing_barrier(device const float* x, device float* y,
+                            uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[t] = 0.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  tile[t] = x[i];
+  y[i] = tile[t ^ 1];
+}
+
+"""
+
+SOURCE = CORE_SOURCE + """
 kernel void write_one_past(device const float* x, device float* y, uint i [[thread_position_in_grid]]) {
   y[i + 1] = x[i];
 }
@@ -37,16 +53,6 @@ kernel void write_past_tile(device const float* x, device float* y,
   tile[t + 1] = x[i];
   threadgroup_barrier(mem_flags::mem_threadgroup);
   y[i] = tile[t];
-}
-
-// Each thread reads its pair partner's slot without the barrier that needs.
-kernel void missing_barrier(device const float* x, device float* y,
-                            uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
-  threadgroup float tile[64];
-  tile[t] = 0.0f;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  tile[t] = x[i];
-  y[i] = tile[t ^ 1];
 }
 
 // A counter updated by every thread without atomics: the compiler checks each update's load
@@ -116,12 +122,22 @@ kernel void scale(device const float* x, device float* y, constant long& factor,
 """
 
 
-@pytest.fixture(scope="module")
-def library():
+def compiled(source):
     if etmetal_py.device_kind() != "cpu":
         pytest.skip("the kernel sanitizer is the CPU device's")
-    with compile_library(SOURCE) as compiled:
-        yield compiled
+    return compile_library(source)
+
+
+@pytest.fixture(scope="module")
+def core():
+    with compiled(CORE_SOURCE) as library:
+        yield library
+
+
+@pytest.fixture(scope="module")
+def library():
+    with compiled(SOURCE) as library:
+        yield library
 
 
 def failure(call):
@@ -148,15 +164,16 @@ def thread(x, group, local):
     return f"thread ({x}, 0, 0) (threadgroup ({group}, 0, 0), position ({local}, 0, 0) in it)"
 
 
-def test_read_one_element_past_a_buffer(library):
+def test_read_one_element_past_a_buffer(core):
     x, y = np.arange(100, dtype=np.float32), np.zeros(100, np.float32)
-    message = failure(lambda: library.function("read_one_past")(x, y, threads=100, group=32))
+    message = failure(lambda: core.function("read_one_past")(x, y, threads=100, group=32))
     # Only thread 99 (group 3, position 3) reads x[100]: byte 400 of a 400-byte binding.
     assert problems(message, "read_one_past", 1) == [
         thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)" +
         at("y[i] = x[i + 1];")]
 
 
+@pytest.mark.slow
 def test_write_one_element_past_a_buffer(library):
     x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
     message = failure(lambda: library.function("write_one_past")(x, y, threads=10, group=4))
@@ -165,6 +182,7 @@ def test_write_one_element_past_a_buffer(library):
         at("y[i + 1] = x[i];")]
 
 
+@pytest.mark.slow
 def test_read_before_a_buffer(library):
     x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
     message = failure(lambda: library.function("read_one_before")(x, y, threads=10, group=10))
@@ -175,6 +193,7 @@ def test_read_before_a_buffer(library):
     assert fault.startswith("then: kernel 'read_one_before': invalid memory access at ")
 
 
+@pytest.mark.slow
 def test_read_past_set_bytes_data(library):
     y = np.zeros(2, np.int64)
     message = failure(lambda: library.function("read_past_scalar")(y, 7, threads=2, group=2))
@@ -187,6 +206,7 @@ def offset_in(line):
     return int(re.search(r"threadgroup memory offset (\d+)", line).group(1))
 
 
+@pytest.mark.slow
 def test_write_past_a_threadgroup_array(library):
     x, y = np.arange(128, dtype=np.float32), np.zeros(128, np.float32)
     message = failure(lambda: library.function("write_past_tile")(x, y, threadgroups=2, group=64))
@@ -208,9 +228,9 @@ def race(reader_or_writer, access, offset, other, did, where="", size=4, seen_by
             f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)" + where)
 
 
-def test_missing_barrier_is_a_race(library):
+def test_missing_barrier_is_a_race(core):
     x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
-    message = failure(lambda: library.function("missing_barrier")(x, y, threadgroups=1, group=64))
+    message = failure(lambda: core.function("missing_barrier")(x, y, threadgroups=1, group=64))
     # Threads run in index order between barriers. In each pair (2k, 2k + 1), the odd thread
     # overwrites the slot the even one read, then reads the slot the even one wrote: 2 x 32.
     lines = problems(message, "missing_barrier", 64)
@@ -222,6 +242,7 @@ def test_missing_barrier_is_a_race(library):
                          race(thread(3, 0, 3), "reads", tile + 8, thread(2, 0, 2), "wrote", load)]
 
 
+@pytest.mark.slow
 def test_unsynchronised_read_modify_write_is_a_race(library):
     y = np.zeros(1, np.int32)
     message = failure(lambda: library.function("unsynchronised_counter")(y, threadgroups=1, group=8))
@@ -239,6 +260,7 @@ def test_unsynchronised_read_modify_write_is_a_race(library):
     assert lines[8] == "(6 more not shown)"
 
 
+@pytest.mark.slow
 def test_read_of_uninitialised_threadgroup_memory(library):
     y = np.zeros(64, np.float32)
     message = failure(lambda: library.function("read_before_written")(y, threadgroups=1, group=64))
@@ -249,6 +271,7 @@ def test_read_of_uninitialised_threadgroup_memory(library):
                                         at("y[t] = tile[(t + 1) % 64];"))
 
 
+@pytest.mark.slow
 def test_barrier_reached_by_part_of_the_group(library):
     x, y = np.arange(128, dtype=np.float32), np.zeros(128, np.float32)
     message = failure(lambda: library.function("early_return_before_barrier")(x, y, threadgroups=2, group=64))
@@ -258,6 +281,7 @@ def test_barrier_reached_by_part_of_the_group(library):
         "reaching it" for g in (0, 1)]
 
 
+@pytest.mark.slow
 def test_clean_kernels_report_nothing_and_compute_right(library):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(256).astype(np.float32)
@@ -278,6 +302,7 @@ def test_clean_kernels_report_nothing_and_compute_right(library):
     np.testing.assert_array_equal(scaled, x * 3)
 
 
+@pytest.mark.slow
 def test_a_reported_dispatch_leaves_the_process_working(library):
     x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
     assert "ETMETAL_VALIDATE" in failure(lambda: library.function("write_one_past")(x, y, threads=10, group=4))
