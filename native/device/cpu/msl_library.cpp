@@ -131,6 +131,10 @@ class KernelObject {
   etm_cpu_regions_entry regions() const { return regions_; }
   bool use_fibers() const { return use_fibers_; }
   uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
+  // What Metal would count: without the unused bytes validation puts after each variable.
+  uint64_t metal_static_threadgroup_bytes() const {
+    return static_threadgroup_bytes_ - (static_ranges_known_ ? kThreadgroupRedzoneBytes * static_ranges_.size() : 0);
+  }
   // The static variables' [begin, end) offsets; null unless the object recorded them all.
   const std::vector<std::pair<uint64_t, uint64_t>>* static_threadgroup_ranges() const {
     return static_ranges_known_ ? &static_ranges_ : nullptr;
@@ -165,7 +169,7 @@ class CpuKernelPipeline : public CpuPipeline {
     return object_->max_threads() ? object_->max_threads() : kMaxThreadsPerThreadgroup;
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
-  size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
+  size_t static_threadgroup_memory_length() const override { return object_->metal_static_threadgroup_bytes(); }
   bool writes_buffer(uint32_t index) const override {
     for (const KernelArgument& argument : kernel_.arguments) {
       if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
@@ -207,9 +211,7 @@ class CpuKernelPipeline : public CpuPipeline {
     // While validating each block is followed by unused bytes, which Metal's limit ignores.
     const bool validating = validation_enabled();
     const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
-    uint64_t redzone_bytes = validating && object_->static_threadgroup_ranges()
-                                 ? redzone * object_->static_threadgroup_ranges()->size()
-                                 : 0;
+    uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
     std::vector<std::pair<uint64_t, uint64_t>> dynamic_blocks;
     size_t padded_size = 0;
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
@@ -243,9 +245,9 @@ class CpuKernelPipeline : public CpuPipeline {
       }
     }
     if (threadgroup_bytes - redzone_bytes > kThreadgroupMemoryLimit) {
-      return Status::error("kernel '" + name + "' uses " + std::to_string(threadgroup_bytes) +
+      return Status::error("kernel '" + name + "' uses " + std::to_string(threadgroup_bytes - redzone_bytes) +
                            " bytes of threadgroup memory (static " +
-                           std::to_string(object_->static_threadgroup_bytes()) + " + dynamic); the limit is " +
+                           std::to_string(object_->metal_static_threadgroup_bytes()) + " + dynamic); the limit is " +
                            std::to_string(kThreadgroupMemoryLimit));
     }
     std::vector<void*> padded;  // the argument table, extended to unbound optional arguments
