@@ -5,7 +5,9 @@
 
 Every `*.metal` file under CHECKOUT/ROOT (default: MLX's kernel folder) becomes one library:
 quoted includes are inlined (searched next to the including file, then from CHECKOUT; each
-header once), `<metal_*>` includes stay. Each library is created in a child process with a
+header once), and so are angle-bracket includes of files under CHECKOUT; `<metal_*>` includes
+stay. For PyTorch's kernels (--root aten/src/ATen/native/mps/kernels) the checkout needs the
+c10/metal headers, which the torch wheel ships (torch/include/c10/metal). Each library is created in a child process with a
 private cache (aoti_torch_mps_create_shader_library: translation, then a syntax-only compile
 of every kernel instantiation it has). Reports, per file and in total: compiled, declined
 (a feature the CPU device refuses by design, such as MetalPerformancePrimitives) or failed,
@@ -25,7 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# Quoted includes, and angle-bracket ones that name a file of the checkout (PyTorch's kernels
+# include <c10/metal/...> from the repository root, where its build puts the include path).
+INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
 CHILD = """
 import re, sys
@@ -47,8 +51,9 @@ except etmetal_py.EtmetalError as error:
 
 def inline(path: Path, checkout: Path, seen: set) -> str:
     def replace(match):
-        name = match.group(1)
-        for candidate in (path.parent / name, checkout / name):
+        name = match.group(1) or match.group(2)
+        candidates = (path.parent / name, checkout / name) if match.group(1) else (checkout / name,)
+        for candidate in candidates:
             if candidate.exists():
                 resolved = candidate.resolve()
                 if resolved in seen:

@@ -142,7 +142,11 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionH
       }
       return;
     }
-    stream.set_argument_buffer(&kernel, idx, t.storage->buffer, t.buffer_offset());
+    // The kernel may reach what the tensor's views may: the allocation from its data pointer on.
+    const size_t allocation_end = t.storage->buffer_offset + t.storage->capacity;
+    const size_t offset = t.buffer_offset();
+    stream.set_argument_buffer(&kernel, idx, t.storage->buffer, offset,
+                               allocation_end > offset ? allocation_end - offset : 0);
   });
 }
 

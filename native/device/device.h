@@ -100,6 +100,10 @@ class ComputeEncoder {
   virtual ~ComputeEncoder() = default;
   virtual void set_pipeline(std::shared_ptr<Pipeline> pipeline) = 0;
   virtual void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) = 0;
+  // After set_buffer: the bytes from its offset on that belong to what was bound (a tensor's
+  // allocation, often shorter than the pooled buffer). A device that checks kernel accesses
+  // bounds them by it; the others ignore it.
+  virtual void set_buffer_extent(size_t, uint32_t) {}
   // Copies `length` bytes now (setBytes); at most 4 KiB.
   virtual void set_bytes(const void* data, size_t length, uint32_t index) = 0;
   virtual void set_threadgroup_memory_length(size_t length, uint32_t index) = 0;

@@ -87,11 +87,12 @@ KernelArgument& Stream::argument_slot(KernelFunction* kernel, unsigned index) {
 }
 
 void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
-                                 size_t offset) {
+                                 size_t offset, size_t extent) {
   KernelArgument& argument = argument_slot(kernel, index);
   argument.kind = KernelArgument::Kind::buffer;
   argument.buffer = std::move(buffer);
   argument.offset = offset;
+  argument.extent = extent;
 }
 
 void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
@@ -187,6 +188,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     }
     encoder.set_buffer(argument.buffer, argument.offset, index);
     if (!argument.buffer) continue;  // an empty tensor: bound as nil
+    if (argument.extent != SIZE_MAX) encoder.set_buffer_extent(argument.extent, index);
     note_buffer_use(argument.buffer, kernel->pipeline()->writes_buffer(index));
     since_barrier_.insert(argument.buffer.get());
   }

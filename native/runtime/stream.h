@@ -39,6 +39,7 @@ struct KernelArgument {
   enum class Kind { unset, buffer, bytes } kind = Kind::unset;
   BufferPtr buffer;
   size_t offset = 0;
+  size_t extent = SIZE_MAX;  // bytes from offset that belong to the bound tensor (SIZE_MAX: all)
   std::vector<unsigned char> bytes;  // keeps its capacity across dispatches
 };
 
@@ -63,8 +64,9 @@ class Stream {
 
   // Kernel encoding (aoti_torch_mps_start_encoding / set_arg_* / dispatch_*).
   void start_encoding(KernelFunction* kernel);
+  // `extent`: bytes from `offset` the kernel may reach (the tensor's allocation).
   void set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
-                           size_t offset);
+                           size_t offset, size_t extent = SIZE_MAX);
   void set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
                           size_t length);
   // Dynamic [[threadgroup(index)]] memory for the next dispatches of the kernel.

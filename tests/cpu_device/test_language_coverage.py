@@ -272,3 +272,30 @@ def test_default_template_argument_with_commas_bool_min_max_and_bfloat_from_a_cl
     assert np.array_equal(out, values.astype(np.float32))
     as_float = (flags.astype(np.uint32) << 16).view(np.float32)
     assert np.array_equal(as_float, np.float32([5, 5, 5, 4]))
+
+
+def test_kernel_template_declared_without_attributes_before_its_definition():
+    # torch's c10/metal/indexing.h: kernel templates are declared (parameters without
+    # attributes) before the macros that instantiate them; the definition has the attributes.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        namespace ops {
+        template <typename T>
+        kernel void shifted(device T* out, constant T* in, constant uint& shift, uint index);
+
+        template <typename T>
+        kernel void shifted(device T* out [[buffer(0)]], constant T* in [[buffer(1)]],
+                            constant uint& shift [[buffer(2)]], uint index [[thread_position_in_grid]]) {
+          out[index] = in[index + shift];
+        }
+        }  // namespace ops
+        template [[host_name("shifted_float")]] kernel void ops::shifted<float>(
+            device float* out, constant float* in, constant uint& shift, uint index);
+        """)
+    with compile_library(source) as library:
+        values = np.arange(8, dtype=np.float32)
+        out = np.zeros(6, dtype=np.float32)
+        library.function("shifted_float")(out, values, np.array([2], dtype=np.uint32), threads=6)
+        assert np.array_equal(out, values[2:])

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "native" / "device" / "cpu"
 SOURCES = ["msl_overload_sets.cpp", "msl_barrier_regions.cpp", "msl_function_constants.cpp", "msl_lexer.cpp", "msl_preprocessor.cpp",
            "msl_library.cpp", "msl_translator.cpp", "kernel_cache.cpp", "kernel_compiler.cpp", "kernel_faults.cpp",
-           "cpu_executor.cpp", "dispatch_counters.cpp", "fiber_context.cpp"]
+           "cpu_executor.cpp", "dispatch_counters.cpp", "dispatch_validation.cpp", "fiber_context.cpp"]
 
 
 @pytest.fixture(scope="module")

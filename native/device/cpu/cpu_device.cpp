@@ -59,6 +59,7 @@ struct BoundBuffer {
   std::shared_ptr<Buffer> buffer;
   size_t offset = 0;       // into `buffer`, or into the byte pool for set_bytes data
   size_t bytes_length = 0; // non-zero: set_bytes data
+  size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
 };
 
 // What a command buffer records besides its commands: every dispatch's argument table and
@@ -118,7 +119,9 @@ class HostComputeEncoder final : public ComputeEncoder {
     bound.buffer = std::move(buffer);
     bound.offset = offset;
     bound.bytes_length = 0;
+    bound.extent = SIZE_MAX;
   }
+  void set_buffer_extent(size_t length, uint32_t index) override { slot(index).extent = length; }
   void set_bytes(const void* data, size_t length, uint32_t index) override {
     BoundBuffer& bound = slot(index);
     bound.buffer.reset();
@@ -175,7 +178,7 @@ Status run_dispatch(const DispatchCommand& command, RecordedArguments& recorded,
     const BoundBuffer& bound = recorded.bindings[command.first_binding + i];
     if (bound.buffer) {
       args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
-      args.buffer_lengths[i] = bound.buffer->length() - bound.offset;
+      args.buffer_lengths[i] = std::min(bound.buffer->length() - bound.offset, bound.extent);
       args.device_memory[i] = 1;
     } else if (bound.bytes_length) {
       args.buffers[i] = recorded.bytes.data() + bound.offset;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/cpu/dispatch_validation.h"
 #include "device/cpu/fiber_context.h"
 #include "device/cpu/kernel_faults.h"
 #include "device/settings.h"
@@ -96,6 +97,7 @@ struct Fiber {
   void* stack_pointer = nullptr;
   FiberState state = FiberState::done;
   uint32_t index = 0;
+  uint32_t barriers = 0;  // threadgroup_barriers passed
   FiberScheduler* scheduler = nullptr;
   // The pending SIMD exchange.
   const void* site = nullptr;
@@ -156,12 +158,14 @@ class FiberScheduler {
       Fiber& f = fibers_[i];
       f.state = FiberState::runnable;
       f.index = i;
+      f.barriers = 0;
       f.scheduler = this;
       // Staggered stack tops keep the fibers' hot frames out of one cache set.
       auto* top = static_cast<unsigned char*>(stacks_[i]->top()) - (i * 832u) % 4096u;
       f.stack_pointer = prepare_fiber_stack(top, &FiberScheduler::fiber_main, &f);
     }
     sanitizer_context_of_thread(&scheduler_sanitizer_);
+    bool reported_partial_barrier = false;
     for (;;) {
       Fiber* first = next_runnable(0);
       if (first) {
@@ -172,12 +176,16 @@ class FiberScheduler {
       }
       if (done_ == count_) break;
       if (resolve_exchanges()) continue;
-      bool released = false;
+      uint32_t released = 0;
       for (uint32_t i = 0; i < count_; ++i) {
         if (fibers_[i].state == FiberState::at_barrier) {
           fibers_[i].state = FiberState::runnable;
-          released = true;
+          ++released;
         }
+      }
+      if (released && job->dispatch().validation) {
+        job->dispatch().validation->barrier_released(*group, released, reported_partial_barrier ? 0 : done_);
+        reported_partial_barrier = reported_partial_barrier || done_;
       }
       if (!released) {
         job->fail("internal error: threadgroup has no runnable thread");
@@ -325,7 +333,8 @@ struct ExecutionContext {
 thread_local ExecutionContext* tl_context = nullptr;
 
 struct WorkerState {
-  WorkerState() : arena(static_cast<unsigned char*>(std::aligned_alloc(64, kThreadgroupMemoryLimit))) {}
+  WorkerState()
+      : arena(static_cast<unsigned char*>(std::aligned_alloc(64, kThreadgroupMemoryLimit + kValidationArenaSlack))) {}
   ~WorkerState() { std::free(arena); }
   unsigned char* arena;
   FiberScheduler scheduler;
@@ -375,6 +384,7 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
     for (uint64_t g = first; g < last && !job->failed(); ++g) {
       job->describe_group(g, state.arena, &group);
       scope->set_group(group.position);
+      if (dispatch.validation) dispatch.validation->begin_group(group);
       if (dispatch.regions_entry) {
         if (dispatch.regions_entry(&dispatch.launch, &group) != 0) {
           tl_context = &fallback;
@@ -384,6 +394,7 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
         }
       } else if (dispatch.use_fibers) {
         if (!state.scheduler.run_group(job, &group)) break;
+        if (dispatch.validation) dispatch.validation->end_group();
       } else {
         dispatch.loop_entry(&dispatch.launch, &group);
       }
@@ -466,7 +477,7 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   const etm_cpu_launch& l = dispatch.launch;
   const uint64_t group_count = uint64_t{l.groups[0]} * l.groups[1] * l.groups[2];
   if (group_count == 0) return Status();
-  if (dispatch.threadgroup_bytes > kThreadgroupMemoryLimit) {
+  if (dispatch.threadgroup_bytes > kThreadgroupMemoryLimit + (dispatch.validation ? kValidationArenaSlack : 0)) {
     return Status::error("kernel '" + *dispatch.kernel_name + "' needs " +
                          std::to_string(dispatch.threadgroup_bytes) +
                          " bytes of threadgroup memory; the limit is " +
@@ -500,6 +511,7 @@ void lane_threadgroup_barrier() {
   Fiber* fiber = context->scheduler->current();
   fiber->state = FiberState::at_barrier;
   context->scheduler->park(fiber);
+  ++fiber->barriers;
 }
 
 void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_cpu_simd_view* out) {
@@ -533,6 +545,15 @@ void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_
 }
 
 }  // namespace
+
+bool current_kernel_thread(uint32_t* index, uint32_t* barriers) {
+  const ExecutionContext* context = tl_context;
+  const Fiber* fiber = context && context->scheduler ? context->scheduler->current() : nullptr;
+  if (!fiber) return false;
+  *index = fiber->index;
+  *barriers = fiber->barriers;
+  return true;
+}
 
 const etm_cpu_lane_calls& executor_lane_calls() {
   static const etm_cpu_lane_calls calls = {lane_threadgroup_barrier, lane_simd_exchange};

@@ -14,6 +14,8 @@
 
 namespace etm::device::cpu {
 
+class DispatchValidation;
+
 inline constexpr uint32_t kSimdWidth = 32;
 inline constexpr uint64_t kThreadgroupMemoryLimit = 32 * 1024;
 inline constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
@@ -26,12 +28,19 @@ struct KernelDispatch {
   etm_cpu_regions_entry regions_entry = nullptr;
   bool use_fibers = false;
   etm_cpu_launch launch{};
-  // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit.
+  // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit (plus
+  // kValidationArenaSlack while validating).
   uint64_t threadgroup_bytes = 0;
+  // Set while validating (dispatch_validation.h): groups run on fibers and are reported to it.
+  DispatchValidation* validation = nullptr;
 };
 
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
 Status execute_dispatch(const KernelDispatch& dispatch);
+
+// On a fiber of a running group: its thread_index_in_threadgroup and the threadgroup_barriers
+// it has passed. False elsewhere.
+bool current_kernel_thread(uint32_t* index, uint32_t* barriers);
 
 // The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.
 const etm_cpu_lane_calls& executor_lane_calls();

@@ -28,15 +28,15 @@ bool counters_enabled() {
   return enabled;
 }
 
-std::vector<std::string> counter_compiler_flags(bool clang) {
+std::vector<std::string> instrumentation_compiler_flags(bool clang) {
   // Outlined checks (a call per access, never inline shadow-memory tests), no stack or global
-  // redzones: the hooks count, nothing else is instrumented.
+  // redzones: only the hooks see the accesses.
   if (clang) {
     return {"-fsanitize=kernel-address", "-mllvm", "-asan-instrumentation-with-call-threshold=0",
-            "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0", "-DETM_CPU_COUNTERS=1"};
+            "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0"};
   }
   return {"-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
-          "--param", "asan-stack=0", "--param", "asan-globals=0", "-DETM_CPU_COUNTERS=1"};
+          "--param", "asan-stack=0", "--param", "asan-globals=0"};
 }
 
 DispatchCountingTable::DispatchCountingTable(const DispatchArgs& args) {

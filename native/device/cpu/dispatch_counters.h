@@ -17,8 +17,8 @@ namespace etm::device::cpu {
 // selects how every kernel is compiled).
 bool counters_enabled();
 
-// The compiler flags that build a kernel with counters.
-std::vector<std::string> counter_compiler_flags(bool clang);
+// The compiler flags that instrument a kernel's accesses (for counters and for checks).
+std::vector<std::string> instrumentation_compiler_flags(bool clang);
 
 // The bindings of one dispatch, for the kernel to count into.
 class DispatchCountingTable {

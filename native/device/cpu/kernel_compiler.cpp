@@ -1,6 +1,7 @@
 #include "device/cpu/kernel_compiler.h"
 
 #include "device/cpu/dispatch_counters.h"
+#include "device/cpu/dispatch_validation.h"
 #include "device/settings.h"
 
 #include <errno.h>
@@ -463,8 +464,13 @@ Status KernelCompiler::initialize() {
     flags_.push_back("-fsingle-precision-constant");
     flags_.push_back("-fmax-errors=10");
   }
-  if (counters_enabled()) {
-    for (const std::string& flag : counter_compiler_flags(is_clang_)) flags_.push_back(flag);
+  if (counters_enabled() || validation_enabled()) {
+    for (const std::string& flag : instrumentation_compiler_flags(is_clang_)) flags_.push_back(flag);
+  }
+  if (counters_enabled()) flags_.push_back("-DETM_CPU_COUNTERS=1");
+  if (validation_enabled()) {
+    flags_.push_back("-DETM_CPU_VALIDATE=1");
+    flags_.push_back("-g1");  // line tables: reports name the MSL line
   }
   return Status();
 }

@@ -15,6 +15,7 @@
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/dispatch_counters.h"
+#include "device/cpu/dispatch_validation.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/kernel_faults.h"
 #include "device/cpu/msl_translator.h"
@@ -74,6 +75,16 @@ class KernelObject {
     object->argument_sizes_.assign(kernel.arguments.size(), 0);
     sizes(object->argument_sizes_.data());
     object->static_threadgroup_bytes_ = static_bytes();
+    // Objects built with access checks list their static threadgroup variables.
+    auto static_ranges = reinterpret_cast<etm_cpu_static_threadgroup_ranges_entry>(
+        ::dlsym(object->handle_, "etm_kernel_static_threadgroup_ranges"));
+    if (static_ranges) {
+      const uint64_t* pairs = nullptr;
+      const uint32_t count = static_ranges(&pairs);
+      object->static_ranges_known_ = count != UINT32_MAX;
+      for (uint32_t i = 0; object->static_ranges_known_ && i < count; ++i)
+        object->static_ranges_.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
+    }
     // The compiler's value of a kernel's max_total_threads_per_threadgroup expression (0: none).
     const auto* max_threads = static_cast<const uint32_t*>(::dlsym(object->handle_, ("etm_kernel_max_threads_" + n).c_str()));
     object->max_threads_ = max_threads ? *max_threads : 0;
@@ -120,6 +131,14 @@ class KernelObject {
   etm_cpu_regions_entry regions() const { return regions_; }
   bool use_fibers() const { return use_fibers_; }
   uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
+  // What Metal would count: without the unused bytes validation puts after each variable.
+  uint64_t metal_static_threadgroup_bytes() const {
+    return static_threadgroup_bytes_ - (static_ranges_known_ ? kThreadgroupRedzoneBytes * static_ranges_.size() : 0);
+  }
+  // The static variables' [begin, end) offsets; null unless the object recorded them all.
+  const std::vector<std::pair<uint64_t, uint64_t>>* static_threadgroup_ranges() const {
+    return static_ranges_known_ ? &static_ranges_ : nullptr;
+  }
   uint32_t max_threads() const { return max_threads_; }
   const std::vector<uint64_t>& argument_sizes() const { return argument_sizes_; }
 
@@ -131,6 +150,8 @@ class KernelObject {
   etm_cpu_regions_entry regions_ = nullptr;  // null unless the kernel runs as barrier regions
   bool use_fibers_ = true;
   uint64_t static_threadgroup_bytes_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> static_ranges_;
+  bool static_ranges_known_ = false;
   uint32_t max_threads_ = 0;
   std::vector<uint64_t> argument_sizes_;
 };
@@ -148,7 +169,7 @@ class CpuKernelPipeline : public CpuPipeline {
     return object_->max_threads() ? object_->max_threads() : kMaxThreadsPerThreadgroup;
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
-  size_t static_threadgroup_memory_length() const override { return object_->static_threadgroup_bytes(); }
+  size_t static_threadgroup_memory_length() const override { return object_->metal_static_threadgroup_bytes(); }
   bool writes_buffer(uint32_t index) const override {
     for (const KernelArgument& argument : kernel_.arguments) {
       if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
@@ -187,6 +208,11 @@ class CpuKernelPipeline : public CpuPipeline {
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
     uint32_t dynamic_offsets[kMaxArgumentIndex + 1] = {};
+    // While validating each block is followed by unused bytes, which Metal's limit ignores.
+    const bool validating = validation_enabled();
+    const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
+    uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
+    std::vector<std::pair<uint64_t, uint64_t>> dynamic_blocks;
     size_t padded_size = 0;
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
@@ -213,13 +239,15 @@ class CpuKernelPipeline : public CpuPipeline {
         const uint64_t length =
             a.index < args.threadgroup_memory_lengths.size() ? args.threadgroup_memory_lengths[a.index] : 0;
         dynamic_offsets[a.index] = static_cast<uint32_t>(std::min<uint64_t>(threadgroup_bytes, kThreadgroupMemoryLimit));
-        threadgroup_bytes += align16(length);
+        if (validating) dynamic_blocks.emplace_back(threadgroup_bytes, threadgroup_bytes + length);
+        threadgroup_bytes += align16(length) + redzone;
+        redzone_bytes += redzone;
       }
     }
-    if (threadgroup_bytes > kThreadgroupMemoryLimit) {
-      return Status::error("kernel '" + name + "' uses " + std::to_string(threadgroup_bytes) +
+    if (threadgroup_bytes - redzone_bytes > kThreadgroupMemoryLimit) {
+      return Status::error("kernel '" + name + "' uses " + std::to_string(threadgroup_bytes - redzone_bytes) +
                            " bytes of threadgroup memory (static " +
-                           std::to_string(object_->static_threadgroup_bytes()) + " + dynamic); the limit is " +
+                           std::to_string(object_->metal_static_threadgroup_bytes()) + " + dynamic); the limit is " +
                            std::to_string(kThreadgroupMemoryLimit));
     }
     std::vector<void*> padded;  // the argument table, extended to unbound optional arguments
@@ -234,6 +262,19 @@ class CpuKernelPipeline : public CpuPipeline {
       counting = std::make_unique<DispatchCountingTable>(args);
       launch.counters = counting->counters();
     }
+    std::unique_ptr<DispatchValidation> validation;
+    if (validating) {
+      DispatchArgs checked = args;
+      if (!padded.empty()) {
+        checked.buffers = padded;
+        checked.buffer_lengths.resize(padded.size(), 0);
+        checked.device_memory.resize(padded.size(), 0);
+      }
+      validation = std::make_unique<DispatchValidation>(kernel_.name, checked, object_->static_threadgroup_ranges(),
+                                                        dynamic_blocks, threadgroup_bytes);
+      launch.buffers = validation->buffers();
+      launch.validation = validation->table();
+    }
 
     KernelDispatch dispatch;
     dispatch.kernel_name = &kernel_.name;
@@ -243,7 +284,14 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.regions_entry = object_->regions();
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
+    if (validation) {
+      // Checks need to know the running thread: every group runs on fibers.
+      dispatch.use_fibers = true;
+      dispatch.regions_entry = nullptr;
+      dispatch.validation = validation.get();
+    }
     Status status = execute_dispatch(dispatch);
+    if (validation) status = validation->outcome(status);
     if (status.ok() && counting) {
       counting->record(kernel_.name, grid.volume(), groups[0] * groups[1] * groups[2]);
     }

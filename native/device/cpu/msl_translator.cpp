@@ -483,6 +483,13 @@ class Translator {
     // A qualified definition (`ns::f`) defines a kernel C++ requires to be declared in its
     // namespace already; the wrapper was emitted there.
     if (is(name_token - 1, "::")) return;
+    // A declaration without a body whose parameters lack their attributes (c10's kernel
+    // templates, declared before the macros that instantiate them) leaves the wrapper to the
+    // definition.
+    if (is(end - 1, ";") && std::any_of(parameters.begin(), parameters.end(), [](const Parameter& q) {
+          return q.attributes.empty() && !q.is_pointer && !q.is_reference && !q.is_array;
+        }))
+      return;
     const std::string key = join_path(namespace_path) + "::" + name;
     if (!declared_kernels_.insert(key).second) return;  // wrapper emitted at first declaration
 

@@ -1,4 +1,5 @@
-// Device-memory traffic counters for kernels built with ETMETAL_COUNTERS=1.
+// The access hooks of instrumented kernels: device-memory traffic counters (ETMETAL_COUNTERS=1)
+// and access checks (ETMETAL_VALIDATE=1).
 //
 // The compiler instruments every memory access of the kernel translation unit
 // (-fsanitize=kernel-address with outlined checks: a call to __asan_{load,store}N_noabort
@@ -12,13 +13,27 @@
 // once as a read and once as a write (etm_atomic.h adds the read the instrumentation does not
 // see).
 //
-// The binding lookup (address -> binding with its base and length) is also what a bounds
-// checker needs: an access that is in no binding, not in the group's threadgroup memory and
-// not on the thread's stack is out of bounds.
+// With access checks every hook first hands the access to the dispatch's checker
+// (dispatch_validation.h), which judges it against the bindings, the threadgroup variables
+// and the other threads of the group.
 #pragma once
 
 namespace etm_cpu_kernel {
 
+#if ETM_CPU_VALIDATE
+__attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
+                                                                  uintptr_t site) {
+  ValidationState& state = validation_state;
+  if (!state.table) return;
+  if (state.pending_atomic && address == state.pending_atomic) {
+    kind = ETM_CPU_ACCESS_ATOMIC;
+    state.pending_atomic = 0;
+  }
+  state.table->check(state.table->state, address, size, kind, site);
+}
+#endif
+
+#if ETM_CPU_COUNTERS
 // The binding that holds [address, address + size), or null.
 __attribute__((no_sanitize_address)) inline etm_cpu_binding* binding_at(uintptr_t address, uint64_t size) {
   etm_cpu_counters* counters = dispatch_counters;
@@ -43,16 +58,41 @@ __attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, 
     __atomic_fetch_add(&binding->bytes_written, size, __ATOMIC_RELAXED);
   }
 }
+#endif
+
+// `site`: the instrumented code's address (the hook's return address).
+__attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
+#if ETM_CPU_VALIDATE
+  validate_access(address, size, ETM_CPU_ACCESS_LOAD, site);
+#else
+  (void)site;
+#endif
+#if ETM_CPU_COUNTERS
+  count_load(address, size);
+#endif
+}
+
+__attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
+#if ETM_CPU_VALIDATE
+  validate_access(address, size, ETM_CPU_ACCESS_STORE, site);
+#else
+  (void)site;
+#endif
+#if ETM_CPU_COUNTERS
+  count_store(address, size);
+#endif
+}
 
 }  // namespace etm_cpu_kernel
 
 // The hooks the instrumentation calls (the names and signatures are the compilers' ABI).
+#define ETM_CPU_ACCESS_SITE reinterpret_cast<uintptr_t>(__builtin_return_address(0))
 #define ETM_CPU_COUNTING_HOOKS(size)                                                              \
   extern "C" __attribute__((no_sanitize_address)) void __asan_load##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::count_load(a, size);                                                          \
+    etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);                                        \
   }                                                                                               \
   extern "C" __attribute__((no_sanitize_address)) void __asan_store##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::count_store(a, size);                                                         \
+    etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);                                       \
   }
 ETM_CPU_COUNTING_HOOKS(1)
 ETM_CPU_COUNTING_HOOKS(2)
@@ -62,12 +102,13 @@ ETM_CPU_COUNTING_HOOKS(16)
 #undef ETM_CPU_COUNTING_HOOKS
 
 extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintptr_t a, uintptr_t size) {
-  etm_cpu_kernel::count_load(a, size);
+  etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);
 }
 extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, uintptr_t size) {
-  etm_cpu_kernel::count_store(a, size);
+  etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);
 }
-// Bracket dynamic initialisers and calls that do not return; nothing to do for counting.
+#undef ETM_CPU_ACCESS_SITE
+// Bracket dynamic initialisers and calls that do not return; nothing to do for counting or checks.
 extern "C" __attribute__((no_sanitize_address)) void __asan_before_dynamic_init(const char*) {}
 extern "C" __attribute__((no_sanitize_address)) void __asan_after_dynamic_init(void) {}
 extern "C" __attribute__((no_sanitize_address)) void __asan_handle_no_return(void) {}

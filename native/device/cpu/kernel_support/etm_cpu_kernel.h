@@ -24,6 +24,12 @@
 #ifndef ETM_CPU_COUNTERS
 #define ETM_CPU_COUNTERS 0
 #endif
+// Set (to 1) for objects built with access checks (ETMETAL_VALIDATE=1).
+#ifndef ETM_CPU_VALIDATE
+#define ETM_CPU_VALIDATE 0
+#endif
+// Both build the kernel with the compiler's access instrumentation (etm_cpu_counters.h).
+#define ETM_CPU_INSTRUMENTED (ETM_CPU_COUNTERS || ETM_CPU_VALIDATE)
 
 namespace etm_cpu_kernel {
 
@@ -35,17 +41,32 @@ inline thread_local unsigned char* group_arena = nullptr;
 // The traffic counters of the dispatch the calling OS thread runs now (etm_cpu_counters.h).
 inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 #endif
+#if ETM_CPU_VALIDATE
+// The access checks of the dispatch the calling OS thread runs now, and the address of an
+// atomic object the next instrumented access goes to (etm_atomic.h sets it just before the
+// builtin, so that access is checked as atomic). One variable: one TLS lookup per access.
+struct ValidationState {
+  etm_cpu_validation* table;
+  uintptr_t pending_atomic;
+};
+inline thread_local ValidationState validation_state = {nullptr, 0};
+#endif
 
-// Called first by every kernel entry: the group's arena (and the dispatch's counters) for
-// the calling OS thread. With counters it is not instrumented (its own loads must not be
-// counted) and opaque to the optimiser (noipa): otherwise its loads of launch->counters
-// move into the instrumented caller, where they are checked against the previous
-// dispatch's table before this one's is installed.
-#if ETM_CPU_COUNTERS
+// Called first by every kernel entry: the group's arena (and the dispatch's counters or
+// checks) for the calling OS thread. Instrumented builds keep it uninstrumented (its own
+// loads must not be counted) and opaque to the optimiser (noipa): otherwise its loads of
+// launch->counters move into the instrumented caller, where they are checked against the
+// previous dispatch's table before this one's is installed.
+#if ETM_CPU_INSTRUMENTED
 __attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cpu_launch* launch,
                                                                     const etm_cpu_group* group) {
   group_arena = group->arena;
+#if ETM_CPU_COUNTERS
   dispatch_counters = launch->counters;
+#endif
+#if ETM_CPU_VALIDATE
+  validation_state.table = launch->validation;
+#endif
 }
 #else
 inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { group_arena = group->arena; }
@@ -58,10 +79,29 @@ inline uint64_t& static_threadgroup_end() {
   return end;
 }
 
+#if ETM_CPU_VALIDATE
+// With access checks every variable is followed by bytes that belong to none, so that an
+// access running off one variable is not inside the next; the executor learns the
+// variables' ranges from etm_kernel_static_threadgroup_ranges.
+constexpr uint64_t kThreadgroupRedzoneBytes = 16;
+constexpr uint32_t kMaxRecordedThreadgroupVariables = 256;
+inline uint64_t static_threadgroup_ranges[2 * kMaxRecordedThreadgroupVariables];
+inline uint32_t static_threadgroup_variable_count = 0;
+#else
+constexpr uint64_t kThreadgroupRedzoneBytes = 0;
+#endif
+
 inline uint64_t reserve_threadgroup_bytes(uint64_t size, uint64_t alignment) {
   uint64_t& end = static_threadgroup_end();
   const uint64_t offset = (end + alignment - 1) / alignment * alignment;
-  end = offset + size;
+  end = offset + size + kThreadgroupRedzoneBytes;
+#if ETM_CPU_VALIDATE
+  const uint32_t n = static_threadgroup_variable_count++;
+  if (n < kMaxRecordedThreadgroupVariables) {
+    static_threadgroup_ranges[2 * n] = offset;
+    static_threadgroup_ranges[2 * n + 1] = offset + size;
+  }
+#endif
   return offset;
 }
 
@@ -96,7 +136,7 @@ constexpr uint64_t referenced_size() {
 
 }  // namespace etm_cpu_kernel
 
-#if ETM_CPU_COUNTERS
+#if ETM_CPU_INSTRUMENTED
 #include "etm_cpu_counters.h"
 #endif
 
@@ -104,3 +144,11 @@ constexpr uint64_t referenced_size() {
 extern "C" ETM_CPU_KERNEL_EXPORT uint64_t etm_kernel_static_threadgroup_bytes(void) {
   return etm_cpu_kernel::static_threadgroup_end();
 }
+
+#if ETM_CPU_VALIDATE
+extern "C" ETM_CPU_KERNEL_EXPORT uint32_t etm_kernel_static_threadgroup_ranges(const uint64_t** ranges) {
+  *ranges = etm_cpu_kernel::static_threadgroup_ranges;
+  const uint32_t count = etm_cpu_kernel::static_threadgroup_variable_count;
+  return count <= etm_cpu_kernel::kMaxRecordedThreadgroupVariables ? count : UINT32_MAX;
+}
+#endif

@@ -25,6 +25,17 @@ typedef struct etm_cpu_counters {
   uint32_t binding_count;
 } etm_cpu_counters;
 
+// Access checks of one dispatch (ETMETAL_VALIDATE=1; see etm_cpu_counters.h): the kernel
+// hands every instrumented load and store to `check` before it happens, with the address of
+// the code that makes it (`site`, 0 when unknown). Atomic accesses are marked, since they
+// never race.
+enum { ETM_CPU_ACCESS_LOAD = 0, ETM_CPU_ACCESS_STORE = 1, ETM_CPU_ACCESS_ATOMIC = 2 };
+
+typedef struct etm_cpu_validation {
+  void* state;
+  void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
+} etm_cpu_validation;
+
 // One dispatch, shared by all threadgroups.
 typedef struct etm_cpu_launch {
   // Argument table: [[buffer(i)]] -> buffers[i].
@@ -35,6 +46,7 @@ typedef struct etm_cpu_launch {
   uint32_t grid[3];               // threads_per_grid
   uint32_t groups[3];             // threadgroups_per_grid
   etm_cpu_counters* counters;     // null unless the kernel was built with counters
+  etm_cpu_validation* validation; // null unless the kernel was built with access checks
 } etm_cpu_launch;
 
 // One threadgroup. Edge groups of dispatch_threads grids are smaller than requested.
@@ -60,11 +72,16 @@ typedef struct etm_cpu_group {
 //       bytes read through each reference parameter (0 for the others), in parameter order;
 // and once per object:
 //   uint64_t etm_kernel_static_threadgroup_bytes(void)
+//   uint32_t etm_kernel_static_threadgroup_ranges(const uint64_t** ranges)
+//       (only with access checks) the [begin, end) arena offsets of its static threadgroup
+//       variables, as pairs; returns the number of variables, or UINT32_MAX when too many
+//       were recorded
 typedef void (*etm_cpu_loop_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_thread_entry)(const etm_cpu_launch*, const etm_cpu_group*, uint32_t);
 typedef int (*etm_cpu_regions_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_argument_sizes_entry)(uint64_t*);
 typedef uint64_t (*etm_cpu_static_threadgroup_bytes_entry)(void);
+typedef uint32_t (*etm_cpu_static_threadgroup_ranges_entry)(const uint64_t**);
 
 #ifdef __cplusplus
 }

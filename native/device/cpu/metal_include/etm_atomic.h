@@ -60,7 +60,12 @@ namespace etm_msl {
 template <class T> struct identity { using type = T; };
 template <class T> using non_deduced_t = typename identity<T>::type;
 
+// Every atomic operation reaches its object through here; with access checks the builtin's
+// instrumented access that follows is marked atomic (etm_cpu_counters.h).
 template <class T> inline T* storage(volatile metal::atomic<T>* object) {
+#if ETM_CPU_VALIDATE
+  etm_cpu_kernel::validation_state.pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
+#endif
   return const_cast<T*>(&object->value);
 }
 
@@ -82,7 +87,11 @@ __attribute__((no_sanitize_address)) inline T update_atomically(volatile metal::
   etm_cpu_kernel::count_load(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
   etm_cpu_kernel::count_store(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
 #endif
-  T* target = storage(object);
+#if ETM_CPU_VALIDATE
+  etm_cpu_kernel::validate_access(reinterpret_cast<uintptr_t>(&object->value), sizeof(T), ETM_CPU_ACCESS_ATOMIC,
+                                  reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+#endif
+  T* target = const_cast<T*>(&object->value);
   T expected;
   __atomic_load(target, &expected, __ATOMIC_RELAXED);
   for (;;) {

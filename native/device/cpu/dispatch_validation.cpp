@@ -1,0 +1,390 @@
+#include "device/cpu/dispatch_validation.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "device/cpu/cpu_executor.h"
+#include "device/cpu/msl_translator.h"
+#include "device/settings.h"
+
+extern char** environ;
+
+namespace etm::device::cpu {
+namespace {
+
+// Around a buffer's bytes the CPU device maps nothing else for far more than this (its
+// guard zones), so an address this close to a binding that is in no binding belongs to the
+// binding's own buffer.
+constexpr uint64_t kDeviceReach = 4096;
+// set_bytes data is checked in copies spaced this far apart.
+constexpr uint64_t kConstantPadding = 256;
+// Reports kept word for word; the others are counted.
+constexpr size_t kReportsKept = 8;
+
+// What the group's threads did to one byte of threadgroup memory. Epochs count the
+// threadgroup_barriers a thread has passed, plus one (0: not in this group).
+constexpr uint32_t kNoThread = UINT32_MAX;
+constexpr uint32_t kSeveralThreads = UINT32_MAX - 1;
+
+// What the group's threads did to one byte of threadgroup memory. Epochs count the
+// threadgroup_barriers a thread has passed, plus one (0: not in this group).
+struct ShadowByte {
+  uint32_t write_epoch;
+  uint32_t read_epoch;
+  uint32_t last_epoch;  // of the last checked access
+  uint16_t writer;
+  uint16_t reader;
+  uint16_t last_thread;
+  uint8_t written;
+  uint8_t several_readers;
+  uint8_t value;          // the byte after the last checked access
+  uint8_t value_pending;  // a checked store has not happened yet when it is checked
+};
+
+// A write by `thread` in `epoch`: the thread that makes it a race (another thread wrote or
+// read the byte in the same epoch), kSeveralThreads, or kNoThread.
+uint32_t note_write(ShadowByte& s, uint16_t thread, uint32_t epoch) {
+  uint32_t other = kNoThread;
+  if (s.write_epoch == epoch && s.writer != thread) {
+    other = s.writer;
+  } else if (s.read_epoch == epoch && (s.reader != thread || s.several_readers)) {
+    other = s.reader != thread ? s.reader : kSeveralThreads;
+  }
+  s.written = 1;
+  s.write_epoch = epoch;
+  s.writer = thread;
+  return other;
+}
+
+// The group the calling worker runs now, and what its threads did to its threadgroup memory.
+struct WorkerShadow {
+  const DispatchValidation* owner = nullptr;
+  const etm_cpu_group* group = nullptr;
+  std::vector<ShadowByte> bytes;
+};
+
+thread_local WorkerShadow tl_shadow;
+
+const char* verb(uint32_t kind, bool past) {
+  if (kind == ETM_CPU_ACCESS_LOAD) return past ? "read" : "reads";
+  if (kind == ETM_CPU_ACCESS_STORE) return past ? "wrote" : "writes";
+  return past ? "updated atomically" : "updates atomically";
+}
+
+// "library.metal:LINE" of the kernel code at `site` (a return address), from the kernel
+// object's line tables through addr2line; empty when they cannot tell.
+std::string msl_line_of(uintptr_t site) {
+  Dl_info info;
+  if (!site || !dladdr(reinterpret_cast<void*>(site), &info) || !info.dli_fname) return "";
+  char offset[32];
+  std::snprintf(offset, sizeof offset, "0x%llx",
+                static_cast<unsigned long long>(site - 1 - reinterpret_cast<uintptr_t>(info.dli_fbase)));
+  int out[2];
+  if (pipe(out) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::string object = info.dli_fname;
+  char tool[] = "addr2line", inlined[] = "-i", executable[] = "-e";
+  char* argv[] = {tool, inlined, executable, object.data(), offset, nullptr};
+  pid_t child = -1;
+  const bool spawned = posix_spawnp(&child, "addr2line", &actions, nullptr, argv, environ) == 0;
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string text;
+  char buffer[512];
+  for (ssize_t n; spawned && (n = read(out[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+  close(out[0]);
+  if (spawned) waitpid(child, nullptr, 0);
+  // With -i the innermost inlined frame comes first; the MSL source is the first line from it.
+  const std::string name = std::string(kMslSourceName) + ":";
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    const size_t at = line.rfind(name);
+    if (at != std::string::npos && (at == 0 || line[at - 1] == '/')) {
+      const std::string location = line.substr(at);
+      const size_t discriminator = location.find(' ');
+      return location.substr(0, discriminator);
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1 ? " byte" : " bytes"); }
+
+}  // namespace
+
+bool validation_enabled() {
+  static const bool enabled = [] {
+    std::string value;  // the runtime reports an invalid value when it starts
+    return settings::read_choice("ETMETAL_VALIDATE", &value).ok() && value == "1";
+  }();
+  return enabled;
+}
+
+DispatchValidation::DispatchValidation(const std::string& kernel, const DispatchArgs& args,
+                                       const std::vector<std::pair<uint64_t, uint64_t>>* static_ranges,
+                                       const std::vector<std::pair<uint64_t, uint64_t>>& threadgroup_blocks,
+                                       uint64_t threadgroup_bytes)
+    : kernel_(kernel), buffers_(args.buffers), threadgroup_bytes_(threadgroup_bytes) {
+  // set_bytes data moves into one block, each copy with unused padding on both sides.
+  size_t constant_bytes = kConstantPadding;
+  for (size_t i = 0; i < args.buffers.size(); ++i) {
+    if (args.buffers[i] && !args.device_memory[i])
+      constant_bytes += (args.buffer_lengths[i] + 15) / 16 * 16 + kConstantPadding;
+  }
+  constant_copies_.assign(constant_bytes, 0);
+  size_t next_copy = kConstantPadding;
+  for (size_t i = 0; i < args.buffers.size(); ++i) {
+    if (!args.buffers[i]) continue;
+    Binding binding{reinterpret_cast<uintptr_t>(args.buffers[i]), args.buffer_lengths[i], kDeviceReach,
+                    static_cast<uint32_t>(i), args.device_memory[i] != 0};
+    if (!binding.device) {
+      unsigned char* copy = constant_copies_.data() + next_copy;
+      std::memcpy(copy, args.buffers[i], args.buffer_lengths[i]);
+      buffers_[i] = copy;
+      binding.begin = reinterpret_cast<uintptr_t>(copy);
+      binding.reach = kConstantPadding;
+      next_copy += (args.buffer_lengths[i] + 15) / 16 * 16 + kConstantPadding;
+    }
+    bindings_.push_back(binding);
+  }
+
+  threadgroup_valid_.assign(threadgroup_bytes, 0);
+  auto mark = [this](uint64_t begin, uint64_t end) {
+    std::fill(threadgroup_valid_.begin() + static_cast<ptrdiff_t>(std::min(begin, threadgroup_bytes_)),
+              threadgroup_valid_.begin() + static_cast<ptrdiff_t>(std::min(end, threadgroup_bytes_)), 1);
+  };
+  if (static_ranges) {
+    for (const auto& range : *static_ranges) mark(range.first, range.second);
+  } else {
+    mark(0, threadgroup_blocks.empty() ? threadgroup_bytes : threadgroup_blocks.front().first);
+  }
+  for (const auto& block : threadgroup_blocks) mark(block.first, block.second);
+
+  table_.state = this;
+  table_.check = &DispatchValidation::check;
+}
+
+void DispatchValidation::begin_group(const etm_cpu_group& group) {
+  WorkerShadow& shadow = tl_shadow;
+  shadow.owner = this;
+  shadow.group = &group;
+  shadow.bytes.assign(threadgroup_bytes_, ShadowByte{});
+  for (uint64_t k = 0; k < threadgroup_bytes_; ++k) shadow.bytes[k].value = group.arena[k];
+}
+
+std::string DispatchValidation::thread_text(const etm_cpu_group& group, uint32_t thread) const {
+  if (thread == kNoThread) return "a thread of threadgroup (" + std::to_string(group.position[0]) + ", " +
+                                   std::to_string(group.position[1]) + ", " + std::to_string(group.position[2]) + ")";
+  const uint32_t local[3] = {thread % group.size[0], (thread / group.size[0]) % group.size[1],
+                             thread / (group.size[0] * group.size[1])};
+  std::string text = "thread (";
+  for (int axis = 0; axis < 3; ++axis)
+    text += std::to_string(group.origin[axis] + local[axis]) + (axis < 2 ? ", " : ")");
+  text += " (threadgroup (";
+  for (int axis = 0; axis < 3; ++axis)
+    text += std::to_string(group.position[axis]) + (axis < 2 ? ", " : "), position (");
+  for (int axis = 0; axis < 3; ++axis) text += std::to_string(local[axis]) + (axis < 2 ? ", " : ") in it)");
+  return text;
+}
+
+void DispatchValidation::report(const std::string& what, const etm_cpu_group* group, uint32_t thread,
+                                uintptr_t site) {
+  const std::string text = group ? thread_text(*group, thread) + " " + what : what;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++report_count_;
+  if (reports_.size() < kReportsKept &&
+      std::none_of(reports_.begin(), reports_.end(), [&](const Report& r) { return r.text == text; }))
+    reports_.push_back(Report{text, site});
+}
+
+void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site) {
+  auto* self = static_cast<DispatchValidation*>(state);
+  // Most accesses are inside a binding: settled before anything else is looked up.
+  for (const Binding& binding : self->bindings_) {
+    const uint64_t offset = address - binding.begin;
+    if (offset < binding.length && size <= binding.length - offset) return;
+  }
+  const WorkerShadow& shadow = tl_shadow;
+  if (shadow.owner != self || !shadow.group) return;
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
+  if (address - arena < kThreadgroupMemoryLimit + kValidationArenaSlack) {
+    self->check_threadgroup(address - arena, size, kind, site);
+    return;
+  }
+  const Binding* nearest = nullptr;
+  uint64_t nearest_distance = UINT64_MAX;
+  for (const Binding& binding : self->bindings_) {
+    const auto signed_offset = static_cast<int64_t>(address - binding.begin);
+    const uint64_t distance = signed_offset < 0 ? static_cast<uint64_t>(-signed_offset)
+                                                : static_cast<uint64_t>(signed_offset) + size - binding.length;
+    if (distance <= binding.reach && distance < nearest_distance) {
+      nearest = &binding;
+      nearest_distance = distance;
+    }
+  }
+  if (!nearest) return;  // the stack, the kernel's constants, the executor's exchange data
+  uint32_t thread = kNoThread, barriers = 0;
+  current_kernel_thread(&thread, &barriers);
+  const auto offset = static_cast<int64_t>(address - nearest->begin);
+  self->report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at byte offset " +
+                   std::to_string(offset) + " of buffer " + std::to_string(nearest->index) + ", out of bounds (" +
+                   (nearest->device ? "" : "set_bytes data, ") + bytes_text(nearest->length) + " bound)",
+               shadow.group, thread, site);
+}
+
+// Stores the compiler did not instrument (a store after a load of the same location in one
+// basic block is checked once, as the load) show as changed bytes. No thread switch happens
+// inside a basic block, so the change is the last accessor's, in its epoch then.
+void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
+  WorkerShadow& shadow = tl_shadow;
+  const unsigned char* arena = shadow.group->arena;
+  // Racing bytes in a row with the same writer, partner and kind make one report.
+  uint64_t run_begin = 0, run_end = 0;
+  uint32_t run_writer = kNoThread, run_other = kNoThread;
+  bool run_wrote = false;
+  auto flush = [&] {
+    if (run_end > run_begin)
+      report_race(run_begin, run_end - run_begin, ETM_CPU_ACCESS_STORE, run_writer, run_other,
+                  run_wrote ? "wrote" : "read", true, 0);
+    run_begin = run_end = 0;
+  };
+  for (uint64_t k = begin; k < end; ++k) {
+    ShadowByte& s = shadow.bytes[k];
+    // Checked stores before this point have happened (each check precedes its access).
+    if (s.value == arena[k]) {
+      s.value_pending = 0;
+      continue;
+    }
+    s.value = arena[k];
+    if (s.value_pending || !s.last_epoch) {
+      s.value_pending = 0;
+      continue;
+    }
+    const bool written_by_other = s.write_epoch == s.last_epoch && s.writer != s.last_thread;
+    const uint32_t writer = s.last_thread;
+    const uint32_t racing = note_write(s, s.last_thread, s.last_epoch);
+    if (racing == kNoThread) continue;
+    if (run_end != k || writer != run_writer || racing != run_other || written_by_other != run_wrote) {
+      flush();
+      run_begin = k;
+      run_writer = writer;
+      run_other = racing;
+      run_wrote = written_by_other;
+    }
+    run_end = k + 1;
+  }
+  flush();
+}
+
+void DispatchValidation::report_race(uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread, uint32_t other,
+                                     const char* other_did, bool inferred, uintptr_t site) {
+  const etm_cpu_group& group = *tl_shadow.group;
+  const std::string who = other == kSeveralThreads ? std::string("other threads") : thread_text(group, other);
+  report(std::string(verb(kind, false)) + (inferred ? " (an update seen by its effect) " : " ") + bytes_text(size) +
+             " at threadgroup memory offset " + std::to_string(offset) + ", which " + who + " " + other_did +
+             " since the last threadgroup_barrier (a data race)",
+         &group, thread, site);
+}
+
+void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site) {
+  WorkerShadow& shadow = tl_shadow;
+  uint32_t thread = kNoThread, barriers = 0;
+  current_kernel_thread(&thread, &barriers);
+  bool inside = offset + size <= threadgroup_bytes_;
+  for (uint64_t k = 0; inside && k < size; ++k) inside = threadgroup_valid_[offset + k] != 0;
+  if (!inside) {
+    report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
+               std::to_string(offset) + ", outside every threadgroup variable and [[threadgroup(i)]] block",
+           shadow.group, thread, site);
+    return;
+  }
+  if (thread == kNoThread) return;
+  infer_writes(offset, offset + size);
+  const uint32_t epoch = barriers + 1;
+  const auto me = static_cast<uint16_t>(thread);
+  bool uninitialised = false;
+  uint32_t other = kNoThread;
+  const char* other_did = "";
+  for (uint64_t k = 0; k < size; ++k) {
+    ShadowByte& s = shadow.bytes[offset + k];
+    s.last_thread = me;
+    // What an atomic operation changes is no plain write for infer_writes to find.
+    s.last_epoch = kind == ETM_CPU_ACCESS_ATOMIC ? 0 : epoch;
+    if (kind == ETM_CPU_ACCESS_ATOMIC) {
+      s.written = 1;
+    } else if (kind == ETM_CPU_ACCESS_LOAD) {
+      if (!s.written) {
+        uninitialised = true;
+      } else if (s.write_epoch == epoch && s.writer != me && other == kNoThread) {
+        other = s.writer;
+        other_did = "wrote";
+      }
+      if (s.read_epoch != epoch) {
+        s.read_epoch = epoch;
+        s.reader = me;
+        s.several_readers = 0;
+      } else if (s.reader != me) {
+        s.several_readers = 1;
+      }
+    } else {
+      s.value_pending = 1;
+      const bool written_by_other = s.write_epoch == epoch && s.writer != me;
+      const uint32_t racing = note_write(s, me, epoch);
+      if (other == kNoThread && racing != kNoThread) {
+        other = racing;
+        other_did = written_by_other ? "wrote" : "read";
+      }
+    }
+  }
+  if (uninitialised) {
+    report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
+               std::to_string(offset) + " that no thread of the group has written (uninitialised)",
+           shadow.group, thread, site);
+  } else if (other != kNoThread) {
+    report_race(offset, size, kind, thread, other, other_did, false, site);
+  }
+}
+
+void DispatchValidation::barrier_released(const etm_cpu_group& group, uint32_t released, uint32_t finished) {
+  infer_writes(0, threadgroup_bytes_);
+  if (finished == 0) return;
+  const std::string what = "threadgroup_barrier reached by " + std::to_string(released) + " of the " +
+                           std::to_string(group.thread_count) + " threads of threadgroup (" +
+                           std::to_string(group.position[0]) + ", " + std::to_string(group.position[1]) +
+                           ", " + std::to_string(group.position[2]) + "); " + std::to_string(finished) +
+                           " returned without reaching it";
+  report(what, nullptr, kNoThread, 0);
+}
+
+void DispatchValidation::end_group() { infer_writes(0, threadgroup_bytes_); }
+
+Status DispatchValidation::outcome(const Status& executed) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (reports_.empty()) return executed;
+  std::string message = "kernel '" + kernel_ + "': ETMETAL_VALIDATE found " + std::to_string(report_count_) +
+                        (report_count_ == 1 ? " problem:" : " problems:");
+  for (const Report& r : reports_) {
+    const std::string line = msl_line_of(r.site);
+    message += "\n  " + r.text + (line.empty() ? "" : " at " + line);
+  }
+  if (report_count_ > reports_.size())
+    message += "\n  (" + std::to_string(report_count_ - reports_.size()) + " more not shown)";
+  if (!executed.ok()) message += "\nthen: " + executed.message();
+  return Status::error(message);
+}
+
+}  // namespace etm::device::cpu

@@ -1,0 +1,311 @@
+"""Kernel-sanitizer cases; run by test_validation.py in a process with ETMETAL_VALIDATE=1 (the
+flag selects how kernels are compiled, so it must be set before the library loads). Each seeded
+bug's report is computed by hand from the kernel; the clean kernels must produce none. Two
+cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
+
+import re
+
+import numpy as np
+import pytest
+
+import etmetal_py
+from etmetal_py.kernels import compile_library
+
+# The two kernels of the default cases come first, alone in a small library of their own (each
+# kernel compiles the whole library, instrumented); SOURCE starts with them, so lines agree.
+CORE_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void read_one_past(device const float* x, device float* y, uint i [[thread_position_in_grid]]) {
+  y[i] = x[i + 1];
+}
+
+// Each thread reads its pair partner's slot without the barrier that needs.
+kernel void missing_barrier(device const float* x, device float* y,
+                            uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[t] = 0.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  tile[t] = x[i];
+  y[i] = tile[t ^ 1];
+}
+
+"""
+
+SOURCE = CORE_SOURCE + """
+kernel void write_one_past(device const float* x, device float* y, uint i [[thread_position_in_grid]]) {
+  y[i + 1] = x[i];
+}
+
+kernel void read_one_before(device const float* x, device float* y, uint i [[thread_position_in_grid]]) {
+  y[i] = x[int(i) - 1];
+}
+
+// A long scalar bound with set_bytes (8 bytes), read as two of them.
+kernel void read_past_scalar(device long* y, constant long& n, uint i [[thread_position_in_grid]]) {
+  y[i] = (&n)[i];
+}
+
+kernel void write_past_tile(device const float* x, device float* y,
+                            uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[t + 1] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = tile[t];
+}
+
+// A counter updated by every thread without atomics: the compiler checks each update's load
+// and store once, so the stores are found from the bytes they change.
+kernel void unsynchronised_counter(device int* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup int counter[1];
+  if (t == 0) counter[0] = 0;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  counter[0] += 1;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) y[0] = counter[0];
+}
+
+kernel void read_before_written(device float* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  if (t > 0) tile[t] = 1.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[t] = tile[(t + 1) % 64];
+}
+
+kernel void early_return_before_barrier(device const float* x, device float* y,
+                                        uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  if (t >= 40) return;
+  tile[t] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = tile[t];
+}
+
+// Clean kernels: correct barriers, atomics, SIMD-group sums and scalars.
+kernel void reverse_groups(device const float* x, device float* y,
+                           uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                           uint n [[threads_per_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[t] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = tile[n - 1 - t];
+}
+
+kernel void group_sums(device const float* x, device float* sums, uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                       uint g [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+                       uint simd [[simdgroup_index_in_threadgroup]], uint simds [[simdgroups_per_threadgroup]]) {
+  threadgroup float partial[32];
+  const float s = simd_sum(x[i]);
+  if (lane == 0) partial[simd] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) {
+    float total = 0.0f;
+    for (uint k = 0; k < simds; ++k) total += partial[k];
+    sums[g] = total;
+  }
+}
+
+kernel void count_in_group(device int* counts, uint t [[thread_position_in_threadgroup]],
+                           uint g [[threadgroup_position_in_grid]]) {
+  threadgroup atomic_int counter;
+  if (t == 0) atomic_store_explicit(&counter, 0, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) counts[g] = atomic_load_explicit(&counter, memory_order_relaxed);
+}
+
+kernel void scale(device const float* x, device float* y, constant long& factor, uint i [[thread_position_in_grid]]) {
+  y[i] = x[i] * float(factor);
+}
+"""
+
+
+def compiled(source):
+    if etmetal_py.device_kind() != "cpu":
+        pytest.skip("the kernel sanitizer is the CPU device's")
+    return compile_library(source)
+
+
+@pytest.fixture(scope="module")
+def core():
+    with compiled(CORE_SOURCE) as library:
+        yield library
+
+
+@pytest.fixture(scope="module")
+def library():
+    with compiled(SOURCE) as library:
+        yield library
+
+
+def failure(call):
+    with pytest.raises(etmetal_py.EtmetalError) as caught:
+        call()
+    return str(caught.value)
+
+
+def problems(message, kernel, count):
+    """The report lines of `message`, after checking its header names `count` problems."""
+    header = f"kernel '{kernel}': ETMETAL_VALIDATE found {count} problem{'s' if count > 1 else ''}:"
+    assert header in message, message
+    return [line.strip() for line in message[message.index(header) + len(header):].splitlines() if line.strip()]
+
+
+def at(statement, kernel=""):
+    """Where a report places `statement`: its MSL line (the first after `kernel void KERNEL(`)."""
+    lines = SOURCE.splitlines()
+    first = next(k for k, text in enumerate(lines) if f"kernel void {kernel}" in text)
+    return f" at library.metal:{next(k for k in range(first, len(lines)) if statement in lines[k]) + 1}"
+
+
+def thread(x, group, local):
+    return f"thread ({x}, 0, 0) (threadgroup ({group}, 0, 0), position ({local}, 0, 0) in it)"
+
+
+def test_read_one_element_past_a_buffer(core):
+    x, y = np.arange(100, dtype=np.float32), np.zeros(100, np.float32)
+    message = failure(lambda: core.function("read_one_past")(x, y, threads=100, group=32))
+    # Only thread 99 (group 3, position 3) reads x[100]: byte 400 of a 400-byte binding.
+    assert problems(message, "read_one_past", 1) == [
+        thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)" +
+        at("y[i] = x[i + 1];")]
+
+
+@pytest.mark.slow
+def test_write_one_element_past_a_buffer(library):
+    x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
+    message = failure(lambda: library.function("write_one_past")(x, y, threads=10, group=4))
+    assert problems(message, "write_one_past", 1) == [
+        thread(9, 2, 1) + " writes 4 bytes at byte offset 40 of buffer 1, out of bounds (40 bytes bound)" +
+        at("y[i + 1] = x[i];")]
+
+
+@pytest.mark.slow
+def test_read_before_a_buffer(library):
+    x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
+    message = failure(lambda: library.function("read_one_before")(x, y, threads=10, group=10))
+    # x starts a page: the read lands in the guard zone before it and faults after its report.
+    report, fault = problems(message, "read_one_before", 1)
+    assert report == (thread(0, 0, 0) + " reads 4 bytes at byte offset -4 of buffer 0, out of bounds (40 bytes bound)" +
+                      at("y[i] = x[int(i) - 1];"))
+    assert fault.startswith("then: kernel 'read_one_before': invalid memory access at ")
+
+
+@pytest.mark.slow
+def test_read_past_set_bytes_data(library):
+    y = np.zeros(2, np.int64)
+    message = failure(lambda: library.function("read_past_scalar")(y, 7, threads=2, group=2))
+    assert problems(message, "read_past_scalar", 1) == [
+        thread(1, 0, 1) + " reads 8 bytes at byte offset 8 of buffer 1, out of bounds (set_bytes data, 8 bytes bound)" +
+        at("y[i] = (&n)[i];")]
+
+
+def offset_in(line):
+    return int(re.search(r"threadgroup memory offset (\d+)", line).group(1))
+
+
+@pytest.mark.slow
+def test_write_past_a_threadgroup_array(library):
+    x, y = np.arange(128, dtype=np.float32), np.zeros(128, np.float32)
+    message = failure(lambda: library.function("write_past_tile")(x, y, threadgroups=2, group=64))
+    # Per group: position 63 writes tile[64], just past the 256-byte array, and position 0
+    # reads tile[0], which nobody wrote (the writes went to tile[1..64]).
+    lines = problems(message, "write_past_tile", 4)
+    tile = offset_in(lines[1])
+    outside = (f" writes 4 bytes at threadgroup memory offset {tile + 256}, outside every threadgroup variable and "
+               "[[threadgroup(i)]] block" + at("tile[t + 1] = x[i];"))
+    unwritten = (f" reads 4 bytes at threadgroup memory offset {tile} that no thread of the group has written "
+                 "(uninitialised)" + at("y[i] = tile[t];", "write_past_tile"))
+    assert lines == [thread(63, 0, 63) + outside, thread(0, 0, 0) + unwritten,
+                     thread(127, 1, 63) + outside, thread(64, 1, 0) + unwritten]
+
+
+def race(reader_or_writer, access, offset, other, did, where="", size=4, seen_by_effect=False):
+    how = " (an update seen by its effect)" if seen_by_effect else ""
+    return (reader_or_writer + f" {access}{how} {size} byte{'s' if size > 1 else ''} at threadgroup memory offset "
+            f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)" + where)
+
+
+def test_missing_barrier_is_a_race(core):
+    x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    message = failure(lambda: core.function("missing_barrier")(x, y, threadgroups=1, group=64))
+    # Threads run in index order between barriers. In each pair (2k, 2k + 1), the odd thread
+    # overwrites the slot the even one read, then reads the slot the even one wrote: 2 x 32.
+    lines = problems(message, "missing_barrier", 64)
+    tile = offset_in(lines[1])
+    store, load = at("tile[t] = x[i];", "missing_barrier"), at("y[i] = tile[t ^ 1];")
+    assert lines[:4] == [race(thread(1, 0, 1), "writes", tile + 4, thread(0, 0, 0), "read", store),
+                         race(thread(1, 0, 1), "reads", tile, thread(0, 0, 0), "wrote", load),
+                         race(thread(3, 0, 3), "writes", tile + 12, thread(2, 0, 2), "read", store),
+                         race(thread(3, 0, 3), "reads", tile + 8, thread(2, 0, 2), "wrote", load)]
+
+
+@pytest.mark.slow
+def test_unsynchronised_read_modify_write_is_a_race(library):
+    y = np.zeros(1, np.int32)
+    message = failure(lambda: library.function("unsynchronised_counter")(y, threadgroups=1, group=8))
+    # Thread k (1..7) reads the counter thread k - 1 updated; thread k's update (0..8 change
+    # only the low byte) follows thread k - 1's: 2 x 7 reports, in this order. An update found
+    # by its effect has no code address, so no line.
+    lines = problems(message, "unsynchronised_counter", 14)
+    counter = offset_in(lines[0])
+    update = at("counter[0] += 1;")
+    expected = []
+    for k in range(1, 8):
+        expected.append(race(thread(k, 0, k), "reads", counter, thread(k - 1, 0, k - 1), "wrote", update))
+        expected.append(race(thread(k, 0, k), "writes", counter, thread(k - 1, 0, k - 1), "wrote", "", 1, True))
+    assert lines[:8] == expected[:8]
+    assert lines[8] == "(6 more not shown)"
+
+
+@pytest.mark.slow
+def test_read_of_uninitialised_threadgroup_memory(library):
+    y = np.zeros(64, np.float32)
+    message = failure(lambda: library.function("read_before_written")(y, threadgroups=1, group=64))
+    # Nobody writes tile[0]; thread 63 reads it.
+    (line,) = problems(message, "read_before_written", 1)
+    assert line == thread(63, 0, 63) + (f" reads 4 bytes at threadgroup memory offset {offset_in(line)} that no "
+                                        "thread of the group has written (uninitialised)" +
+                                        at("y[t] = tile[(t + 1) % 64];"))
+
+
+@pytest.mark.slow
+def test_barrier_reached_by_part_of_the_group(library):
+    x, y = np.arange(128, dtype=np.float32), np.zeros(128, np.float32)
+    message = failure(lambda: library.function("early_return_before_barrier")(x, y, threadgroups=2, group=64))
+    lines = problems(message, "early_return_before_barrier", 2)
+    assert sorted(lines) == [
+        f"threadgroup_barrier reached by 40 of the 64 threads of threadgroup ({g}, 0, 0); 24 returned without "
+        "reaching it" for g in (0, 1)]
+
+
+@pytest.mark.slow
+def test_clean_kernels_report_nothing_and_compute_right(library):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(256).astype(np.float32)
+    y = np.zeros(256, np.float32)
+    library.function("reverse_groups")(x, y, threadgroups=4, group=64)
+    np.testing.assert_array_equal(y, x.reshape(4, 64)[:, ::-1].reshape(-1))
+
+    counts = np.zeros(3, np.int32)
+    library.function("count_in_group")(counts, threadgroups=3, group=96)
+    np.testing.assert_array_equal(counts, [96, 96, 96])
+
+    sums = np.zeros(2, np.float32)
+    library.function("group_sums")(x[:192], sums, threadgroups=2, group=96)
+    np.testing.assert_allclose(sums, x[:192].reshape(2, 96).sum(axis=1), rtol=1e-5)
+
+    scaled = np.zeros(256, np.float32)
+    library.function("scale")(x, scaled, 3, threads=256)
+    np.testing.assert_array_equal(scaled, x * 3)
+
+
+@pytest.mark.slow
+def test_a_reported_dispatch_leaves_the_process_working(library):
+    x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
+    assert "ETMETAL_VALIDATE" in failure(lambda: library.function("write_one_past")(x, y, threads=10, group=4))
+    y2 = np.zeros(10, np.float32)
+    library.function("scale")(x, y2, 2, threads=10)
+    np.testing.assert_array_equal(y2, x * 2)
