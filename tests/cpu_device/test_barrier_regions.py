@@ -394,3 +394,33 @@ def test_simdgroup_matrix_layout_and_summation_order(msl, path, threads):
             row, column = fragment_of_lane(lane)
             np.testing.assert_array_equal(got_lanes[32 * s + lane], d[row, column:column + 2])
 
+
+QUALIFIED_CALL_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+struct block_ops {
+  static void scale(threadgroup float* values, uint index, float factor) { values[index] *= factor; }
+};
+
+// A call through a qualified name at a level with barriers (MLX's `block_sort_t::merge_step(...)`):
+// an expression statement, not a declaration of `scale`.
+kernel void qualified_call(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                           uint size [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = float(lid);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  block_ops::scale(shared, (lid + 1) % size, 2.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[lid] = shared[(lid + 1) % size];
+}
+"""
+
+
+def test_a_qualified_call_between_barriers_is_no_declaration(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(QUALIFIED_CALL_SOURCE).kernel("qualified_call")
+    assert "kernel 'qualified_call' runs as barrier regions" in capfd.readouterr().err
+    out = Tensor.empty([48])
+    kernel.run({0: out}, 48, 48)
+    np.testing.assert_array_equal(out.numpy(), ((np.arange(48) + 1) % 48) * 2.0)

@@ -940,6 +940,8 @@ class RegionWriter {
       if (t_.identifier(k) || t_.is(k, "::") || t_.is(k, "*")) {
         if (t_.identifier(k) && k > begin && (t_.is(k + 1, "=") || t_.is(k + 1, ";") || t_.is(k + 1, "[") ||
                                               t_.is(k + 1, "{") || t_.is(k + 1, ",") || t_.is(k + 1, "("))) {
+          // A block-scope declarator is unqualified: `S::f(x);` or `S::v = x;` is an expression.
+          if (t_.is(k - 1, "::")) return false;
           name = k;
           break;
         }
