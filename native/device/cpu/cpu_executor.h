@@ -28,6 +28,8 @@ struct KernelDispatch {
   etm_cpu_launch launch{};
   // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit.
   uint64_t threadgroup_bytes = 0;
+  // How long the dispatch may run (kernel_timeout_ms() when its pipeline was made; 0: no limit).
+  uint64_t timeout_ms = 0;
 };
 
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
