@@ -15,6 +15,18 @@
 #include "etm_simd.h"
 #include "etm_simdgroup_matrix.h"
 
+// The region function's loops over a group's threads vectorise when g++ may take the test for
+// 2- and 3-dimensional groups out of a loop, split a loop at a bound on the thread index
+// (`if (lid < stride)`) and version it for aliasing; -O2 does none of these. Only these
+// functions get the options (they cost compile time). Floating-point sums are never
+// reassociated, so results stay bit-identical.
+#if defined(__clang__)
+#define ETM_REGION_FUNCTION
+#else
+#define ETM_REGION_FUNCTION \
+  __attribute__((optimize("-funswitch-loops", "-fsplit-loops", "-fvect-cost-model=cheap")))
+#endif
+
 namespace etm_regions {
 using metal::ulong2;
 
