@@ -316,3 +316,111 @@ def test_a_kernel_the_region_form_declines_still_runs(msl, path):
     out = Tensor.empty([48])
     kernel.run({0: out}, 48, 48)
     np.testing.assert_array_equal(out.numpy(), (np.arange(48) + 1) % 48)
+
+
+MATRIX_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+// Each simdgroup: a from a 10 x 11 matrix at origin (2, 1), b transposed from a 9 x 9 matrix at
+// origin (1, 0), c plain; d = a * b + c and e = a * b stored (e transposed at origin (1, 0)),
+// and every lane's two elements of d as it holds them.
+kernel void matrix_operations(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+                              device const float* c [[buffer(2)]], device float* out [[buffer(3)]],
+                              device float* lanes [[buffer(4)]],
+                              uint lid [[thread_index_in_threadgroup]],
+                              uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  simdgroup_float8x8 ma, mb, mc, md, me;
+  simdgroup_load(ma, a + simdgroup * 110, 11, ulong2(2, 1));
+  simdgroup_load(mb, b + simdgroup * 81, 9, ulong2(1, 0), true);
+  simdgroup_load(mc, c + simdgroup * 64, 8);
+  simdgroup_multiply_accumulate(md, ma, mb, mc);
+  simdgroup_multiply(me, ma, mb);
+  simdgroup_store(md, out + simdgroup * 145, 8);
+  simdgroup_store(me, out + simdgroup * 145 + 64, 9, ulong2(1, 0), true);
+  lanes[lid * 2] = md.thread_elements()[0];
+  lanes[lid * 2 + 1] = md.thread_elements()[1];
+}
+"""
+
+
+def fragment_of_lane(lane):
+    """Metal's thread_elements() layout: the row and first column of a lane's two elements."""
+    quad = lane // 4
+    return (quad & 4) + (lane // 2) % 4, (quad & 2) * 2 + (lane % 2) * 2
+
+
+def multiply_in_order(a, b, c):
+    """c + a[:, 0] b[0] + ... + a[:, 7] b[7], rounded to float32 after every step (Metal's order on
+    both CPU paths)."""
+    d = c.astype(np.float32)
+    for k in range(8):
+        d = d + np.outer(a[:, k], b[k]).astype(np.float32)
+    return d
+
+
+@pytest.mark.parametrize("threads", [64, 48])  # two full simdgroups; a full one and 16 lanes
+def test_simdgroup_matrix_layout_and_summation_order(msl, path, threads):
+    kernel = msl(MATRIX_SOURCE).kernel("matrix_operations")
+    rng = np.random.default_rng(9)
+    simdgroups = 2
+    a = rng.standard_normal((simdgroups, 10, 11)).astype(np.float32)
+    b = rng.standard_normal((simdgroups, 9, 9)).astype(np.float32)
+    c = rng.standard_normal((simdgroups, 8, 8)).astype(np.float32)
+    out = Tensor.empty([simdgroups * 145])
+    out.write(np.full(simdgroups * 145, -99.0, np.float32))
+    lanes = Tensor.empty([threads * 2])
+    kernel.run({0: device_array(a.ravel()), 1: device_array(b.ravel()), 2: device_array(c.ravel()), 3: out,
+                4: lanes}, threads, threads)
+    got = out.numpy().reshape(simdgroups, 145)
+    got_lanes = lanes.numpy().reshape(threads, 2)
+    for s in range(simdgroups):
+        active = min(32, threads - 32 * s)
+        held = np.zeros((8, 8), bool)  # the elements of lanes that exist (the others read as zero)
+        for lane in range(active):
+            row, column = fragment_of_lane(lane)
+            held[row, column:column + 2] = True
+        ma = np.where(held, a[s, 1:9, 2:10], 0).astype(np.float32)
+        mb = np.where(held, b[s, 0:8, 1:9].T, 0).astype(np.float32)
+        mc = np.where(held, c[s], 0).astype(np.float32)
+        d = multiply_in_order(ma, mb, mc)
+        e = multiply_in_order(ma, mb, np.zeros((8, 8), np.float32))
+        expected = np.full(145, -99.0, np.float32)
+        expected[:64] = np.where(held, d, -99.0).ravel()
+        e_stored = expected[64:].reshape(9, 9)
+        e_stored[0:8, 1:9] = np.where(held.T, e.T, -99.0)
+        np.testing.assert_array_equal(got[s], expected)
+        for lane in range(active):
+            row, column = fragment_of_lane(lane)
+            np.testing.assert_array_equal(got_lanes[32 * s + lane], d[row, column:column + 2])
+
+
+QUALIFIED_CALL_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+struct block_ops {
+  static void scale(threadgroup float* values, uint index, float factor) { values[index] *= factor; }
+};
+
+// A call through a qualified name at a level with barriers (MLX's `block_sort_t::merge_step(...)`):
+// an expression statement, not a declaration of `scale`.
+kernel void qualified_call(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                           uint size [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = float(lid);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  block_ops::scale(shared, (lid + 1) % size, 2.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[lid] = shared[(lid + 1) % size];
+}
+"""
+
+
+def test_a_qualified_call_between_barriers_is_no_declaration(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(QUALIFIED_CALL_SOURCE).kernel("qualified_call")
+    assert "kernel 'qualified_call' runs as barrier regions" in capfd.readouterr().err
+    out = Tensor.empty([48])
+    kernel.run({0: out}, 48, 48)
+    np.testing.assert_array_equal(out.numpy(), ((np.arange(48) + 1) % 48) * 2.0)

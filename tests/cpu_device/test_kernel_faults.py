@@ -121,7 +121,7 @@ FAULT_CHILD = textwrap.dedent("""\
     from etmetal_py.kernels import compile_library
     source = sys.stdin.read()
     for kernel, threads, env in json.loads(sys.argv[1]):
-        os.environ.update(env)  # read when the library loads its kernels and at each dispatch
+        os.environ.update(env)  # read when the library loads its kernels (and makes their pipelines)
         with compile_library(source) as library:
             arguments = {"spin": lambda: [np.zeros(1, np.int32)],
                          "recurse": lambda: [np.zeros(threads, np.int32), np.int32(10 ** 7)],

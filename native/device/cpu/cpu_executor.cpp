@@ -490,7 +490,7 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   const bool parallel = group_count > 1 && threads >= (per_group ? 256u : 16384u);
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
   Job job(dispatch, group_count, chunk);
-  const DispatchTimeout timeout(job.faults(), kernel_timeout_ms());
+  const DispatchTimeout timeout(job.faults(), dispatch.timeout_ms);
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
   return Status();

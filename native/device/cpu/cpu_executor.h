@@ -33,6 +33,8 @@ struct KernelDispatch {
   uint64_t threadgroup_bytes = 0;
   // Set while validating (dispatch_validation.h): groups run on fibers and are reported to it.
   DispatchValidation* validation = nullptr;
+  // How long the dispatch may run (kernel_timeout_ms() when its pipeline was made; 0: no limit).
+  uint64_t timeout_ms = 0;
 };
 
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.

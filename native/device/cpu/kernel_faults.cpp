@@ -362,7 +362,7 @@ struct FaultHandlers {
         w.faults->timed_out_.store(true, std::memory_order_release);
         {
           std::lock_guard<std::mutex> threads(w.faults->mutex_);
-          for (long thread : w.faults->threads_) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
+          w.faults->for_each_thread([](long thread) { syscall(SYS_tgkill, getpid(), thread, interrupt_signal()); });
         }
         w.deadline = now + std::chrono::milliseconds(20);
         next = std::min(next, w.deadline);
@@ -398,7 +398,7 @@ KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), th
   FaultHandlers::install();
   {
     std::lock_guard<std::mutex> lock(faults_->mutex_);
-    faults_->threads_.push_back(thread_);
+    faults_->add_thread(thread_);
   }
   for (size_t i = 0; i < kMaxScopes; ++i) {
     long expected = 0;
@@ -420,8 +420,26 @@ KernelFaultScope::~KernelFaultScope() {
     }
   }
   std::lock_guard<std::mutex> lock(faults_->mutex_);
-  auto& threads = faults_->threads_;
-  threads.erase(std::find(threads.begin(), threads.end(), thread_));
+  faults_->remove_thread(thread_);
+}
+
+void DispatchFaults::add_thread(long thread) {
+  if (thread_count_ < kInlineThreads) {
+    threads_[thread_count_++] = thread;
+  } else {
+    more_threads_.push_back(thread);
+  }
+}
+
+void DispatchFaults::remove_thread(long thread) {
+  for (size_t i = 0; i < thread_count_; ++i) {
+    if (threads_[i] == thread) {
+      threads_[i] = threads_[--thread_count_];
+      return;
+    }
+  }
+  const auto found = std::find(more_threads_.begin(), more_threads_.end(), thread);
+  if (found != more_threads_.end()) more_threads_.erase(found);
 }
 
 std::string KernelFaultScope::message() const {

@@ -152,6 +152,7 @@ class RegionWriter {
       return false;
     }
     if (!check_body(open + 1, close)) return failed(reason);
+    for (size_t i = open + 1; i < close && !kernel_returns_; ++i) kernel_returns_ = t_.is(i, "return");
     find_matrix_names(open + 1, close);
     if (!check_matrix_products(open + 1, close)) return failed(reason);
 
@@ -196,7 +197,7 @@ class RegionWriter {
 
     std::string& out = *code;
     out = "\n#if !ETM_CPU_NO_REGIONS\n#line " + std::to_string(t_.line(open)) + "\n" + s_.template_header +
-          "inline int " + s_.function_name + "(" + parameters +
+          "ETM_REGION_FUNCTION inline int " + s_.function_name + "(" + parameters +
           "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
           "(void)etm__launch; const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
@@ -425,8 +426,11 @@ class RegionWriter {
   }
 
   // Where a region loop skips a thread: returned, or outside the current predicated branch.
+  // In a kernel without `return` no thread is ever done: the loops test nothing for it, which
+  // lets the compiler vectorise them.
   std::string skip_condition() const {
-    if (masks_.empty()) return "etm__done[etm__index]";
+    if (masks_.empty()) return kernel_returns_ ? "etm__done[etm__index]" : "false";
+    if (!kernel_returns_) return "!" + masks_.back() + "[etm__index]";
     return "(etm__done[etm__index] || !" + masks_.back() + "[etm__index])";
   }
 
@@ -940,6 +944,8 @@ class RegionWriter {
       if (t_.identifier(k) || t_.is(k, "::") || t_.is(k, "*")) {
         if (t_.identifier(k) && k > begin && (t_.is(k + 1, "=") || t_.is(k + 1, ";") || t_.is(k + 1, "[") ||
                                               t_.is(k + 1, "{") || t_.is(k + 1, ",") || t_.is(k + 1, "("))) {
+          // A block-scope declarator is unqualified: `S::f(x);` or `S::v = x;` is an expression.
+          if (t_.is(k - 1, "::")) return false;
           name = k;
           break;
         }
@@ -1161,6 +1167,7 @@ class RegionWriter {
   std::string thread_code_;
   bool region_open_ = false;
   bool region_returns_ = false;
+  bool kernel_returns_ = false;  // a `return` anywhere in the kernel body
   bool region_has_code_ = false;
   unsigned region_id_ = 0;
   unsigned next_region_ = 0;

@@ -161,7 +161,7 @@ uint64_t align16(uint64_t n) { return (n + 15) / 16 * 16; }
 class CpuKernelPipeline : public CpuPipeline {
  public:
   CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object)
-      : kernel_(kernel), object_(std::move(object)) {}
+      : kernel_(kernel), object_(std::move(object)), timeout_ms_(kernel_timeout_ms()) {}
 
   const std::string& name() const override { return kernel_.name; }
   uint32_t max_total_threads_per_threadgroup() const override {
@@ -284,6 +284,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.regions_entry = object_->regions();
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
+    dispatch.timeout_ms = timeout_ms_;
     if (validation) {
       // Checks need to know the running thread: every group runs on fibers.
       dispatch.use_fibers = true;
@@ -308,6 +309,9 @@ class CpuKernelPipeline : public CpuPipeline {
 
   TranslatedKernel kernel_;
   std::shared_ptr<KernelObject> object_;
+  // Read when the pipeline is made: reading the environment costs ~900 instructions, an
+  // eighth of a small dispatch.
+  const uint64_t timeout_ms_;
 };
 
 // Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.

@@ -15,6 +15,18 @@
 #include "etm_simd.h"
 #include "etm_simdgroup_matrix.h"
 
+// The region function's loops over a group's threads vectorise when g++ may take the test for
+// 2- and 3-dimensional groups out of a loop, split a loop at a bound on the thread index
+// (`if (lid < stride)`) and version it for aliasing; -O2 does none of these. Only these
+// functions get the options (they cost compile time). Floating-point sums are never
+// reassociated, so results stay bit-identical.
+#if defined(__clang__)
+#define ETM_REGION_FUNCTION
+#else
+#define ETM_REGION_FUNCTION \
+  __attribute__((optimize("-funswitch-loops", "-fsplit-loops", "-fvect-cost-model=cheap")))
+#endif
+
 namespace etm_regions {
 using metal::ulong2;
 
@@ -36,15 +48,29 @@ struct simdgroup {
 inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
   uint64_t active = 0;
   const uint32_t end = count - base < 32u ? count - base : 32u;
+  if (end == 32u) {
+    // Eight flags at a time: a bool is the byte 0 or 1, and the multiplication moves the low
+    // bit of byte i to bit 56 + i (the partial products never overlap, so nothing carries).
+    for (uint32_t word = 0; word < 4; ++word) {
+      uint64_t flags;
+      __builtin_memcpy(&flags, done + base + 8 * word, sizeof flags);
+      const uint64_t live = ~flags & 0x0101010101010101ull;
+      active |= ((live * 0x0102040810204080ull) >> 56) << (8 * word);
+    }
+    return active;
+  }
   for (uint32_t lane = 0; lane < end; ++lane)
     if (!done[base + lane]) active |= uint64_t(1) << lane;
   return active;
 }
 
+// An 8x8 float matrix as eight row vectors (AVX registers where the ISA has them).
+typedef float row_vector __attribute__((vector_size(32)));
+
 // All 64 elements of a matrix from the lanes' fragments; inactive lanes read as zero, as on
 // the fiber path.
 template <class T>
-inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, float out[8][8]) {
+inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, row_vector out[8]) {
   if (g.active == 0xffffffffu) {  // a full simdgroup: no lane to skip
 #pragma GCC unroll 32
     for (uint32_t lane = 0; lane < 32; ++lane) {
@@ -65,8 +91,17 @@ inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, floa
 }
 
 template <class T>
-inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, const float in[8][8]) {
+inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, const row_vector in[8]) {
+  if (g.active == 0xffffffffu) {
 #pragma GCC unroll 32
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
+      auto& fragment = g.of_lane(m, lane).elements;
+      fragment.x = T(in[at.row][at.column]);
+      fragment.y = T(in[at.row][at.column + 1]);
+    }
+    return;
+  }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
@@ -76,18 +111,18 @@ inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, con
   }
 }
 
-// c += a * b, row by row: a row of c stays in registers while k runs (the order of the fiber
-// path: c, then k = 0..7).
-inline void multiply_rows(const float a[8][8], const float b[8][8], float c[8][8]) {
-  typedef float row_vector __attribute__((vector_size(32)));
-  row_vector rows_of_b[8];
-  __builtin_memcpy(rows_of_b, b, sizeof rows_of_b);
-  for (int row = 0; row < 8; ++row) {
-    row_vector sum;
-    __builtin_memcpy(&sum, c[row], sizeof sum);
-    for (int k = 0; k < 8; ++k) sum += a[row][k] * rows_of_b[k];
-    __builtin_memcpy(c[row], &sum, sizeof sum);
+// c += a * b. Every element sums in the order of the fiber path (c, then k = 0..7); k runs
+// outside the rows so the eight row sums are independent chains held in registers.
+inline void multiply_rows(const row_vector a[8], const row_vector b[8], row_vector c[8]) {
+  row_vector sums[8];
+  for (int row = 0; row < 8; ++row) sums[row] = c[row];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const row_vector b_row = b[k];
+#pragma GCC unroll 8
+    for (int row = 0; row < 8; ++row) sums[row] += a[row][k] * b_row;
   }
+  for (int row = 0; row < 8; ++row) c[row] = sums[row];
 }
 
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
@@ -96,7 +131,7 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
                                           metal::simdgroup_matrix<TA, 8, 8>& a,
                                           metal::simdgroup_matrix<TB, 8, 8>& b,
                                           metal::simdgroup_matrix<TC, 8, 8>& c) {
-  float ma[8][8], mb[8][8], mc[8][8];
+  row_vector ma[8], mb[8], mc[8];
   gather(g, a, ma);
   gather(g, b, mb);
   gather(g, c, mc);
@@ -107,7 +142,7 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
 template <class TD, class TA, class TB>
 inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
                                metal::simdgroup_matrix<TA, 8, 8>& a, metal::simdgroup_matrix<TB, 8, 8>& b) {
-  float ma[8][8], mb[8][8], mc[8][8] = {};
+  row_vector ma[8], mb[8], mc[8] = {};
   gather(g, a, ma);
   gather(g, b, mb);
   multiply_rows(ma, mb, mc);
@@ -118,6 +153,18 @@ template <class T, class S>
 inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& destination, const S* source,
                            ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0ul, 0ul),
                            bool transpose_matrix = false) {
+  if (g.active == 0xffffffffu && !transpose_matrix) {  // the common case, unrolled: rows known
+    const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
+#pragma GCC unroll 32
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
+      const S* from = origin + at.row * elements_per_row + at.column;
+      auto& fragment = g.of_lane(destination, lane).elements;
+      fragment.x = T(from[0]);
+      fragment.y = T(from[1]);
+    }
+    return;
+  }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
@@ -135,6 +182,18 @@ template <class T, class D>
 inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& matrix, D* destination,
                             ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0ul, 0ul),
                             bool transpose_matrix = false) {
+  if (g.active == 0xffffffffu && !transpose_matrix) {
+    D* origin = destination + matrix_origin.y * elements_per_row + matrix_origin.x;
+#pragma GCC unroll 32
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
+      D* to = origin + at.row * elements_per_row + at.column;
+      const auto& fragment = g.of_lane(matrix, lane).elements;
+      to[0] = D(fragment.x);
+      to[1] = D(fragment.y);
+    }
+    return;
+  }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
