@@ -3,8 +3,10 @@
 // in two dispatches, shaped so that every element of q, k and v is loaded from device memory
 // once per threadgroup that needs it:
 //   sdpa_block   one simdgroup-sized threadgroup per (key split, block of query rows,
-//                key/value head): up to kMaxSlots query rows of the heads that share the
-//                key/value head. Per block of kBlockKeys keys, each key row is loaded by one
+//                key/value head): up to SLOTS query rows of the heads that share the
+//                key/value head (32 up to head dim 128, 16 at 256: each group re-reads the
+//                keys and values, so more slots read them fewer times). Per block of
+//                kTileScores / SLOTS keys, each key row is loaded by one
 //                thread and scored against every slot (queries staged in threadgroup
 //                memory); an online softmax per slot
 //                rescales the running sums; each thread then owns value columns and loads each
@@ -24,8 +26,10 @@ using namespace metal;
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
 constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
-constant constexpr uint kBlockKeys = 128;     // keys per step, split over the threads when scoring
-constant constexpr uint kMaxSlots = 16;       // (query row, head) pairs of an sdpa_block group
+// Threadgroup memory of an sdpa_block group (24 KB of the 32 KB limit): the scaled query rows
+// of its slots (kQueryFloats / MAX_DIM slots at most) and the scores of a block of keys.
+constant constexpr uint kQueryFloats = 4096;
+constant constexpr uint kTileScores = 2048;
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
 constant constexpr uint kMaxSplits = 64;
 
@@ -55,7 +59,7 @@ struct SdpaParams {
   uint split_length;   // keys per split
   uint causal;         // key j is visible from row i iff j <= i
   uint block_heads;    // query heads of one key/value head per sdpa_block group
-  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= kMaxSlots)
+  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= SLOTS)
   float scale;
 };
 
@@ -101,7 +105,8 @@ inline float sdpa_mask_bias(device const M* mask, long mask_at, long key_stride,
   return MASK == kAdditiveMask ? float(mask[mask_at + long(key) * key_stride]) : 0.0f;
 }
 
-template <typename T, typename M, int MASK, uint MAX_DIM>
+// SLOTS: (query row, head) pairs of a group, one initialised by each of its first threads.
+template <typename T, typename M, int MASK, uint MAX_DIM, uint SLOTS>
 kernel void sdpa_block(device const T* q [[buffer(0)]],
                        device const T* k [[buffer(1)]],
                        device const T* v [[buffer(2)]],
@@ -111,15 +116,17 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
                        constant SdpaParams& p [[buffer(6)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint t [[thread_index_in_threadgroup]]) {
-  threadgroup float query[kMaxSlots * MAX_DIM];  // scaled query rows of the slots
-  threadgroup float tile[kMaxSlots * kBlockKeys];   // scores, then probabilities, of a key block
-  threadgroup float slot_max[kMaxSlots];
-  threadgroup float slot_sum[kMaxSlots];
-  threadgroup float slot_rescale[kMaxSlots];
-  threadgroup long slot_query[kMaxSlots];  // element offset of the slot's query row
-  threadgroup long slot_mask[kMaxSlots];   // element offset of the slot's mask row
-  threadgroup uint slot_row[kMaxSlots];    // query row, or p.rows for an empty slot
-  threadgroup ulong slot_index[kMaxSlots]; // batch_head * rows + row
+  static_assert(SLOTS <= kBlockThreads && SLOTS * MAX_DIM <= kQueryFloats, "sdpa_block slots");
+  constexpr uint kBlockKeys = kTileScores / SLOTS;  // keys per step, split over the threads when scoring
+  threadgroup float query[SLOTS * MAX_DIM];  // scaled query rows of the slots
+  threadgroup float tile[kTileScores];       // scores, then probabilities, of a key block
+  threadgroup float slot_max[SLOTS];
+  threadgroup float slot_sum[SLOTS];
+  threadgroup float slot_rescale[SLOTS];
+  threadgroup long slot_query[SLOTS];  // element offset of the slot's query row
+  threadgroup long slot_mask[SLOTS];   // element offset of the slot's mask row
+  threadgroup uint slot_row[SLOTS];    // query row, or p.rows for an empty slot
+  threadgroup ulong slot_index[SLOTS]; // batch_head * rows + row
 
   const uint split = group_id.x, row_block = group_id.y;
   const uint member_blocks = (p.kv_group + p.block_heads - 1) / p.block_heads;
@@ -158,9 +165,9 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
 
   // Value columns this thread accumulates: a run of kColumns from t * kColumns.
   constexpr uint kColumns = MAX_DIM / kBlockThreads;
-  float accumulator[kColumns][kMaxSlots];
+  float accumulator[kColumns][SLOTS];
   for (uint c = 0; c < kColumns; ++c)
-    for (uint s = 0; s < kMaxSlots; ++s) accumulator[c][s] = 0.0f;
+    for (uint s = 0; s < SLOTS; ++s) accumulator[c][s] = 0.0f;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   for (uint block = begin; block < end; block += kBlockKeys) {
@@ -168,7 +175,7 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     // Scores: this thread's keys against every slot; each key row is loaded once.
     for (uint j = t; j < count; j += kBlockThreads) {
       const uint key = block + j;
-      float dot[kMaxSlots];
+      float dot[SLOTS];
       for (uint s = 0; s < slots; ++s) dot[s] = 0.0f;
       device const T* key_row = k + kv.k + long(key) * p.k.row;
       for (uint d = 0; d < p.head_dim; ++d) {
@@ -281,14 +288,15 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
   }
 }
 
-#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM)                                         \
+// Slots per head-dimension class must match slots_for_dim in native/ops/attention.cpp.
+#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM, SLOTS)                                  \
   template [[host_name("sdpa_block_" #TN "_" #MN "_" #DIM)]] [[kernel]]              \
-  decltype(sdpa_block<T, M, MASK, DIM>) sdpa_block<T, M, MASK, DIM>;
+  decltype(sdpa_block<T, M, MASK, DIM, SLOTS>) sdpa_block<T, M, MASK, DIM, SLOTS>;
 
 #define SDPA_MASKED(T, TN, M, MN, MASK)                                              \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 64)                                                 \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 128)                                                \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 256)
+  SDPA_BLOCK(T, TN, M, MN, MASK, 64, 32)                                             \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 128, 32)                                            \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 256, 16)
 
 // Per query dtype: no mask, a boolean mask, an additive mask of the query's dtype, and
 // (for half and bfloat queries) an additive float32 mask.
