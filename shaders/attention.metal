@@ -11,9 +11,12 @@
 //                memory); an online softmax per slot
 //                rescales the running sums; each thread then owns value columns and loads each
 //                value element once. Writes each raw score (float32) once, and per (row,
-//                split) the running max, sum of exponentials and unnormalised output row.
-//   sdpa_finish  one threadgroup per query row: merges the splits into the output and writes
-//                the weights exp(score - log_sum_exp) from the stored scores.
+//                split) the running max, sum of exponentials and unnormalised output row;
+//                with a single split (prefill), the output row itself and the row's
+//                log-sum-exp instead.
+//   sdpa_finish  one threadgroup per query row: merges the splits into the output (with more
+//                than one) and writes the weights exp(score - log_sum_exp) from the stored
+//                scores.
 // Splitting the keys gives decode (one query row, thousands of keys) as many threadgroups as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
 //
@@ -114,6 +117,7 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
                        device float* scores [[buffer(4)]],
                        device float* partial [[buffer(5)]],
                        constant SdpaParams& p [[buffer(6)]],
+                       device T* out [[buffer(7)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint t [[thread_index_in_threadgroup]]) {
   static_assert(SLOTS <= kBlockThreads && SLOTS * MAX_DIM <= kQueryFloats, "sdpa_block slots");
@@ -229,6 +233,21 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
+  if (p.splits == 1) {
+    // The row is complete: its output, and its log-sum-exp for sdpa_finish's weights (a
+    // fully masked row: output 0, -inf).
+    for (uint s = 0; s < slots; ++s) {
+      if (slot_row[s] >= p.rows) continue;
+      const float sum = slot_sum[s];
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (t == 0) partial[slot_index[s]] = sum > 0.0f ? slot_max[s] + log(sum) : -INFINITY;
+      for (uint c = 0; c < kColumns; ++c) {
+        const uint column = t * kColumns + c;
+        if (column < p.value_dim) out[slot_index[s] * p.value_dim + column] = T(accumulator[c][s] * inverse);
+      }
+    }
+    return;
+  }
   // Record of (row, split): [max, sum, accumulator[value_dim]].
   const uint record_length = p.value_dim + 2;
   for (uint s = 0; s < slots; ++s) {
@@ -259,7 +278,9 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
   const ulong row_index = ulong(group_id.y) * p.rows + row;
   const uint record_length = p.value_dim + 2;
   device const float* records = partial + row_index * p.splits * record_length;
-  if (t == 0) {
+  // A single split: sdpa_block wrote the output and the log-sum-exp.
+  if (p.splits == 1 && t == 0) row_log_sum_exp = partial[row_index];
+  if (p.splits > 1 && t == 0) {
     float row_max = -INFINITY;
     for (uint s = 0; s < p.splits; ++s) row_max = max(row_max, records[s * record_length]);
     float total = 0.0f;
@@ -272,7 +293,7 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
     row_log_sum_exp = total > 0.0f ? row_max + log(total) : -INFINITY;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint column = t; column < p.value_dim; column += kFinishThreads) {
+  for (uint column = t; p.splits > 1 && column < p.value_dim; column += kFinishThreads) {
     float value = 0.0f;
     for (uint s = 0; s < p.splits; ++s) {
       if (split_factor[s] != 0.0f) value += records[s * record_length + 2 + column] * split_factor[s];

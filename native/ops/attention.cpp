@@ -209,7 +209,9 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const Tensor& v_bound = keys > 0 ? value : query;
   const Tensor& mask_bound = mask ? *mask : query;
 
-  auto partial = runtime.empty_tensor({row_count * splits * (value_dim + 2)}, {1}, static_cast<int32_t>(DType::float32));
+  // Per (row, split): max, sum and unnormalised output; a single split: the log-sum-exp.
+  const int64_t partial_length = splits == 1 ? row_count : row_count * splits * (value_dim + 2);
+  auto partial = runtime.empty_tensor({partial_length}, {1}, static_cast<int32_t>(DType::float32));
   // Raw scores (float32), read back when the weights are normalised: float32 weights hold
   // them in place; other dtypes get a float32 scratch tensor.
   std::unique_ptr<Tensor> score_scratch;
@@ -222,7 +224,7 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_block_" + suffix + "_" + std::to_string(dim_class)));
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
-        .tensor(4, scores).tensor(5, *partial).value(6, p)
+        .tensor(4, scores).tensor(5, *partial).value(6, p).tensor(7, *result.output)
         .threadgroups({static_cast<uint64_t>(splits), static_cast<uint64_t>(row_blocks),
                        static_cast<uint64_t>(batch * kv_heads * member_blocks)},
                       {kBlockThreads, 1, 1});
