@@ -29,8 +29,9 @@ using namespace metal;
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
 constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
-// Threadgroup memory of an sdpa_block group (24 KB of the 32 KB limit): the scaled query rows
-// of its slots (kQueryFloats / MAX_DIM slots at most) and the scores of a block of keys.
+// Threadgroup memory of an sdpa_block group (at most 24 KB, plus 1.3 KB of slot state, of the
+// 32 KB limit): the scaled query rows of its slots (kQueryFloats / MAX_DIM slots at most) and
+// the scores of a block of keys.
 constant constexpr uint kQueryFloats = 4096;
 constant constexpr uint kTileScores = 2048;
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
