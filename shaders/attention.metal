@@ -3,15 +3,20 @@
 // in two dispatches, shaped so that every element of q, k and v is loaded from device memory
 // once per threadgroup that needs it:
 //   sdpa_block   one simdgroup-sized threadgroup per (key split, block of query rows,
-//                key/value head): up to kMaxSlots query rows of the heads that share the
-//                key/value head. Per block of kBlockKeys keys, each key row is loaded by one
+//                key/value head): up to SLOTS query rows of the heads that share the
+//                key/value head (32 up to head dim 128, 16 at 256: each group re-reads the
+//                keys and values, so more slots read them fewer times). Per block of
+//                kTileScores / SLOTS keys, each key row is loaded by one
 //                thread and scored against every slot (queries staged in threadgroup
 //                memory); an online softmax per slot
 //                rescales the running sums; each thread then owns value columns and loads each
 //                value element once. Writes each raw score (float32) once, and per (row,
-//                split) the running max, sum of exponentials and unnormalised output row.
-//   sdpa_finish  one threadgroup per query row: merges the splits into the output and writes
-//                the weights exp(score - log_sum_exp) from the stored scores.
+//                split) the running max, sum of exponentials and unnormalised output row;
+//                with a single split (prefill), the output row itself and the row's
+//                log-sum-exp instead.
+//   sdpa_finish  one threadgroup per query row: merges the splits into the output (with more
+//                than one) and writes the weights exp(score - log_sum_exp) from the stored
+//                scores.
 // Splitting the keys gives decode (one query row, thousands of keys) as many threadgroups as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
 //
@@ -24,8 +29,11 @@ using namespace metal;
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
 constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
-constant constexpr uint kBlockKeys = 128;     // keys per step, split over the threads when scoring
-constant constexpr uint kMaxSlots = 16;       // (query row, head) pairs of an sdpa_block group
+// Threadgroup memory of an sdpa_block group (at most 24 KB, plus 1.3 KB of slot state, of the
+// 32 KB limit): the scaled query rows of its slots (kQueryFloats / MAX_DIM slots at most) and
+// the scores of a block of keys.
+constant constexpr uint kQueryFloats = 4096;
+constant constexpr uint kTileScores = 2048;
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
 constant constexpr uint kMaxSplits = 64;
 
@@ -55,7 +63,7 @@ struct SdpaParams {
   uint split_length;   // keys per split
   uint causal;         // key j is visible from row i iff j <= i
   uint block_heads;    // query heads of one key/value head per sdpa_block group
-  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= kMaxSlots)
+  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= SLOTS)
   float scale;
 };
 
@@ -101,7 +109,8 @@ inline float sdpa_mask_bias(device const M* mask, long mask_at, long key_stride,
   return MASK == kAdditiveMask ? float(mask[mask_at + long(key) * key_stride]) : 0.0f;
 }
 
-template <typename T, typename M, int MASK, uint MAX_DIM>
+// SLOTS: (query row, head) pairs of a group, one initialised by each of its first threads.
+template <typename T, typename M, int MASK, uint MAX_DIM, uint SLOTS>
 kernel void sdpa_block(device const T* q [[buffer(0)]],
                        device const T* k [[buffer(1)]],
                        device const T* v [[buffer(2)]],
@@ -109,17 +118,20 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
                        device float* scores [[buffer(4)]],
                        device float* partial [[buffer(5)]],
                        constant SdpaParams& p [[buffer(6)]],
+                       device T* out [[buffer(7)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint t [[thread_index_in_threadgroup]]) {
-  threadgroup float query[kMaxSlots * MAX_DIM];  // scaled query rows of the slots
-  threadgroup float tile[kMaxSlots * kBlockKeys];   // scores, then probabilities, of a key block
-  threadgroup float slot_max[kMaxSlots];
-  threadgroup float slot_sum[kMaxSlots];
-  threadgroup float slot_rescale[kMaxSlots];
-  threadgroup long slot_query[kMaxSlots];  // element offset of the slot's query row
-  threadgroup long slot_mask[kMaxSlots];   // element offset of the slot's mask row
-  threadgroup uint slot_row[kMaxSlots];    // query row, or p.rows for an empty slot
-  threadgroup ulong slot_index[kMaxSlots]; // batch_head * rows + row
+  static_assert(SLOTS <= kBlockThreads && SLOTS * MAX_DIM <= kQueryFloats, "sdpa_block slots");
+  constexpr uint kBlockKeys = kTileScores / SLOTS;  // keys per step, split over the threads when scoring
+  threadgroup float query[SLOTS * MAX_DIM];  // scaled query rows of the slots
+  threadgroup float tile[kTileScores];       // scores, then probabilities, of a key block
+  threadgroup float slot_max[SLOTS];
+  threadgroup float slot_sum[SLOTS];
+  threadgroup float slot_rescale[SLOTS];
+  threadgroup long slot_query[SLOTS];  // element offset of the slot's query row
+  threadgroup long slot_mask[SLOTS];   // element offset of the slot's mask row
+  threadgroup uint slot_row[SLOTS];    // query row, or p.rows for an empty slot
+  threadgroup ulong slot_index[SLOTS]; // batch_head * rows + row
 
   const uint split = group_id.x, row_block = group_id.y;
   const uint member_blocks = (p.kv_group + p.block_heads - 1) / p.block_heads;
@@ -158,9 +170,9 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
 
   // Value columns this thread accumulates: a run of kColumns from t * kColumns.
   constexpr uint kColumns = MAX_DIM / kBlockThreads;
-  float accumulator[kColumns][kMaxSlots];
+  float accumulator[kColumns][SLOTS];
   for (uint c = 0; c < kColumns; ++c)
-    for (uint s = 0; s < kMaxSlots; ++s) accumulator[c][s] = 0.0f;
+    for (uint s = 0; s < SLOTS; ++s) accumulator[c][s] = 0.0f;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   for (uint block = begin; block < end; block += kBlockKeys) {
@@ -168,7 +180,7 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     // Scores: this thread's keys against every slot; each key row is loaded once.
     for (uint j = t; j < count; j += kBlockThreads) {
       const uint key = block + j;
-      float dot[kMaxSlots];
+      float dot[SLOTS];
       for (uint s = 0; s < slots; ++s) dot[s] = 0.0f;
       device const T* key_row = k + kv.k + long(key) * p.k.row;
       for (uint d = 0; d < p.head_dim; ++d) {
@@ -222,6 +234,21 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
+  if (p.splits == 1) {
+    // The row is complete: its output, and its log-sum-exp for sdpa_finish's weights (a
+    // fully masked row: output 0, -inf).
+    for (uint s = 0; s < slots; ++s) {
+      if (slot_row[s] >= p.rows) continue;
+      const float sum = slot_sum[s];
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (t == 0) partial[slot_index[s]] = sum > 0.0f ? slot_max[s] + log(sum) : -INFINITY;
+      for (uint c = 0; c < kColumns; ++c) {
+        const uint column = t * kColumns + c;
+        if (column < p.value_dim) out[slot_index[s] * p.value_dim + column] = T(accumulator[c][s] * inverse);
+      }
+    }
+    return;
+  }
   // Record of (row, split): [max, sum, accumulator[value_dim]].
   const uint record_length = p.value_dim + 2;
   for (uint s = 0; s < slots; ++s) {
@@ -252,7 +279,9 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
   const ulong row_index = ulong(group_id.y) * p.rows + row;
   const uint record_length = p.value_dim + 2;
   device const float* records = partial + row_index * p.splits * record_length;
-  if (t == 0) {
+  // A single split: sdpa_block wrote the output and the log-sum-exp.
+  if (p.splits == 1 && t == 0) row_log_sum_exp = partial[row_index];
+  if (p.splits > 1 && t == 0) {
     float row_max = -INFINITY;
     for (uint s = 0; s < p.splits; ++s) row_max = max(row_max, records[s * record_length]);
     float total = 0.0f;
@@ -265,7 +294,7 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
     row_log_sum_exp = total > 0.0f ? row_max + log(total) : -INFINITY;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint column = t; column < p.value_dim; column += kFinishThreads) {
+  for (uint column = t; p.splits > 1 && column < p.value_dim; column += kFinishThreads) {
     float value = 0.0f;
     for (uint s = 0; s < p.splits; ++s) {
       if (split_factor[s] != 0.0f) value += records[s * record_length + 2 + column] * split_factor[s];
@@ -281,14 +310,15 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
   }
 }
 
-#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM)                                         \
+// Slots per head-dimension class must match slots_for_dim in native/ops/attention.cpp.
+#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM, SLOTS)                                  \
   template [[host_name("sdpa_block_" #TN "_" #MN "_" #DIM)]] [[kernel]]              \
-  decltype(sdpa_block<T, M, MASK, DIM>) sdpa_block<T, M, MASK, DIM>;
+  decltype(sdpa_block<T, M, MASK, DIM, SLOTS>) sdpa_block<T, M, MASK, DIM, SLOTS>;
 
 #define SDPA_MASKED(T, TN, M, MN, MASK)                                              \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 64)                                                 \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 128)                                                \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 256)
+  SDPA_BLOCK(T, TN, M, MN, MASK, 64, 32)                                             \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 128, 32)                                            \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 256, 16)
 
 // Per query dtype: no mask, a boolean mask, an additive mask of the query's dtype, and
 // (for half and bfloat queries) an additive float32 mask.

@@ -23,11 +23,18 @@ constexpr int64_t kMaxDim = 256;
 constexpr uint32_t kBlockThreads = 32;
 // A split shorter than this spends more on its partial record than on its keys.
 constexpr int64_t kMinSplitKeys = 128;
-constexpr int64_t kMaxSlots = 16;
 constexpr uint32_t kFinishThreads = 64;
 constexpr int64_t kMaxSplits = 64;
 // Enough threads to fill the device: below this the keys are split across more threadgroups.
 constexpr int64_t kTargetThreads = 16384;
+
+// The sdpa_block kernel's head-dimension class (the largest query/key or value dim it holds).
+int64_t dim_class_of(int64_t dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
+
+// (query row, head) slots of an sdpa_block group per head-dimension class: the SDPA_BLOCK
+// instances of shaders/attention.metal. Each group reads its keys and values once, so more
+// slots mean fewer reads; the staged query rows (slots * dim floats) bound them.
+int64_t slots_for_dim(int64_t dim_class) { return dim_class <= 128 ? 32 : 16; }
 
 // Must match SdpaStrides / SdpaParams in shaders/attention.metal.
 struct SdpaStrides {
@@ -174,11 +181,13 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   checked_u32(kOp, rows * batch * kv_heads, "query rows * batch * key/value heads");
 
   const int64_t row_count = batch_heads * rows;
-  // A group holds up to kMaxSlots (query row, head) pairs of one key/value head: the heads
+  const int64_t dim_class = dim_class_of(std::max(head_dim, value_dim));
+  // A group holds up to max_slots (query row, head) pairs of one key/value head: the heads
   // that share it first (they read the same keys), then consecutive rows.
+  const int64_t max_slots = slots_for_dim(dim_class);
   const int64_t kv_group = heads / kv_heads;
-  const int64_t block_heads = std::min(kv_group, kMaxSlots);
-  const int64_t block_rows = std::min(rows, kMaxSlots / block_heads);
+  const int64_t block_heads = std::min(kv_group, max_slots);
+  const int64_t block_rows = std::min(rows, max_slots / block_heads);
   const int64_t member_blocks = (kv_group + block_heads - 1) / block_heads;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   const int64_t groups_per_split = row_blocks * batch * kv_heads * member_blocks;
@@ -194,14 +203,15 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   p.block_rows = static_cast<uint32_t>(block_rows);
   checked_u32(kOp, groups_per_split, "attention threadgroups");
 
-  const int64_t dim_class = std::max(head_dim, value_dim) <= 64 ? 64 : std::max(head_dim, value_dim) <= 128 ? 128 : 256;
   const std::string suffix = std::string(type_name) + "_" + mask_name;
   // Without keys there is nothing to read: bind the query in the key/value slots.
   const Tensor& k_bound = keys > 0 ? key : query;
   const Tensor& v_bound = keys > 0 ? value : query;
   const Tensor& mask_bound = mask ? *mask : query;
 
-  auto partial = runtime.empty_tensor({row_count * splits * (value_dim + 2)}, {1}, static_cast<int32_t>(DType::float32));
+  // Per (row, split): max, sum and unnormalised output; a single split: the log-sum-exp.
+  const int64_t partial_length = splits == 1 ? row_count : row_count * splits * (value_dim + 2);
+  auto partial = runtime.empty_tensor({partial_length}, {1}, static_cast<int32_t>(DType::float32));
   // Raw scores (float32), read back when the weights are normalised: float32 weights hold
   // them in place; other dtypes get a float32 scratch tensor.
   std::unique_ptr<Tensor> score_scratch;
@@ -214,7 +224,7 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_block_" + suffix + "_" + std::to_string(dim_class)));
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
-        .tensor(4, scores).tensor(5, *partial).value(6, p)
+        .tensor(4, scores).tensor(5, *partial).value(6, p).tensor(7, *result.output)
         .threadgroups({static_cast<uint64_t>(splits), static_cast<uint64_t>(row_blocks),
                        static_cast<uint64_t>(batch * kv_heads * member_blocks)},
                       {kBlockThreads, 1, 1});

@@ -169,6 +169,23 @@ def test_prefill_row_blocks(dtype, heads, kv_heads, rows):
     check(q, k, v)
 
 
+@pytest.mark.parametrize("dtype", DTYPES_SLOW_HALVES)
+@pytest.mark.parametrize("heads,kv_heads,rows,head_dim", [
+    (2, 2, 70, 128),  # blocks of 32 rows: two full, one partial
+    (40, 1, 3, 64),   # 32 heads of one key/value head per group, then a partial group of 8
+    (8, 2, 37, 96),   # 4 heads x 8 rows per group, dimension class 128
+])
+def test_prefill_32_slot_groups(dtype, heads, kv_heads, rows, head_dim):
+    """Head dims up to 128 give a group 32 (query row, head) slots and blocks of 64 keys:
+    full and partial slot groups over several key blocks, causal and not."""
+    torch.manual_seed(rows + heads)
+    q = random(1, heads, rows, head_dim, dtype=dtype)
+    k = random(1, kv_heads, 150, head_dim, dtype=dtype)
+    v = random(1, kv_heads, 150, head_dim, dtype=dtype)
+    check(q, k, v, causal=True)
+    check(q, k, v)
+
+
 def test_decode_key_value_views_with_strides():
     """A KV cache read through a non-contiguous view (time-major storage, a slice of it)."""
     torch.manual_seed(5)
