@@ -61,11 +61,12 @@ def assert_host_memory_flat(before: tuple[int, int] | None, what: str) -> None:
     assert rss <= before[1] * 1.05, f"{what}: RSS grew {before[1]} -> {rss} KiB"
 
 
-def library_objects(*patterns: str) -> list[Path]:
-    """The object files of the libetmetal under test whose names match `patterns` (meson keeps
-    a target's objects in "<library file name>.p"). C++ test hosts link these to reach the
-    internal interfaces the exported ABI hides, without compiling the sources again."""
-    library = Path(etmetal_py.library_path())
+def library_objects(*patterns: str, library: Path | None = None) -> list[Path]:
+    """The object files of `library` (default: the libetmetal under test) whose names match
+    `patterns` (meson keeps a target's objects in "<library file name>.p"). C++ test hosts link
+    these to reach the internal interfaces the exported ABI hides, without compiling the
+    sources again."""
+    library = Path(etmetal_py.library_path()) if library is None else library
     folder = library.with_name(library.name + ".p")
     if not folder.is_dir():
         pytest.skip(f"{folder} is missing: the library under test is not a meson build")
@@ -74,14 +75,16 @@ def library_objects(*patterns: str) -> list[Path]:
     return objects
 
 
-def build_host_program(source: Path, objects: list[Path], binary: Path, optimize: str = "-O1") -> Path:
+def build_host_program(source: Path, objects: list[Path], binary: Path, optimize: str = "-O1",
+                       extra: tuple[str, ...] = ()) -> Path:
     """Compiles a C++ test host against the checkout's native/ headers and links it with
-    `objects`; the failure carries the compiler's output."""
+    `objects` and `extra` arguments; the failure carries the compiler's output."""
     compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     assert compiler, "no C++ compiler"
     root = Path(__file__).resolve().parents[1]
     command = [compiler, "-std=c++17", optimize, "-Wall", "-Wextra", "-Werror", "-pthread",
-               f"-I{root / 'native'}", str(source), *map(str, objects), "-ldl", "-o", str(binary)]
+               f"-I{root / 'native'}", f"-I{root / 'native' / 'include'}", str(source),
+               *map(str, objects), *extra, "-ldl", "-o", str(binary)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return binary
