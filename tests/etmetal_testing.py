@@ -1,6 +1,11 @@
 """Helpers for tests that drive the C ABI through etmetal_py (imported by test modules)."""
 
+import shutil
+import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import etmetal_py
 from etmetal_py import ffi, lib
@@ -54,3 +59,32 @@ def assert_host_memory_flat(before: tuple[int, int] | None, what: str) -> None:
     mappings, rss = host_mappings_and_rss()
     assert mappings <= before[0] + 10, f"{what}: mappings grew {before[0]} -> {mappings}"
     assert rss <= before[1] * 1.05, f"{what}: RSS grew {before[1]} -> {rss} KiB"
+
+
+def library_objects(*patterns: str, library: Path | None = None) -> list[Path]:
+    """The object files of `library` (default: the libetmetal under test) whose names match
+    `patterns` (meson keeps a target's objects in "<library file name>.p"). C++ test hosts link
+    these to reach the internal interfaces the exported ABI hides, without compiling the
+    sources again."""
+    library = Path(etmetal_py.library_path()) if library is None else library
+    folder = library.with_name(library.name + ".p")
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is missing: the library under test is not a meson build")
+    objects = sorted({path for pattern in patterns for path in folder.glob(pattern)})
+    assert objects, f"no object in {folder} matches {patterns}"
+    return objects
+
+
+def build_host_program(source: Path, objects: list[Path], binary: Path, optimize: str = "-O1",
+                       extra: tuple[str, ...] = ()) -> Path:
+    """Compiles a C++ test host against the checkout's native/ headers and links it with
+    `objects` and `extra` arguments; the failure carries the compiler's output."""
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    assert compiler, "no C++ compiler"
+    root = Path(__file__).resolve().parents[1]
+    command = [compiler, "-std=c++17", optimize, "-Wall", "-Wextra", "-Werror", "-pthread",
+               f"-I{root / 'native'}", f"-I{root / 'native' / 'include'}", str(source),
+               *map(str, objects), *extra, "-ldl", "-o", str(binary)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return binary

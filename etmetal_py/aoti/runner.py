@@ -113,11 +113,11 @@ def _runtime_library_path() -> str:
     return library_of_address(address) or os.path.realpath(str(_ffi.library_path()))
 
 
-def check_model_symbols(library: str) -> bool:
+def check_model_symbols(library: str, subject: str = "the model") -> bool:
     """Raise PackageError unless every runtime symbol `library` needs will bind to libetmetal.
 
     Returns True when that takes RTLD_DEEPBIND: another library in the global scope defines
-    some of those symbols too."""
+    some of those symbols too. `subject` names the library in messages."""
     try:
         strong, _weak = undefined_symbols(library)
         needed_files = needed_libraries(library)
@@ -129,7 +129,7 @@ def check_model_symbols(library: str) -> bool:
     missing = [name for name in needed if not hasattr(exports, name)]
     if missing:
         raise PackageError(
-            f"the model needs {', '.join(missing)}, which libetmetal ({runtime}) does not "
+            f"{subject} needs {', '.join(missing)}, which libetmetal ({runtime}) does not "
             f"export")
     if needed_files is None:
         return False  # Mach-O: two-level namespace bindings, recorded at link time
@@ -141,7 +141,7 @@ def check_model_symbols(library: str) -> bool:
                for name, owner in providers.items() if owner != runtime]
     if unbound:
         raise PackageError(
-            "the model library does not link libetmetal (it was compiled by an older etmetal or "
+            f"{subject} does not link libetmetal (it was compiled by an older etmetal or "
             "without etmetal), so it would bind runtime functions elsewhere: "
             + ", ".join(unbound[:5]) + (", ..." if len(unbound) > 5 else "")
             + "; compile it again with etmetal_py.aoti_compile_and_package")

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ..aoti.runner import PackageError, check_model_symbols
 from .export import METAL_BACKEND_ID, require_executorch
 
 LIBRARY_ENV = "ETMETAL_EXECUTORCH_LIBRARY"
@@ -62,12 +63,16 @@ def register_backend() -> str:
         if METAL_BACKEND_ID in registered_backend_names():
             raise BackendRegistrationError(
                 f"another library already registered {METAL_BACKEND_ID!r} in this process")
+        # RTLD_LOCAL: libetmetal, its dependency, stays out of the global scope, where it would
+        # interpose on libtorch's aoti_torch_* for stock torch packages. RTLD_DEEPBIND (glibc)
+        # only where another library in the global scope defines some of the backend's
+        # aoti_torch_* names: deep binding also bypasses interposed allocators and sanitizers.
         try:
-            # RTLD_LOCAL: libetmetal, its dependency, stays out of the global scope, where
-            # it would interpose on libtorch's aoti_torch_* for stock torch packages.
-            # RTLD_DEEPBIND (glibc): the backend's own aoti_torch_* calls bind to libetmetal
-            # even when another library in the global scope defines them.
-            ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0))
+            deep_bind = check_model_symbols(path, subject=os.path.basename(path))
+        except PackageError as exc:
+            raise BackendRegistrationError(str(exc)) from None
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | (os.RTLD_DEEPBIND if deep_bind else 0))
         except OSError as exc:
             raise BackendRegistrationError(f"cannot load {path}: {exc}") from None
         if METAL_BACKEND_ID not in registered_backend_names():

@@ -1,5 +1,7 @@
 #include "model_library.h"
 
+#include <etmetal/etmetal.h>
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <vector>
 
 #if defined(__linux__)
 #include <elf.h>
@@ -19,14 +22,19 @@ namespace etmetal_executorch {
 namespace {
 
 // The one place a model library is opened. A model compiled by etmetal links libetmetal
-// (DT_NEEDED); RTLD_DEEPBIND makes its aoti_torch_* calls bind there even when another library
-// in the global scope defines some of them (libtorch, loaded RTLD_GLOBAL by a host). A model
-// without that dependency resolves them from the global scope (a host linked against
-// libetmetal). RTLD_NOW: a function libetmetal lacks fails here, with its name, not at first call.
-void* open_model_shared_object(const std::string& path, std::string* error) {
+// (DT_NEEDED), and RTLD_LOCAL resolves its aoti_torch_* calls in the global scope first, then
+// in its own dependencies. When the global scope holds another provider of a name the model
+// needs (libtorch, loaded RTLD_GLOBAL by a host), RTLD_DEEPBIND puts the model's dependencies
+// first; it is not used otherwise, since a deep-bound library also bypasses interposed
+// allocators and sanitizers (the ASan runtime refuses to load one at all). A model without
+// that dependency resolves the names from the global scope (a host linked against libetmetal).
+// RTLD_NOW: a function libetmetal lacks fails here, with its name, not at first call.
+void* open_model_shared_object(const std::string& path, bool deep, std::string* error) {
   int flags = RTLD_NOW | RTLD_LOCAL;
 #if defined(RTLD_DEEPBIND)
-  flags |= RTLD_DEEPBIND;
+  if (deep) flags |= RTLD_DEEPBIND;
+#else
+  (void)deep;  // Mach-O binds each name to the library recorded at link time
 #endif
   void* handle = dlopen(path.c_str(), flags);
   if (handle == nullptr) {
@@ -154,10 +162,60 @@ bool check_elf_extent(const unsigned char* data, size_t size, std::string* error
   return true;
 }
 
+// The names of the undefined symbols in the library's dynamic symbol table. False when the
+// table cannot be found (no section headers) or does not fit in the bytes.
+bool undefined_dynamic_symbols(const unsigned char* data, size_t size,
+                               std::vector<std::string>* names) {
+  Elf64_Ehdr header;
+  std::memcpy(&header, data, sizeof header);  // check_elf_extent has checked the tables fit
+  if (header.e_shentsize != sizeof(Elf64_Shdr)) return false;
+  auto section = [&](size_t index) {
+    Elf64_Shdr entry;
+    std::memcpy(&entry, data + header.e_shoff + index * sizeof(Elf64_Shdr), sizeof entry);
+    return entry;
+  };
+  for (size_t i = 0; i < header.e_shnum; ++i) {
+    const Elf64_Shdr symbols = section(i);
+    if (symbols.sh_type != SHT_DYNSYM) continue;
+    if (symbols.sh_link >= header.e_shnum || symbols.sh_offset > size ||
+        symbols.sh_size > size - symbols.sh_offset) {
+      return false;
+    }
+    const Elf64_Shdr strings = section(symbols.sh_link);
+    if (strings.sh_offset > size || strings.sh_size > size - strings.sh_offset) return false;
+    const char* table = reinterpret_cast<const char*>(data + strings.sh_offset);
+    for (size_t k = 0; k < symbols.sh_size / sizeof(Elf64_Sym); ++k) {
+      Elf64_Sym symbol;
+      std::memcpy(&symbol, data + symbols.sh_offset + k * sizeof(Elf64_Sym), sizeof symbol);
+      if (symbol.st_shndx != SHN_UNDEF || symbol.st_name >= strings.sh_size) continue;
+      const char* name = table + symbol.st_name;
+      if (std::memchr(name, '\0', strings.sh_size - symbol.st_name) == nullptr) return false;
+      names->emplace_back(name);
+    }
+    return true;
+  }
+  return false;
+}
+
+// The object that defines `address` (its load base), or null.
+const void* defining_object(const void* address) {
+  Dl_info info;
+  if (address == nullptr || dladdr(address, &info) == 0) return nullptr;
+  return info.dli_fbase;
+}
+
+bool is_runtime_symbol(const std::string& name) {
+  for (const char* prefix : {"aoti_torch_", "etmetal_", "metal_"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
 #else
 // dyld checks a Mach-O's extent itself.
 bool check_elf_extent(const unsigned char*, size_t, std::string*) { return true; }
 #endif
+
 
 template <typename Function>
 bool resolve(void* library, const char* name, Function* slot, bool required, std::string* error) {
@@ -182,7 +240,8 @@ std::unique_ptr<ModelLibrary> ModelLibrary::load(const void* bytes, size_t size,
   if (!LibraryFolder::get().file_for(bytes, size, &path, error)) return nullptr;
   std::unique_ptr<ModelLibrary> library(new ModelLibrary());
   std::string open_error;
-  library->handle_ = open_model_shared_object(path, &open_error);
+  library->handle_ = open_model_shared_object(
+      path, needs_deep_binding(bytes, size), &open_error);
   if (library->handle_ == nullptr) {
     *error = "cannot load the model library " + label + ": " + open_error;
     return nullptr;
@@ -205,6 +264,29 @@ std::unique_ptr<ModelLibrary> ModelLibrary::load(const void* bytes, size_t size,
     return nullptr;
   }
   return library;
+}
+
+bool needs_deep_binding(const void* bytes, size_t size) {
+#if defined(__linux__)
+  const auto* data = static_cast<const unsigned char*>(bytes);
+  std::string ignored;
+  std::vector<std::string> undefined;
+  if (!check_elf_extent(data, size, &ignored) ||
+      !undefined_dynamic_symbols(data, size, &undefined)) {
+    return true;  // cannot tell: keep the model's own dependencies first
+  }
+  const void* runtime = defining_object(reinterpret_cast<const void*>(&etmetal_last_error));
+  for (const std::string& name : undefined) {
+    if (!is_runtime_symbol(name)) continue;
+    const void* owner = defining_object(dlsym(RTLD_DEFAULT, name.c_str()));
+    if (owner != nullptr && owner != runtime) return true;
+  }
+  return false;
+#else
+  (void)bytes;
+  (void)size;
+  return false;
+#endif
 }
 
 ModelLibrary::~ModelLibrary() {

@@ -36,6 +36,12 @@ struct ContainerApi {
   GetLastErrorFn last_error = nullptr;  // optional (torch < 2.8)
 };
 
+// Whether the model library in `bytes` must be opened with RTLD_DEEPBIND (Linux): true when
+// the global scope defines one of the aoti_torch_* / etmetal_* / metal_* names it imports in
+// an object other than the libetmetal this library is linked to, or when its symbols cannot be
+// read. Always false where the loader has no deep binding.
+bool needs_deep_binding(const void* bytes, size_t size);
+
 class ModelLibrary {
  public:
   // Loads the library `bytes` holds, from a file in this process's model folder (one per

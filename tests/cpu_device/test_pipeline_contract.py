@@ -2,42 +2,23 @@
 dynamic [[threadgroup(n)]] memory, the 32 KiB limit, argument-table checks, concurrent
 dispatches from two threads."""
 
-import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CPU = ROOT / "native" / "device" / "cpu"
-SOURCES = ["msl_overload_sets.cpp", "msl_barrier_regions.cpp", "msl_function_constants.cpp", "msl_lexer.cpp", "msl_preprocessor.cpp",
-           "msl_library.cpp", "msl_translator.cpp", "kernel_cache.cpp", "kernel_compiler.cpp", "kernel_faults.cpp",
-           "cpu_executor.cpp", "dispatch_counters.cpp", "dispatch_validation.cpp", "fiber_context.cpp"]
+from etmetal_testing import build_host_program, library_objects
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    import etmetal_py
-
-    compiler = shutil.which("g++") or shutil.which("clang++")
-    assert compiler, "the CPU device needs a C++ compiler"
-    # The embedded files are generated beside the library under test, whatever its build folder.
-    generated = Path(etmetal_py.library_path()).parent / "device" / "cpu"
-    embedded = [generated / "cpu_embedded_headers.cpp", generated / "cpu_translator_sources.cpp"]
-    if not all(path.exists() for path in embedded):
-        pytest.skip(f"{generated} lacks the embedded files: the library under test is not a meson build")
-    inputs = [CPU / name for name in SOURCES] + [ROOT / "native" / "device" / "settings.cpp", *embedded,
-                                                 Path(__file__).with_name("pipeline_driver.cpp")]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()[:16]
-    binary = tmp_path_factory.getbasetemp() / f"pipeline_driver-{digest}"
-    if not binary.exists():
-        command = [compiler, "-std=c++17", "-O1", "-pthread", f"-I{ROOT / 'native'}",
-                   *map(str, inputs), "-ldl", "-o", str(binary)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr[-4000:]
-    return binary
+    # The CPU device's objects (all but the Device object, which needs the runtime) and the
+    # settings table they read, as built into the library under test.
+    objects = [path for path in library_objects("device_cpu_*.o", "*_device_cpu_*.o", "device_settings.cpp.o")
+               if path.name != "device_cpu_cpu_device.cpp.o"]
+    return build_host_program(Path(__file__).with_name("pipeline_driver.cpp"), objects,
+                              tmp_path_factory.mktemp("pipeline") / "pipeline_driver")
 
 
 def test_pipeline_contract(driver, tmp_path):
