@@ -28,11 +28,11 @@ using namespace metal;
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
 constant constexpr uint kBlockThreads = 64;   // threads of an sdpa_block group: two simdgroups
-// Threadgroup memory of an sdpa_block group (at most 30 KB, plus 2.5 KB of slot state, of the
-// 32 KB limit, checked per instance): the scaled query rows of its slots and the scores of a
-// block of keys.
+// Threadgroup memory of an sdpa_block group (at most 31.5 KB with its slot state, of the 32 KB
+// limit, checked per instance; the sanitizer's guard bytes fit in the rest): the scaled query
+// rows of its slots and the scores of a block of keys.
 constant constexpr uint kQueryFloats = 6144;
-constant constexpr uint kTileScores = 1536;
+constant constexpr uint kTileScores = 1440;
 constant constexpr uint kSlotRun = 8;         // slots scored together: a vector of floats
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
 constant constexpr uint kMaxSplits = 64;

@@ -22,7 +22,7 @@ constexpr int64_t kMaxDim = 256;
 // Must match the constants of shaders/attention.metal.
 constexpr uint32_t kBlockThreads = 64;
 constexpr int64_t kQueryFloats = 6144;
-constexpr int64_t kTileScores = 1536;
+constexpr int64_t kTileScores = 1440;
 // Longer key blocks only lengthen the per-slot loops of a group with few slots (decode).
 constexpr int64_t kMaxBlockKeys = 128;
 // A split shorter than this spends more on its partial record than on its keys.
