@@ -2,21 +2,20 @@
 //   out = softmax(scale * q k^T + mask) v,   weights = softmax(scale * q k^T + mask)
 // in two dispatches, shaped so that every element of q, k and v is loaded from device memory
 // once per threadgroup that needs it:
-//   sdpa_block   one simdgroup-sized threadgroup per (key split, block of query rows,
+//   sdpa_block   one two-simdgroup threadgroup per (key split, block of query rows,
 //                key/value head): up to SLOTS query rows of the heads that share the
-//                key/value head (32 up to head dim 128, 16 at 256: each group re-reads the
-//                keys and values, so more slots read them fewer times). Per block of
-//                kTileScores / SLOTS keys, each key row is loaded by one
-//                thread and scored against every slot (queries staged in threadgroup
-//                memory); an online softmax per slot
+//                key/value head (64, 48, 24 at head dims 64, 128, 256: each group re-reads
+//                the keys and values, so more slots read them fewer times). Per block of p.block_keys keys, each key row is loaded by one
+//                thread and scored against every slot; an online softmax per slot
 //                rescales the running sums; each thread then owns value columns and loads each
-//                value element once. Writes each raw score (float32) once, and per (row,
-//                split) the running max, sum of exponentials and unnormalised output row;
-//                with a single split (prefill), the output row itself and the row's
-//                log-sum-exp instead.
+//                value element once. Writes each probability exp(score - running max) once,
+//                in the query's dtype, into the weights, with the running max per (row, key
+//                block); per (row, split) the running max, sum of exponentials and
+//                unnormalised output row; with a single split (prefill), the output row
+//                itself and the row's log-sum-exp instead.
 //   sdpa_finish  one threadgroup per query row: merges the splits into the output (with more
-//                than one) and writes the weights exp(score - log_sum_exp) from the stored
-//                scores.
+//                than one) and rescales the stored probabilities in place into the weights
+//                exp(score - log_sum_exp).
 // Splitting the keys gives decode (one query row, thousands of keys) as many threadgroups as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
 //
@@ -28,12 +27,13 @@ using namespace metal;
 
 constant constexpr uint kBatchDims = 4;
 // Must match the constants of native/ops/attention.cpp.
-constant constexpr uint kBlockThreads = 32;   // threads of an sdpa_block group: one simdgroup
-// Threadgroup memory of an sdpa_block group (at most 24 KB, plus 1.3 KB of slot state, of the
-// 32 KB limit): the scaled query rows of its slots (kQueryFloats / MAX_DIM slots at most) and
-// the scores of a block of keys.
-constant constexpr uint kQueryFloats = 4096;
-constant constexpr uint kTileScores = 2048;
+constant constexpr uint kBlockThreads = 64;   // threads of an sdpa_block group: two simdgroups
+// Threadgroup memory of an sdpa_block group (at most 31.5 KB with its slot state, of the 32 KB
+// limit, checked per instance; the sanitizer's guard bytes fit in the rest): the scaled query
+// rows of its slots and the scores of a block of keys.
+constant constexpr uint kQueryFloats = 6144;
+constant constexpr uint kTileScores = 1440;
+constant constexpr uint kSlotRun = 8;         // slots scored together: a vector of floats
 constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
 constant constexpr uint kMaxSplits = 64;
 
@@ -64,6 +64,8 @@ struct SdpaParams {
   uint causal;         // key j is visible from row i iff j <= i
   uint block_heads;    // query heads of one key/value head per sdpa_block group
   uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= SLOTS)
+  uint block_keys;     // keys per block (block_keys * block_heads * block_rows <= kTileScores);
+                       // split_length is a multiple
   float scale;
 };
 
@@ -109,22 +111,31 @@ inline float sdpa_mask_bias(device const M* mask, long mask_at, long key_stride,
   return MASK == kAdditiveMask ? float(mask[mask_at + long(key) * key_stride]) : 0.0f;
 }
 
-// SLOTS: (query row, head) pairs of a group, one initialised by each of its first threads.
-template <typename T, typename M, int MASK, uint MAX_DIM, uint SLOTS>
+// The (query row, head) slots of an sdpa_block group: as many query rows as kQueryFloats hold,
+// at most one per thread (64, 48, 24 at head dims 64, 128, 256). Must match slots_for in
+// native/ops/attention.cpp.
+template <uint MAX_DIM>
+constexpr uint sdpa_slots() {
+  return kQueryFloats / MAX_DIM < kBlockThreads ? kQueryFloats / MAX_DIM : kBlockThreads;
+}
+
+template <typename T, typename M, int MASK, uint MAX_DIM>
 kernel void sdpa_block(device const T* q [[buffer(0)]],
                        device const T* k [[buffer(1)]],
                        device const T* v [[buffer(2)]],
                        device const M* mask [[buffer(3)]],
-                       device float* scores [[buffer(4)]],
+                       device T* weights [[buffer(4)]],
                        device float* partial [[buffer(5)]],
                        constant SdpaParams& p [[buffer(6)]],
                        device T* out [[buffer(7)]],
+                       device float* block_max [[buffer(8)]],
                        uint3 group_id [[threadgroup_position_in_grid]],
                        uint t [[thread_index_in_threadgroup]]) {
-  static_assert(SLOTS <= kBlockThreads && SLOTS * MAX_DIM <= kQueryFloats, "sdpa_block slots");
-  constexpr uint kBlockKeys = kTileScores / SLOTS;  // keys per step, split over the threads when scoring
-  threadgroup float query[SLOTS * MAX_DIM];  // scaled query rows of the slots
-  threadgroup float tile[kTileScores];       // scores, then probabilities, of a key block
+  constexpr uint SLOTS = sdpa_slots<MAX_DIM>();
+  // Scaled query rows of the slots, dimension-major: a key element meets every slot's query
+  // element in one contiguous run.
+  threadgroup float query[MAX_DIM * SLOTS];
+  threadgroup float tile[kTileScores];    // scores, then probabilities, of a key block
   threadgroup float slot_max[SLOTS];
   threadgroup float slot_sum[SLOTS];
   threadgroup float slot_rescale[SLOTS];
@@ -132,6 +143,10 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
   threadgroup long slot_mask[SLOTS];   // element offset of the slot's mask row
   threadgroup uint slot_row[SLOTS];    // query row, or p.rows for an empty slot
   threadgroup ulong slot_index[SLOTS]; // batch_head * rows + row
+  constexpr uint kSlotBytes = 3 * sizeof(float) + 2 * sizeof(long) + sizeof(uint) + sizeof(ulong);
+  static_assert(SLOTS % kSlotRun == 0, "sdpa_block scores slots in runs");
+  static_assert(SLOTS * MAX_DIM * sizeof(float) + kTileScores * sizeof(float) + SLOTS * kSlotBytes <= 32768,
+                "sdpa_block's threadgroup memory exceeds 32 KB");
 
   const uint split = group_id.x, row_block = group_id.y;
   const uint member_blocks = (p.kv_group + p.block_heads - 1) / p.block_heads;
@@ -139,6 +154,8 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
   const uint kv_index = group_id.z / member_blocks;  // batch * kv_heads + kv_head
   const uint kv_heads = p.heads / p.kv_group;
   const uint slots = p.block_heads * p.block_rows;
+  const uint block_keys = p.block_keys;  // block_keys * slots <= kTileScores
+  const uint key_blocks = (p.keys + block_keys - 1) / block_keys;
 
   if (t < slots) {
     const uint member = member_block * p.block_heads + t % p.block_heads;
@@ -154,16 +171,20 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     slot_sum[t] = 0.0f;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint i = t; i < slots * p.head_dim; i += kBlockThreads) {
+  // Scored in runs of kSlotRun slots; the slots past `slots` in the last run hold zeros (their
+  // dots are never read, but stay finite).
+  const uint run_slots = (slots + kSlotRun - 1) / kSlotRun * kSlotRun;
+  for (uint i = t; i < run_slots * p.head_dim; i += kBlockThreads) {
     const uint slot = i / p.head_dim, d = i % p.head_dim;
-    query[slot * MAX_DIM + d] =
-        slot_row[slot] < p.rows ? float(q[slot_query[slot] + long(d) * p.q.column]) * p.scale : 0.0f;
+    query[d * SLOTS + slot] =
+        slot < slots && slot_row[slot] < p.rows ? float(q[slot_query[slot] + long(d) * p.q.column]) * p.scale : 0.0f;
   }
   // Key and value rows of this group's key/value head (the first slot's head shares them).
   const uint first_head = (kv_index / kv_heads) * p.heads + (kv_index % kv_heads) * p.kv_group;
   const SdpaPosition kv = sdpa_position(p, first_head, 0);
 
-  // This split's keys; with a causal mask none past the group's last row.
+  // This split's keys (it starts on a key block); with a causal mask none past the group's
+  // last row.
   const uint begin = split * p.split_length;
   uint end = min(begin + p.split_length, p.keys);
   if (p.causal) end = min(end, min(row_block * p.block_rows + p.block_rows, p.rows));
@@ -175,18 +196,21 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
     for (uint s = 0; s < SLOTS; ++s) accumulator[c][s] = 0.0f;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  for (uint block = begin; block < end; block += kBlockKeys) {
-    const uint count = min(kBlockKeys, end - block);
+  for (uint block = begin; block < end; block += block_keys) {
+    const uint count = min(block_keys, end - block);
     // Scores: this thread's keys against every slot; each key row is loaded once.
     for (uint j = t; j < count; j += kBlockThreads) {
       const uint key = block + j;
       float dot[SLOTS];
-      for (uint s = 0; s < slots; ++s) dot[s] = 0.0f;
+      for (uint s = 0; s < run_slots; ++s) dot[s] = 0.0f;
       device const T* key_row = k + kv.k + long(key) * p.k.row;
       for (uint d = 0; d < p.head_dim; ++d) {
         const float element = float(key_row[long(d) * p.k.column]);
-        for (uint s = 0; s < slots; ++s) dot[s] += query[s * MAX_DIM + d] * element;
+        threadgroup const float* query_column = query + d * SLOTS;
+        for (uint run = 0; run < run_slots; run += kSlotRun)
+          for (uint s = run; s < run + kSlotRun; ++s) dot[s] += query_column[s] * element;
       }
+      threadgroup float* key_scores = tile + j * slots;
       for (uint s = 0; s < slots; ++s) {
         const uint row = slot_row[s];
         float score = -INFINITY;
@@ -194,30 +218,40 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
             sdpa_key_visible<M, MASK>(mask, slot_mask[s], p.mask.column, key)) {
           score = dot[s] + sdpa_mask_bias<M, MASK>(mask, slot_mask[s], p.mask.column, key);
         }
-        tile[s * kBlockKeys + j] = score;
-        if (row < p.rows && !(p.causal && key > row)) scores[slot_index[s] * p.keys + key] = score;
+        key_scores[s] = score;
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (t < slots) {
-      float block_max = -INFINITY;
-      for (uint j = 0; j < count; ++j) block_max = max(block_max, tile[t * kBlockKeys + j]);
-      const float new_max = max(slot_max[t], block_max);
+      float block_max_score = -INFINITY;
+      for (uint j = 0; j < count; ++j) block_max_score = max(block_max_score, tile[j * slots + t]);
+      const float new_max = max(slot_max[t], block_max_score);
       // exp(-inf) = 0 rescales nothing-yet; a slot with no visible key so far stays at 1.
       slot_rescale[t] = new_max == -INFINITY ? 1.0f : exp(slot_max[t] - new_max);
       slot_max[t] = new_max;
+      // The maximum this block's stored probabilities are relative to (sdpa_finish reads it
+      // for blocks that hold a key the row sees).
+      if (slot_row[t] < p.rows && !(p.causal && block > slot_row[t]))
+        block_max[slot_index[t] * key_blocks + block / block_keys] = new_max;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // Probabilities relative to the running maximum; stored in the weights (in the query's
+    // dtype: they lie in [0, 1]) for the keys the row sees, for sdpa_finish to rescale.
     for (uint j = t; j < count; j += kBlockThreads) {
+      const uint key = block + j;
+      threadgroup float* key_scores = tile + j * slots;
       for (uint s = 0; s < slots; ++s) {
-        const float score = tile[s * kBlockKeys + j];
-        tile[s * kBlockKeys + j] = score == -INFINITY ? 0.0f : exp(score - slot_max[s]);
+        const float score = key_scores[s];
+        const float probability = score == -INFINITY ? 0.0f : exp(score - slot_max[s]);
+        key_scores[s] = probability;
+        const uint row = slot_row[s];
+        if (row < p.rows && !(p.causal && key > row)) weights[slot_index[s] * p.keys + key] = T(probability);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (t < slots) {
       float block_sum = 0.0f;
-      for (uint j = 0; j < count; ++j) block_sum += tile[t * kBlockKeys + j];
+      for (uint j = 0; j < count; ++j) block_sum += tile[j * slots + t];
       slot_sum[t] = slot_sum[t] * slot_rescale[t] + block_sum;
     }
     // Values: each thread owns its columns, so each value element is loaded once.
@@ -226,9 +260,10 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
       for (uint s = 0; s < slots; ++s) accumulator[c][s] *= slot_rescale[s];
     device const T* value_run = v + kv.v + long(block) * p.v.row + long(t * kColumns) * p.v.column;
     for (uint j = 0; j < count; ++j) {
+      threadgroup const float* key_probabilities = tile + j * slots;
       for (uint c = 0; c < columns; ++c) {
         const float element = float(value_run[long(j) * p.v.row + long(c) * p.v.column]);
-        for (uint s = 0; s < slots; ++s) accumulator[c][s] += tile[s * kBlockKeys + j] * element;
+        for (uint s = 0; s < slots; ++s) accumulator[c][s] += key_probabilities[s] * element;
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -267,13 +302,14 @@ kernel void sdpa_block(device const T* q [[buffer(0)]],
 
 template <typename T>
 kernel void sdpa_finish(device const float* partial [[buffer(0)]],
-                        device const float* scores [[buffer(1)]],
+                        device const float* block_max [[buffer(1)]],
                         device T* out [[buffer(2)]],
                         device T* weights [[buffer(3)]],
                         constant SdpaParams& p [[buffer(4)]],
                         uint3 group_id [[threadgroup_position_in_grid]],
                         uint t [[thread_index_in_threadgroup]]) {
   threadgroup float split_factor[kMaxSplits];  // exp(max_s - row max) / total, per split
+  threadgroup float chunk_max[kFinishThreads];  // block maxima of a run of key blocks
   threadgroup float row_log_sum_exp;
   const uint row = group_id.x;
   const ulong row_index = ulong(group_id.y) * p.rows + row;
@@ -301,24 +337,37 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
     }
     out[row_index * p.value_dim + column] = T(value);
   }
-  // Keys past the causal limit, and every key of a fully masked row, get weight 0.
+  // weight = stored probability * exp(block max - log_sum_exp), the block maxima staged a run
+  // at a time so that each is loaded once. Keys past the causal limit, and every key of a
+  // fully masked row, get weight 0.
   const float lse = row_log_sum_exp;
   const uint visible = lse == -INFINITY ? 0 : (p.causal ? min(row + 1, p.keys) : p.keys);
-  for (uint key = t; key < p.keys; key += kFinishThreads) {
-    weights[row_index * p.keys + key] =
-        T(key < visible ? exp(scores[row_index * p.keys + key] - lse) : 0.0f);
+  const uint block_keys = p.block_keys;
+  const uint visible_blocks = (visible + block_keys - 1) / block_keys;
+  device T* row_weights = weights + row_index * p.keys;
+  device const float* row_block_max = block_max + row_index * ((p.keys + block_keys - 1) / block_keys);
+  for (uint first = 0; first < visible_blocks; first += kFinishThreads) {
+    const uint count = min(kFinishThreads, visible_blocks - first);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < count) chunk_max[t] = row_block_max[first + t];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint chunk_begin = first * block_keys, chunk_end = min(chunk_begin + count * block_keys, visible);
+    for (uint key = chunk_begin + t; key < chunk_end; key += kFinishThreads) {
+      const float maximum = chunk_max[(key - chunk_begin) / block_keys];
+      row_weights[key] = T(maximum == -INFINITY ? 0.0f : float(row_weights[key]) * exp(maximum - lse));
+    }
   }
+  for (uint key = visible + t; key < p.keys; key += kFinishThreads) row_weights[key] = T(0.0f);
 }
 
-// Slots per head-dimension class must match slots_for_dim in native/ops/attention.cpp.
-#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM, SLOTS)                                  \
+#define SDPA_BLOCK(T, TN, M, MN, MASK, DIM)                                         \
   template [[host_name("sdpa_block_" #TN "_" #MN "_" #DIM)]] [[kernel]]              \
-  decltype(sdpa_block<T, M, MASK, DIM, SLOTS>) sdpa_block<T, M, MASK, DIM, SLOTS>;
+  decltype(sdpa_block<T, M, MASK, DIM>) sdpa_block<T, M, MASK, DIM>;
 
 #define SDPA_MASKED(T, TN, M, MN, MASK)                                              \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 64, 32)                                             \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 128, 32)                                            \
-  SDPA_BLOCK(T, TN, M, MN, MASK, 256, 16)
+  SDPA_BLOCK(T, TN, M, MN, MASK, 64)                                                 \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 128)                                                \
+  SDPA_BLOCK(T, TN, M, MN, MASK, 256)
 
 // Per query dtype: no mask, a boolean mask, an additive mask of the query's dtype, and
 // (for half and bfloat queries) an additive float32 mask.

@@ -19,8 +19,12 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr const char* kShaderFile = "attention.metal";
 constexpr int kBatchDims = 4;
 constexpr int64_t kMaxDim = 256;
-// Must match the constants of shaders/attention.metal (its kBlockKeys only matters there).
-constexpr uint32_t kBlockThreads = 32;
+// Must match the constants of shaders/attention.metal.
+constexpr uint32_t kBlockThreads = 64;
+constexpr int64_t kQueryFloats = 6144;
+constexpr int64_t kTileScores = 1440;
+// Longer key blocks only lengthen the per-slot loops of a group with few slots (decode).
+constexpr int64_t kMaxBlockKeys = 128;
 // A split shorter than this spends more on its partial record than on its keys.
 constexpr int64_t kMinSplitKeys = 128;
 constexpr uint32_t kFinishThreads = 64;
@@ -31,10 +35,10 @@ constexpr int64_t kTargetThreads = 16384;
 // The sdpa_block kernel's head-dimension class (the largest query/key or value dim it holds).
 int64_t dim_class_of(int64_t dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
 
-// (query row, head) slots of an sdpa_block group per head-dimension class: the SDPA_BLOCK
-// instances of shaders/attention.metal. Each group reads its keys and values once, so more
-// slots mean fewer reads; the staged query rows (slots * dim floats) bound them.
-int64_t slots_for_dim(int64_t dim_class) { return dim_class <= 128 ? 32 : 16; }
+// (query row, head) slots of an sdpa_block group: sdpa_slots in shaders/attention.metal. Each
+// group reads its keys and values once, so more slots mean fewer reads; the staged query rows
+// (slots * dim floats) and one slot per thread bound them.
+int64_t slots_for(int64_t dim_class) { return std::min<int64_t>(kBlockThreads, kQueryFloats / dim_class); }
 
 // Must match SdpaStrides / SdpaParams in shaders/attention.metal.
 struct SdpaStrides {
@@ -58,9 +62,10 @@ struct SdpaParams {
   uint32_t causal;
   uint32_t block_heads;
   uint32_t block_rows;
+  uint32_t block_keys;
   float scale;
 };
-static_assert(sizeof(SdpaParams) == 288, "SdpaParams must match the MSL layout");
+static_assert(sizeof(SdpaParams) == 296, "SdpaParams must match the MSL layout");
 
 // Strides of a [batch..., head, row, column] tensor with its batch dimensions right-aligned
 // into four slots (missing ones: stride 0).
@@ -184,23 +189,26 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const int64_t dim_class = dim_class_of(std::max(head_dim, value_dim));
   // A group holds up to max_slots (query row, head) pairs of one key/value head: the heads
   // that share it first (they read the same keys), then consecutive rows.
-  const int64_t max_slots = slots_for_dim(dim_class);
+  const int64_t max_slots = slots_for(dim_class);
   const int64_t kv_group = heads / kv_heads;
   const int64_t block_heads = std::min(kv_group, max_slots);
   const int64_t block_rows = std::min(rows, max_slots / block_heads);
   const int64_t member_blocks = (kv_group + block_heads - 1) / block_heads;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   const int64_t groups_per_split = row_blocks * batch * kv_heads * member_blocks;
+  const int64_t block_keys = std::min(kMaxBlockKeys, kTileScores / (block_heads * block_rows));
   // Split the keys when that is too few threads, for decode-like problems (one block of rows):
   // for prefill the extra query loads and partial records cost more than the threads gain.
   int64_t splits = row_blocks > 1 ? 1 : std::clamp<int64_t>((kTargetThreads / kBlockThreads + groups_per_split - 1) / groups_per_split,
                                        1, std::min(kMaxSplits, std::max<int64_t>(1, (keys + kMinSplitKeys - 1) / kMinSplitKeys)));
-  const int64_t split_length = keys == 0 ? 0 : (keys + splits - 1) / splits;
+  // Splits start on key blocks (sdpa_finish finds a key's block maximum by key / block_keys).
+  const int64_t split_length = keys == 0 ? 0 : ((keys + splits - 1) / splits + block_keys - 1) / block_keys * block_keys;
   if (keys > 0) splits = (keys + split_length - 1) / split_length;
   p.splits = static_cast<uint32_t>(splits);
-  p.split_length = static_cast<uint32_t>(split_length);
+  p.split_length = checked_u32(kOp, split_length, "key split length");
   p.block_heads = static_cast<uint32_t>(block_heads);
   p.block_rows = static_cast<uint32_t>(block_rows);
+  p.block_keys = static_cast<uint32_t>(block_keys);
   checked_u32(kOp, groups_per_split, "attention threadgroups");
 
   const std::string suffix = std::string(type_name) + "_" + mask_name;
@@ -212,26 +220,25 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   // Per (row, split): max, sum and unnormalised output; a single split: the log-sum-exp.
   const int64_t partial_length = splits == 1 ? row_count : row_count * splits * (value_dim + 2);
   auto partial = runtime.empty_tensor({partial_length}, {1}, static_cast<int32_t>(DType::float32));
-  // Raw scores (float32), read back when the weights are normalised: float32 weights hold
-  // them in place; other dtypes get a float32 scratch tensor.
-  std::unique_ptr<Tensor> score_scratch;
-  if (keys > 0 && dtype != static_cast<int32_t>(DType::float32)) {
-    score_scratch = runtime.empty_tensor({row_count * keys}, {1}, static_cast<int32_t>(DType::float32));
-  }
-  const Tensor& scores = keys == 0 ? *partial : score_scratch ? *score_scratch : *result.weights;
+  // The running maximum behind each (row, key block)'s stored probabilities.
+  const int64_t key_blocks = (keys + block_keys - 1) / block_keys;
+  std::unique_ptr<Tensor> block_max;
+  if (keys > 0) block_max = runtime.empty_tensor({row_count * key_blocks}, {1}, static_cast<int32_t>(DType::float32));
+  const Tensor& block_max_bound = block_max ? *block_max : *partial;
   const Tensor& weights_bound = keys == 0 ? *result.output : *result.weights;
 
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "sdpa_block_" + suffix + "_" + std::to_string(dim_class)));
     launch.tensor(0, query).tensor(1, k_bound).tensor(2, v_bound).tensor(3, mask_bound)
-        .tensor(4, scores).tensor(5, *partial).value(6, p).tensor(7, *result.output)
+        .tensor(4, weights_bound).tensor(5, *partial).value(6, p).tensor(7, *result.output)
+        .tensor(8, block_max_bound)
         .threadgroups({static_cast<uint64_t>(splits), static_cast<uint64_t>(row_blocks),
                        static_cast<uint64_t>(batch * kv_heads * member_blocks)},
                       {kBlockThreads, 1, 1});
   }
   {
     KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_finish_") + type_name));
-    launch.tensor(0, *partial).tensor(1, scores).tensor(2, *result.output).tensor(3, weights_bound).value(4, p)
+    launch.tensor(0, *partial).tensor(1, block_max_bound).tensor(2, *result.output).tensor(3, weights_bound).value(4, p)
         .threadgroups({static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads), 1}, {kFinishThreads, 1, 1});
   }
   return result;

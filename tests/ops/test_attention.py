@@ -171,18 +171,40 @@ def test_prefill_row_blocks(dtype, heads, kv_heads, rows):
 
 @pytest.mark.parametrize("dtype", DTYPES_SLOW_HALVES)
 @pytest.mark.parametrize("heads,kv_heads,rows,head_dim", [
-    (2, 2, 70, 128),  # blocks of 32 rows: two full, one partial
-    (40, 1, 3, 64),   # 32 heads of one key/value head per group, then a partial group of 8
-    (8, 2, 37, 96),   # 4 heads x 8 rows per group, dimension class 128
+    (2, 2, 70, 128),  # blocks of 48 rows: one full, one partial
+    (80, 1, 3, 64),   # 64 heads of one key/value head per group, then a partial group of 16
+    (8, 2, 37, 96),   # 4 heads x 12 rows per group, dimension class 128
 ])
-def test_prefill_32_slot_groups(dtype, heads, kv_heads, rows, head_dim):
-    """Head dims up to 128 give a group 32 (query row, head) slots and blocks of 64 keys:
-    full and partial slot groups over several key blocks, causal and not."""
+def test_prefill_slot_groups(dtype, heads, kv_heads, rows, head_dim):
+    """Head dims 64 and 128 give a group 64 and 48 (query row, head) slots and blocks of 22
+    and 30 keys: full and partial slot groups over several key blocks, causal and not."""
     torch.manual_seed(rows + heads)
     q = random(1, heads, rows, head_dim, dtype=dtype)
     k = random(1, kv_heads, 150, head_dim, dtype=dtype)
     v = random(1, kv_heads, 150, head_dim, dtype=dtype)
     check(q, k, v, causal=True)
+    check(q, k, v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_48_slot_groups_half(causal):
+    """Head dim 128 gives a group 48 (query row, head) slots and blocks of 30 keys: 4 heads x
+    12 rows, three full row blocks and a partial one, over a ragged last key block. The
+    weights are rescaled from float16 probabilities stored per (row, key block)."""
+    torch.manual_seed(41)
+    q = random(1, 8, 40, 128, dtype=torch.float16)
+    k = random(1, 2, 100, 128, dtype=torch.float16)
+    v = random(1, 2, 100, 128, dtype=torch.float16)
+    check(q, k, v, causal=causal, v2=True)
+
+
+def test_rows_longer_than_a_run_of_block_maxima():
+    """2100 keys in blocks of 22 (64 slots: 4 heads x 16 rows) are 96 block maxima per row:
+    the finishing pass stages them 64 at a time. One row block, so the keys are split (in
+    whole key blocks: 16 splits of 132)."""
+    torch.manual_seed(43)
+    q = random(1, 4, 16, 64)
+    k, v = random(1, 1, 2100, 64), random(1, 1, 2100, 64)
     check(q, k, v)
 
 
