@@ -434,6 +434,6 @@ kernel void convolution_depthwise(device T* output [[buffer(0)]],
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 4)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 8)
 
-INSTANTIATE_CONVOLUTION(float, float32)
-INSTANTIATE_CONVOLUTION(half, float16)
-INSTANTIATE_CONVOLUTION(bfloat, bfloat16)
+INSTANTIATE_CONVOLUTION(float, float)
+INSTANTIATE_CONVOLUTION(half, half)
+INSTANTIATE_CONVOLUTION(bfloat, bfloat)

@@ -43,6 +43,6 @@ kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buff
       const device T*, const device T*, const device int*, device T*, constant GroupedMmParams&,   \
       uint3);
 
-INSTANTIATE_GROUPED_MM(float, float32)
-INSTANTIATE_GROUPED_MM(half, float16)
-INSTANTIATE_GROUPED_MM(bfloat, bfloat16)
+INSTANTIATE_GROUPED_MM(float, float)
+INSTANTIATE_GROUPED_MM(half, half)
+INSTANTIATE_GROUPED_MM(bfloat, bfloat)

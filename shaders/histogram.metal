@@ -87,6 +87,6 @@ kernel void histc_store(constant uint* counts [[buffer(0)]], device T* out [[buf
   template [[host_name("histc_store_" #NAME)]] [[kernel]]                           \
   decltype(histc_store<T>) histc_store<T>;
 
-HISTC_KERNELS(float, float32)
-HISTC_KERNELS(half, float16)
-HISTC_KERNELS(bfloat, bfloat16)
+HISTC_KERNELS(float, float)
+HISTC_KERNELS(half, half)
+HISTC_KERNELS(bfloat, bfloat)

@@ -340,6 +340,6 @@ kernel void embedding_bag(const device T* weight [[buffer(0)]], const device int
       device int*, device int*, device int*, device atomic_int*, constant EmbeddingBagParams&,    \
       uint2);
 
-INSTANTIATE_EMBEDDING_BAG(float, float32)
-INSTANTIATE_EMBEDDING_BAG(half, float16)
-INSTANTIATE_EMBEDDING_BAG(bfloat, bfloat16)
+INSTANTIATE_EMBEDDING_BAG(float, float)
+INSTANTIATE_EMBEDDING_BAG(half, half)
+INSTANTIATE_EMBEDDING_BAG(bfloat, bfloat)

@@ -351,6 +351,6 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
       threadgroup float*, uint3, uint, uint);
 
-INSTANTIATE_MATMUL(float, float32)
-INSTANTIATE_MATMUL(half, float16)
-INSTANTIATE_MATMUL(bfloat, bfloat16)
+INSTANTIATE_MATMUL(float, float)
+INSTANTIATE_MATMUL(half, half)
+INSTANTIATE_MATMUL(bfloat, bfloat)

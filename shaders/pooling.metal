@@ -106,6 +106,6 @@ kernel void adaptive_pool2d(const device T* input [[buffer(0)]], device T* out [
   template [[host_name("adaptive_pool2d_" #name)]] kernel void adaptive_pool2d<T>(                \
       const device T*, device T*, device long*, constant PoolParams&, constant uint&, uint3);
 
-INSTANTIATE_POOLS(float, float32)
-INSTANTIATE_POOLS(half, float16)
-INSTANTIATE_POOLS(bfloat, bfloat16)
+INSTANTIATE_POOLS(float, float)
+INSTANTIATE_POOLS(half, half)
+INSTANTIATE_POOLS(bfloat, bfloat)

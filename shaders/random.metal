@@ -89,36 +89,36 @@ kernel void random_bernoulli(device T* out [[buffer(0)]], device const P* probab
   template [[host_name("random_exponential_" #NAME)]] [[kernel]]                                     \
   decltype(random_exponential<T>) random_exponential<T>;
 
-FLOAT_RANDOM_KERNELS(float, float32)
-FLOAT_RANDOM_KERNELS(half, float16)
-FLOAT_RANDOM_KERNELS(bfloat, bfloat16)
+FLOAT_RANDOM_KERNELS(float, float)
+FLOAT_RANDOM_KERNELS(half, half)
+FLOAT_RANDOM_KERNELS(bfloat, bfloat)
 
 #define INT_RANDOM_KERNEL(T, NAME) \
   template [[host_name("random_int_" #NAME)]] [[kernel]] decltype(random_int<T>) random_int<T>;
 
-INT_RANDOM_KERNEL(long, int64)
-INT_RANDOM_KERNEL(int, int32)
-INT_RANDOM_KERNEL(short, int16)
-INT_RANDOM_KERNEL(char, int8)
-INT_RANDOM_KERNEL(uchar, uint8)
+INT_RANDOM_KERNEL(long, long)
+INT_RANDOM_KERNEL(int, int)
+INT_RANDOM_KERNEL(short, short)
+INT_RANDOM_KERNEL(char, char)
+INT_RANDOM_KERNEL(uchar, uchar)
 INT_RANDOM_KERNEL(bool, bool)
-INT_RANDOM_KERNEL(float, float32)
-INT_RANDOM_KERNEL(half, float16)
-INT_RANDOM_KERNEL(bfloat, bfloat16)
+INT_RANDOM_KERNEL(float, float)
+INT_RANDOM_KERNEL(half, half)
+INT_RANDOM_KERNEL(bfloat, bfloat)
 
 #define BERNOULLI_KERNEL(T, NAME, P, P_NAME)                          \
   template [[host_name("random_bernoulli_" #NAME "_" #P_NAME)]] [[kernel]] \
   decltype(random_bernoulli<T, P>) random_bernoulli<T, P>;
 
 #define BERNOULLI_KERNELS(T, NAME)                 \
-  BERNOULLI_KERNEL(T, NAME, float, float32)        \
-  BERNOULLI_KERNEL(T, NAME, half, float16)         \
-  BERNOULLI_KERNEL(T, NAME, bfloat, bfloat16)
+  BERNOULLI_KERNEL(T, NAME, float, float)        \
+  BERNOULLI_KERNEL(T, NAME, half, half)         \
+  BERNOULLI_KERNEL(T, NAME, bfloat, bfloat)
 
-BERNOULLI_KERNELS(float, float32)
-BERNOULLI_KERNELS(half, float16)
-BERNOULLI_KERNELS(bfloat, bfloat16)
-BERNOULLI_KERNELS(long, int64)
-BERNOULLI_KERNELS(int, int32)
-BERNOULLI_KERNELS(uchar, uint8)
+BERNOULLI_KERNELS(float, float)
+BERNOULLI_KERNELS(half, half)
+BERNOULLI_KERNELS(bfloat, bfloat)
+BERNOULLI_KERNELS(long, long)
+BERNOULLI_KERNELS(int, int)
+BERNOULLI_KERNELS(uchar, uchar)
 BERNOULLI_KERNELS(bool, bool)

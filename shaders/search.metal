@@ -45,9 +45,9 @@ kernel void search(constant T* values [[buffer(0)]], constant T* sequence [[buff
 }
 
 #define SEARCH_KERNELS(T, NAME)                                                        \
-  template [[host_name("search_" #NAME "_int64")]] [[kernel]]                         \
+  template [[host_name("search_" #NAME "_long")]] [[kernel]]                         \
   decltype(search<T, long>) search<T, long>;                                          \
-  template [[host_name("search_" #NAME "_int32")]] [[kernel]]                         \
+  template [[host_name("search_" #NAME "_int")]] [[kernel]]                         \
   decltype(search<T, int>) search<T, int>;
 
 SEARCH_KERNELS(float, float)

@@ -195,7 +195,7 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   const Tensor& input_bound = reads_input ? input : *output;
   const Tensor& weight_bound = reads_input ? weight : *output;
   const Tensor& bias_bound = bias ? *bias : *output;
-  const std::string suffix = float_kernel_suffix(input.dtype);
+  const std::string suffix = msl_float_type_name(input.dtype);
 
   const uint64_t pixels =
       uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);

@@ -27,7 +27,7 @@ EmbeddingBagOutputs embedding_bag(const Tensor& weight, const Tensor& indices, c
   require_mps(op, "weight", weight);
   require_mps(op, "indices", indices);
   require_mps(op, "offsets", offsets);
-  const char* suffix = float_kernel_suffix(weight.dtype);
+  const char* suffix = msl_float_type_name(weight.dtype);
   ETM_REQUIRE(suffix, op, ": expected weight to be floating point type, got ", dtype_name(weight.dtype));
   ETM_REQUIRE(weight.dim() == 2, op, ": weight has to be a 2D Tensor, got ", weight.dim(), " dimensions");
   ETM_REQUIRE(is_index_dtype(indices.dtype), op, ": expected indices to be long or int, got ", dtype_name(indices.dtype));

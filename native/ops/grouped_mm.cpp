@@ -31,7 +31,7 @@ std::unique_ptr<Tensor> grouped_mm(const Tensor& a, const Tensor& b, const Tenso
   constexpr const char* op = "_grouped_mm";
   require_mps(op, "mat_a", a);
   require_mps(op, "mat_b", b);
-  const char* suffix = float_kernel_suffix(a.dtype);
+  const char* suffix = msl_float_type_name(a.dtype);
   ETM_REQUIRE(suffix, op, ": Expected mat_a to be Float32, BFloat16 or Float16 matrix, got ", dtype_name(a.dtype));
   ETM_REQUIRE(b.dtype == a.dtype, op, ": expected mat_a and mat_b to have the same dtype, but got: ",
               dtype_name(a.dtype), " != ", dtype_name(b.dtype));

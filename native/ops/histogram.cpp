@@ -27,7 +27,7 @@ std::string range_text(double low, double high) {
 
 std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, double max) {
   require_mps(kOp, "self", self);
-  const char* suffix = float_kernel_suffix(self.dtype);
+  const char* suffix = msl_float_type_name(self.dtype);
   ETM_REQUIRE(suffix, kOp, ": input dtype ", dtype_name(self.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(bins > 0, kOp, ": bins must be > 0, got ", bins);

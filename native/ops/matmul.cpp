@@ -203,7 +203,7 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
                                    alpha, beta))
     return;
   const Tensor& addend_bound = params.has_addend ? *addend : out;
-  const std::string suffix = float_kernel_suffix(out.dtype);
+  const std::string suffix = msl_float_type_name(out.dtype);
   const uint64_t batch = static_cast<uint64_t>(params.batch);
 
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {

@@ -21,13 +21,12 @@ namespace etm::ops {
 constexpr int64_t kMaxInt32Extent = (int64_t{1} << 31) - 1;
 
 // MSL scalar type of a floating dtype ("float", "half", "bfloat"); nullptr for any other.
+// Kernel instances are named by the MSL types they take: "matmul_naive_half".
 const char* msl_float_type_name(int32_t dtype);
 
-// MSL scalar type of a floating, signed integer, uint8 or bool dtype; nullptr for any other.
+// MSL scalar type of a floating, signed integer, uint8 or bool dtype ("long", "uchar" ...);
+// nullptr for any other.
 const char* msl_element_type_name(int32_t dtype);
-
-// Kernel-name suffix of a floating dtype ("float32", "float16", "bfloat16"); nullptr otherwise.
-const char* float_kernel_suffix(int32_t dtype);
 
 // "[2, 3, 4]".
 std::string shape_text(const std::vector<int64_t>& sizes);

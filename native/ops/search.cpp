@@ -20,7 +20,7 @@ bool searchable(int32_t dtype) {
   return msl_element_type_name(dtype) && dtype != static_cast<int32_t>(DType::bool_);
 }
 
-bool is_float(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
+bool is_float(int32_t dtype) { return is_floating(dtype); }
 
 // torch.promote_types over the searchable dtypes.
 int32_t promote(int32_t a, int32_t b) {
@@ -113,7 +113,7 @@ std::unique_ptr<Tensor> searchsorted(const Tensor& sequence_in, const Tensor& va
   Stream& stream = runtime.current_stream();
   stream.fill_buffer(bad_sorter->storage->buffer, bad_sorter->buffer_offset(), bad_sorter->itemsize(), 0);
   const std::string name = std::string("search_") + msl_element_type_name(values.dtype) +
-                           (out_int32 ? "_int32" : "_int64");
+                           (out_int32 ? "_int" : "_long");
   KernelLaunch launch(shader_kernel(kShaderFile, name));
   // Without a sorter the kernel never reads that slot: bind the sequence there.
   launch.tensor(0, values).tensor(1, sequence).tensor(2, sorter ? *sorter : sequence)
