@@ -5,27 +5,7 @@
 // results in 64-bit integers (wrapping as torch's kernels do). Either operand may be a scalar.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::PointwiseParams (native/ops/pointwise.cpp).
-struct PointwiseParams {
-  long a_strides[kMaxDims];
-  long b_strides[kMaxDims];
-  long alpha_integer;
-  long scalar_integer;
-  uint sizes[kMaxDims];
-  uint dims;
-  uint op;
-  uint a_dtype;
-  uint b_dtype;
-  uint out_dtype;
-  uint integer_math;
-  uint a_is_scalar;
-  uint b_is_scalar;
-  float alpha_float;
-  float scalar_float;
-};
+#include "params/pointwise.h"
 
 // Must match etm::ops::PointwiseOp.
 constant constexpr uint kAdd = 0;

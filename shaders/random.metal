@@ -9,24 +9,7 @@
 //   random_bernoulli u < p (p a scalar, or an element of a probability tensor)
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
-
-// Must match etm::ops::RandomParams (native/ops/random.cpp).
-struct RandomParams {
-  long strides[kMaxDims];       // of the output
-  long p_strides[kMaxDims];     // of bernoulli's probability tensor (when it has one)
-  uint sizes[kMaxDims];
-  uint dims;
-  uint numel;
-  ulong seed;
-  ulong offset;
-  long low;                     // random_int: the lowest value
-  ulong range;                  // random_int: high - low
-  float a;                      // from / mean / lambda / p
-  float b;                      // to / std
-  uint has_p_tensor;
-};
+#include "params/random.h"
 
 inline uint2 mul_hi_lo(uint a, uint b) {
   const ulong product = ulong(a) * ulong(b);
@@ -46,15 +29,6 @@ inline uint4 philox(ulong seed, ulong counter) {
   return c;
 }
 
-inline long element_offset(constant long* strides, constant RandomParams& p, uint index) {
-  long offset = 0;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    offset += long(index % p.sizes[d]) * strides[d];
-    index /= p.sizes[d];
-  }
-  return offset;
-}
-
 // u in [0, 1) from the low `bits` bits of r: exact in any float type of >= bits mantissa bits.
 inline float unit(uint r, uint bits) { return float(r & ((1u << bits) - 1u)) * exp2(-float(bits)); }
 
@@ -67,7 +41,7 @@ kernel void random_uniform(device T* out [[buffer(0)]], constant RandomParams& p
                            uint i [[thread_position_in_grid]]) {
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
-  out[element_offset(p.strides, p, i)] = T(p.a + unit(r.x, Mantissa<T>::bits) * (p.b - p.a));
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(p.a + unit(r.x, Mantissa<T>::bits) * (p.b - p.a));
 }
 
 template <typename T>
@@ -78,7 +52,7 @@ kernel void random_normal(device T* out [[buffer(0)]], constant RandomParams& p 
   const float u1 = 1.0f - unit(r.x, 24);  // (0, 1]: log is finite
   const float u2 = unit(r.y, 24);
   const float z = sqrt(-2.0f * log(u1)) * cos(2.0f * M_PI_F * u2);
-  out[element_offset(p.strides, p, i)] = T(p.a + p.b * z);
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(p.a + p.b * z);
 }
 
 template <typename T>
@@ -87,7 +61,7 @@ kernel void random_exponential(device T* out [[buffer(0)]], constant RandomParam
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
   const float u = unit(r.x, 24);
-  out[element_offset(p.strides, p, i)] = T(-log(1.0f - u) / p.a);
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(-log(1.0f - u) / p.a);
 }
 
 template <typename T>
@@ -97,7 +71,7 @@ kernel void random_int(device T* out [[buffer(0)]], constant RandomParams& p [[b
   const uint4 r = philox(p.seed, p.offset + i);
   const ulong value = p.range >= (1ul << 32) ? ((ulong(r.y) << 32) | ulong(r.x)) % p.range
                                              : ulong(r.x) % p.range;
-  out[element_offset(p.strides, p, i)] = T(long(ulong(p.low) + value));
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(long(ulong(p.low) + value));
 }
 
 template <typename T, typename P>
@@ -105,8 +79,8 @@ kernel void random_bernoulli(device T* out [[buffer(0)]], device const P* probab
                              constant RandomParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
-  const float probability = p.has_p_tensor ? float(probabilities[element_offset(p.p_strides, p, i)]) : p.a;
-  out[element_offset(p.strides, p, i)] = T(unit(r.x, 24) < probability ? 1 : 0);
+  const float probability = p.has_p_tensor ? float(probabilities[element_offset(i, p.sizes, p.p_strides, p.dims)]) : p.a;
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(unit(r.x, 24) < probability ? 1 : 0);
 }
 
 #define FLOAT_RANDOM_KERNELS(T, NAME)                                                                 \
@@ -115,36 +89,36 @@ kernel void random_bernoulli(device T* out [[buffer(0)]], device const P* probab
   template [[host_name("random_exponential_" #NAME)]] [[kernel]]                                     \
   decltype(random_exponential<T>) random_exponential<T>;
 
-FLOAT_RANDOM_KERNELS(float, float32)
-FLOAT_RANDOM_KERNELS(half, float16)
-FLOAT_RANDOM_KERNELS(bfloat, bfloat16)
+FLOAT_RANDOM_KERNELS(float, float)
+FLOAT_RANDOM_KERNELS(half, half)
+FLOAT_RANDOM_KERNELS(bfloat, bfloat)
 
 #define INT_RANDOM_KERNEL(T, NAME) \
   template [[host_name("random_int_" #NAME)]] [[kernel]] decltype(random_int<T>) random_int<T>;
 
-INT_RANDOM_KERNEL(long, int64)
-INT_RANDOM_KERNEL(int, int32)
-INT_RANDOM_KERNEL(short, int16)
-INT_RANDOM_KERNEL(char, int8)
-INT_RANDOM_KERNEL(uchar, uint8)
+INT_RANDOM_KERNEL(long, long)
+INT_RANDOM_KERNEL(int, int)
+INT_RANDOM_KERNEL(short, short)
+INT_RANDOM_KERNEL(char, char)
+INT_RANDOM_KERNEL(uchar, uchar)
 INT_RANDOM_KERNEL(bool, bool)
-INT_RANDOM_KERNEL(float, float32)
-INT_RANDOM_KERNEL(half, float16)
-INT_RANDOM_KERNEL(bfloat, bfloat16)
+INT_RANDOM_KERNEL(float, float)
+INT_RANDOM_KERNEL(half, half)
+INT_RANDOM_KERNEL(bfloat, bfloat)
 
 #define BERNOULLI_KERNEL(T, NAME, P, P_NAME)                          \
   template [[host_name("random_bernoulli_" #NAME "_" #P_NAME)]] [[kernel]] \
   decltype(random_bernoulli<T, P>) random_bernoulli<T, P>;
 
 #define BERNOULLI_KERNELS(T, NAME)                 \
-  BERNOULLI_KERNEL(T, NAME, float, float32)        \
-  BERNOULLI_KERNEL(T, NAME, half, float16)         \
-  BERNOULLI_KERNEL(T, NAME, bfloat, bfloat16)
+  BERNOULLI_KERNEL(T, NAME, float, float)        \
+  BERNOULLI_KERNEL(T, NAME, half, half)         \
+  BERNOULLI_KERNEL(T, NAME, bfloat, bfloat)
 
-BERNOULLI_KERNELS(float, float32)
-BERNOULLI_KERNELS(half, float16)
-BERNOULLI_KERNELS(bfloat, bfloat16)
-BERNOULLI_KERNELS(long, int64)
-BERNOULLI_KERNELS(int, int32)
-BERNOULLI_KERNELS(uchar, uint8)
+BERNOULLI_KERNELS(float, float)
+BERNOULLI_KERNELS(half, half)
+BERNOULLI_KERNELS(bfloat, bfloat)
+BERNOULLI_KERNELS(long, long)
+BERNOULLI_KERNELS(int, int)
+BERNOULLI_KERNELS(uchar, uchar)
 BERNOULLI_KERNELS(bool, bool)

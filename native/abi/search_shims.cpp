@@ -42,7 +42,7 @@ void store(void* data, T value) {
 std::unique_ptr<Tensor> scalar_value(const Tensor& sequence, double value, bool right) {
   int32_t dtype = sequence.dtype;
   double stored = value;
-  if (!ops::float_kernel_suffix(dtype)) {
+  if (!ops::is_floating(dtype)) {
     const double whole = right ? std::floor(value) : std::ceil(value);
     const bool fits = std::isfinite(whole) && whole >= -9.2e18 && whole <= 9.2e18;
     dtype = fits ? static_cast<int32_t>(DType::int64) : static_cast<int32_t>(DType::float32);

@@ -6,26 +6,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/grouped_mm.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match GroupedMmParams in shaders/grouped_mm.metal.
-struct GroupedMmParams {
-  int64_t a_strides[3];
-  int64_t b_strides[3];
-  int64_t out_strides[3];
-  uint32_t rows;
-  uint32_t cols;
-  uint32_t depth;
-  uint32_t groups;
-  uint32_t mode;
-  uint32_t pad;
-};
-static_assert(sizeof(GroupedMmParams) == 96, "GroupedMmParams must match the MSL layout");
 
 enum Mode : uint32_t { kGroupRows = 0, kGroupCols = 1, kGroupDepth = 2, kBatch = 3 };
 
@@ -44,7 +31,7 @@ std::unique_ptr<Tensor> grouped_mm(const Tensor& a, const Tensor& b, const Tenso
   constexpr const char* op = "_grouped_mm";
   require_mps(op, "mat_a", a);
   require_mps(op, "mat_b", b);
-  const char* suffix = float_kernel_suffix(a.dtype);
+  const char* suffix = msl_float_type_name(a.dtype);
   ETM_REQUIRE(suffix, op, ": Expected mat_a to be Float32, BFloat16 or Float16 matrix, got ", dtype_name(a.dtype));
   ETM_REQUIRE(b.dtype == a.dtype, op, ": expected mat_a and mat_b to have the same dtype, but got: ",
               dtype_name(a.dtype), " != ", dtype_name(b.dtype));

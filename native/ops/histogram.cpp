@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/histogram.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,18 +17,7 @@ namespace {
 
 constexpr const char* kOp = "histc";
 constexpr const char* kShaderFile = "histogram.metal";
-constexpr int kMaxDims = 9;
 constexpr uint64_t kRangeThreads = 256;  // kRangeThreads in the shader
-
-// Must match HistcParams in shaders/histogram.metal.
-struct HistcParams {
-  int64_t strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint32_t bins;
-};
-static_assert(sizeof(HistcParams) == 120, "HistcParams must match the MSL layout");
 
 std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
@@ -37,7 +27,7 @@ std::string range_text(double low, double high) {
 
 std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, double max) {
   require_mps(kOp, "self", self);
-  const char* suffix = float_kernel_suffix(self.dtype);
+  const char* suffix = msl_float_type_name(self.dtype);
   ETM_REQUIRE(suffix, kOp, ": input dtype ", dtype_name(self.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(bins > 0, kOp, ": bins must be > 0, got ", bins);

@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/normalization.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,7 +17,6 @@ namespace {
 
 constexpr const char* kOp = "_fused_rms_norm";
 constexpr const char* kShaderFile = "normalization.metal";
-constexpr int kMaxDims = 8;
 // Must match the constants of shaders/normalization.metal.
 constexpr int64_t kPerThread = 16;
 constexpr int64_t kRun = 4;
@@ -30,23 +30,6 @@ constexpr int64_t kTargetGroups = 64;
 // weight and output once, rstd): fewer rows get fewer, fuller threadgroups (8 x 4096 half:
 // 4 groups of 1024 threads, 1.18x the minimum bytes, instead of 8 groups at 1.41x).
 constexpr double kWeightReloadShare = 0.2;
-
-// Must match RmsNormParams in shaders/normalization.metal.
-struct RmsNormParams {
-  int64_t input_row_strides[kMaxDims];
-  int64_t input_column_strides[kMaxDims];
-  int64_t weight_column_strides[kMaxDims];
-  uint32_t row_sizes[kMaxDims];
-  uint32_t column_sizes[kMaxDims];
-  uint32_t row_dims;
-  uint32_t column_dims;
-  uint32_t rows;
-  uint32_t columns;
-  uint32_t has_weight;
-  uint32_t rows_per_group;
-  float eps;
-};
-static_assert(sizeof(RmsNormParams) == 288, "RmsNormParams must match the MSL layout");
 
 }  // namespace
 

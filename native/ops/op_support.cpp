@@ -32,15 +32,6 @@ const char* msl_element_type_name(int32_t dtype) {
   }
 }
 
-const char* float_kernel_suffix(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::bfloat16: return "bfloat16";
-    default: return nullptr;
-  }
-}
-
 std::string shape_text(const std::vector<int64_t>& sizes) {
   std::ostringstream text;
   text << '[';
@@ -112,7 +103,7 @@ void require_mps(const char* op, const char* name, const Tensor& t) {
               t.device_type, ")");
 }
 
-bool is_floating(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
+bool is_floating(int32_t dtype) { return msl_float_type_name(dtype) != nullptr; }
 
 int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int32_t> dtype) {
   ETM_REQUIRE(msl_element_type_name(self.dtype), op, ": input dtype ", dtype_name(self.dtype),
@@ -133,7 +124,7 @@ int32_t scan_output_dtype(const char* op, const Tensor& self, std::optional<int3
 void require_float_operand(const char* op, const char* name, const Tensor& t) {
   ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be on device mps, not device type ",
               t.device_type);
-  ETM_REQUIRE(float_kernel_suffix(t.dtype), op, ": ", name, " has dtype ", dtype_name(t.dtype),
+  ETM_REQUIRE(msl_float_type_name(t.dtype), op, ": ", name, " has dtype ", dtype_name(t.dtype),
               "; supported are float32, float16 and bfloat16");
 }
 

@@ -6,30 +6,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/pooling.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match PoolParams in shaders/pooling.metal.
-struct PoolParams {
-  int64_t input_strides[4];
-  uint32_t channels;
-  uint32_t height;
-  uint32_t width;
-  uint32_t out_height;
-  uint32_t out_width;
-  int32_t window[2];
-  int32_t stride[2];
-  int32_t padding[2];
-  int32_t dilation[2];
-  int32_t divisor;
-  uint32_t count_include_pad;
-  uint32_t pad;
-};
-static_assert(sizeof(PoolParams) == 96, "PoolParams must match the MSL layout");
 
 // The (H, W) pair a one- or two-value argument stands for; `fallback`'s when it is empty and
 // a fallback is given.
@@ -68,7 +51,7 @@ PoolShape plan_pool(const char* op, const Tensor& self, const std::vector<int64_
                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                     const std::vector<int64_t>& dilation, bool ceil_mode, PoolParams& p) {
   require_mps(op, "self", self);
-  ETM_REQUIRE(float_kernel_suffix(self.dtype), op, ": dtype ", dtype_name(self.dtype),
+  ETM_REQUIRE(msl_float_type_name(self.dtype), op, ": dtype ", dtype_name(self.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(self.dim() == 3 || self.dim() == 4, op, ": Expected 3D or 4D (batch mode) tensor for input, got ",
               self.dim(), " dimensions");
@@ -125,7 +108,7 @@ PoolOutputs max_pool2d_with_indices(const Tensor& self, const std::vector<int64_
   result.indices = runtime.empty_tensor(shape.out_sizes, contiguous_strides(shape.out_sizes),
                                         static_cast<int32_t>(DType::int64));
   if (shape.planes == 0) return result;
-  KernelLaunch launch(shader_kernel("pooling.metal", std::string("max_pool2d_") + float_kernel_suffix(self.dtype)));
+  KernelLaunch launch(shader_kernel("pooling.metal", std::string("max_pool2d_") + msl_float_type_name(self.dtype)));
   launch.tensor(0, self).tensor(1, *result.values).tensor(2, *result.indices).value(3, p);
   const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(shape.planes)};
   launch.threads(grid, default_group(grid, launch));
@@ -145,7 +128,7 @@ std::unique_ptr<Tensor> avg_pool2d(const Tensor& self, const std::vector<int64_t
   p.count_include_pad = count_include_pad ? 1 : 0;
   auto out = Runtime::get().empty_tensor(shape.out_sizes, contiguous_strides(shape.out_sizes), self.dtype);
   if (shape.planes == 0) return out;
-  KernelLaunch launch(shader_kernel("pooling.metal", std::string("avg_pool2d_") + float_kernel_suffix(self.dtype)));
+  KernelLaunch launch(shader_kernel("pooling.metal", std::string("avg_pool2d_") + msl_float_type_name(self.dtype)));
   launch.tensor(0, self).tensor(1, *out).value(2, p);
   const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(shape.planes)};
   launch.threads(grid, default_group(grid, launch));
@@ -155,7 +138,7 @@ std::unique_ptr<Tensor> avg_pool2d(const Tensor& self, const std::vector<int64_t
 PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, bool take_max) {
   const char* op = take_max ? "adaptive_max_pool2d" : "adaptive_avg_pool2d";
   require_mps(op, "self", self);
-  ETM_REQUIRE(float_kernel_suffix(self.dtype), op, ": dtype ", dtype_name(self.dtype),
+  ETM_REQUIRE(msl_float_type_name(self.dtype), op, ": dtype ", dtype_name(self.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(self.dim() == 3 || self.dim() == 4, op, ": Expected 3D or 4D tensor, got ", self.dim(), " dimensions");
   ETM_REQUIRE(output_size.size() == 2, op, ": output_size must be 2");
@@ -182,7 +165,7 @@ PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& outp
   }
   if (result.values->numel() == 0) return result;
   const uint32_t max_flag = take_max ? 1 : 0;
-  KernelLaunch launch(shader_kernel("pooling.metal", std::string("adaptive_pool2d_") + float_kernel_suffix(self.dtype)));
+  KernelLaunch launch(shader_kernel("pooling.metal", std::string("adaptive_pool2d_") + msl_float_type_name(self.dtype)));
   launch.tensor(0, self).tensor(1, *result.values).tensor(2, take_max ? *result.indices : *result.values)
       .value(3, p).value(4, max_flag);
   const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};

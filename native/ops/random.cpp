@@ -9,6 +9,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/random.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -16,27 +17,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "random.metal";
-constexpr int kMaxDims = 9;
 // torch's default seed (c10::default_rng_seed_val): a process that never seeds draws the same
 // sequence each run, as with torch.
 constexpr uint64_t kDefaultSeed = 67280421310721ULL;
-
-// Must match RandomParams in shaders/random.metal.
-struct RandomParams {
-  int64_t strides[kMaxDims];
-  int64_t p_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint64_t seed;
-  uint64_t offset;
-  int64_t low;
-  uint64_t range;
-  float a;
-  float b;
-  uint32_t has_p_tensor;
-};
-static_assert(sizeof(RandomParams) == 240, "RandomParams must match the MSL layout");
 
 class DefaultGenerator {
  public:
@@ -86,7 +69,7 @@ RandomParams params_for(const char* op, const Tensor& out) {
 }
 
 const char* float_suffix(const char* op, const Tensor& out) {
-  const char* suffix = float_kernel_suffix(out.dtype);
+  const char* suffix = msl_float_type_name(out.dtype);
   ETM_REQUIRE(suffix, op, ": dtype ", dtype_name(out.dtype), " is not supported (float32, float16, bfloat16)");
   return suffix;
 }
@@ -119,18 +102,6 @@ std::pair<int64_t, int64_t> integer_bounds(int32_t dtype) {
     default:
       fail("randint: dtype ", dtype_name(dtype), " is not supported (int64, int32, int16, int8, uint8, bool, "
            "float32, float16, bfloat16)");
-  }
-}
-
-const char* int_suffix(int32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::int64: return "int64";
-    case DType::int32: return "int32";
-    case DType::int16: return "int16";
-    case DType::int8: return "int8";
-    case DType::uint8: return "uint8";
-    case DType::bool_: return "bool";
-    default: return float_kernel_suffix(dtype);
   }
 }
 
@@ -181,20 +152,20 @@ void fill_random_int(const Tensor& out, int64_t low, int64_t high) {
   RandomParams p = params_for(op, out);
   p.low = low;
   p.range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  launch(std::string("random_int_") + int_suffix(out.dtype), out, p, nullptr);
+  launch(std::string("random_int_") + msl_element_type_name(out.dtype), out, p, nullptr);
 }
 
 void fill_bernoulli(const Tensor& out, double probability, const Tensor* probabilities) {
   constexpr const char* op = "bernoulli";
-  const char* out_suffix = int_suffix(out.dtype);
+  const char* out_suffix = msl_element_type_name(out.dtype);
   const bool supported = out_suffix && static_cast<DType>(out.dtype) != DType::int16 &&
                          static_cast<DType>(out.dtype) != DType::int8;
   ETM_REQUIRE(supported, op, ": dtype ", dtype_name(out.dtype),
               " is not supported (float32, float16, bfloat16, int64, int32, uint8, bool)");
-  std::string p_suffix = "float32";
+  std::string p_suffix = "float";
   if (probabilities) {
     require_mps(op, "p", *probabilities);
-    const char* suffix = float_kernel_suffix(probabilities->dtype);
+    const char* suffix = msl_float_type_name(probabilities->dtype);
     ETM_REQUIRE(suffix, op, ": p must be a float32, float16 or bfloat16 tensor, not ",
                 dtype_name(probabilities->dtype));
     p_suffix = suffix;

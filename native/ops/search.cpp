@@ -5,6 +5,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/search.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,28 +15,12 @@ namespace {
 
 constexpr const char* kOp = "searchsorted";
 constexpr const char* kShaderFile = "search.metal";
-constexpr int kMaxDims = 9;
-
-// Must match SearchParams in shaders/search.metal.
-struct SearchParams {
-  int64_t value_strides[kMaxDims];
-  int64_t row_strides[kMaxDims];
-  int64_t sorter_row_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t right;
-  uint32_t has_sorter;
-  uint32_t length;
-  int64_t sequence_stride;
-  int64_t sorter_stride;
-};
-static_assert(sizeof(SearchParams) == 288, "SearchParams must match the MSL layout");
 
 bool searchable(int32_t dtype) {
   return msl_element_type_name(dtype) && dtype != static_cast<int32_t>(DType::bool_);
 }
 
-bool is_float(int32_t dtype) { return float_kernel_suffix(dtype) != nullptr; }
+bool is_float(int32_t dtype) { return is_floating(dtype); }
 
 // torch.promote_types over the searchable dtypes.
 int32_t promote(int32_t a, int32_t b) {
@@ -128,7 +113,7 @@ std::unique_ptr<Tensor> searchsorted(const Tensor& sequence_in, const Tensor& va
   Stream& stream = runtime.current_stream();
   stream.fill_buffer(bad_sorter->storage->buffer, bad_sorter->buffer_offset(), bad_sorter->itemsize(), 0);
   const std::string name = std::string("search_") + msl_element_type_name(values.dtype) +
-                           (out_int32 ? "_int32" : "_int64");
+                           (out_int32 ? "_int" : "_long");
   KernelLaunch launch(shader_kernel(kShaderFile, name));
   // Without a sorter the kernel never reads that slot: bind the sequence there.
   launch.tensor(0, values).tensor(1, sequence).tensor(2, sorter ? *sorter : sequence)
