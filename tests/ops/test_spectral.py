@@ -56,6 +56,7 @@ def test_complex_tensors_round_trip_and_copy(dtype):
     device = as_device(x)
     assert device.dtype == {torch.complex32: 8, torch.complex64: 9, torch.complex128: 10}[dtype]
     assert torch.equal(parts(device.torch()), parts(x))
+    assert (device.numpy() == x.to(torch.complex64 if dtype == torch.complex32 else dtype).numpy()).all()
     strided = as_device(x.t()[1:, ::2])
     assert torch.equal(parts(strided.torch()), parts(x.t()[1:, ::2]))
     # aoti_torch_copy_ converts as torch's copy_ does: complex <-> complex by parts, real -> (x, 0),
