@@ -113,14 +113,22 @@ std::unique_ptr<Tensor> polar(const Tensor& abs, const Tensor& angle) {
   }
   ETM_REQUIRE(shape.size() <= static_cast<size_t>(kMaxDims), op, ": at most ", kMaxDims,
               " dimensions are supported, got ", shape.size());
-  auto out = Runtime::get().empty_tensor(shape, contiguous_strides(shape), static_cast<int32_t>(DType::complex64));
+  std::vector<int64_t> abs_strides(shape.size()), angle_strides(shape.size());
+  broadcast_strides(abs, shape, abs_strides.data());
+  broadcast_strides(angle, shape, angle_strides.data());
+  const std::vector<int64_t> out_strides = pointwise_output_strides(shape, {abs_strides.data(), angle_strides.data()});
+  auto out = Runtime::get().empty_tensor(shape, out_strides, static_cast<int32_t>(DType::complex64));
   const int64_t count = out->numel();
   if (count == 0) return out;
   PolarParams p{};
   p.dims = static_cast<uint32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) p.sizes[d] = checked_u32(op, shape[d], "size");
-  broadcast_strides(abs, shape, p.abs_strides);
-  broadcast_strides(angle, shape, p.angle_strides);
+  // The kernel walks the dimensions in the output's memory order and writes element `index`.
+  const std::vector<size_t> order = dims_by_decreasing_stride(out_strides);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    p.sizes[d] = checked_u32(op, shape[order[d]], "size");
+    p.abs_strides[d] = abs_strides[order[d]];
+    p.angle_strides[d] = angle_strides[order[d]];
+  }
   KernelLaunch launch(shader_kernel("complex.metal", "polar"));
   launch.tensor(0, abs).tensor(1, angle).tensor(2, *out).value(3, p);
   const device::Size3 grid{checked_u32(op, count, "number of elements"), 1, 1};

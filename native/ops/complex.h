@@ -17,7 +17,7 @@ std::unique_ptr<Tensor> view_as_real(const Tensor& self);
 std::unique_ptr<Tensor> view_as_complex(const Tensor& self);
 
 // abs * (cos(angle) + i sin(angle)) of two float32 tensors (any strides, broadcast, at most 8
-// dimensions): a new contiguous complex64 tensor.
+// dimensions): a new complex64 tensor laid out as torch lays out pointwise results.
 std::unique_ptr<Tensor> polar(const Tensor& abs, const Tensor& angle);
 
 }  // namespace etm::ops

@@ -198,16 +198,24 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   const PointwiseOperand& second = unary ? a : b;
   const std::vector<int64_t> shape = broadcast_shape(name, a, second);
   ETM_REQUIRE(shape.size() <= static_cast<size_t>(kMaxDims), name, ": at most ", kMaxDims, " dimensions are supported");
-  auto out = Runtime::get().empty_tensor(shape, contiguous_strides(shape), out_dtype);
+  std::vector<int64_t> a_strides(shape.size()), b_strides(shape.size());
+  if (a.tensor) broadcast_strides(*a.tensor, shape, a_strides.data());
+  if (second.tensor) broadcast_strides(*second.tensor, shape, b_strides.data());
+  const std::vector<int64_t> out_strides = pointwise_output_strides(shape, {a_strides.data(), b_strides.data()});
+  auto out = Runtime::get().empty_tensor(shape, out_strides, out_dtype);
   const int64_t count = out->numel();
   if (count == 0) return out;
   checked_u32(name, count, "number of elements");
   PointwiseParams p{};
   p.dims = static_cast<uint32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) p.sizes[d] = checked_u32(name, shape[d], "size");
+  // The kernel walks the dimensions in the output's memory order and writes element `index`.
+  const std::vector<size_t> order = dims_by_decreasing_stride(out_strides);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    p.sizes[d] = checked_u32(name, shape[order[d]], "size");
+    p.a_strides[d] = a_strides[order[d]];
+    p.b_strides[d] = b_strides[order[d]];
+  }
   const PointwiseOperand* scalar = !a.tensor ? &a : !second.tensor ? &second : nullptr;
-  if (a.tensor) broadcast_strides(*a.tensor, shape, p.a_strides);
-  if (second.tensor) broadcast_strides(*second.tensor, shape, p.b_strides);
   p.a_is_scalar = a.tensor ? 0 : 1;
   p.b_is_scalar = second.tensor ? 0 : 1;
   p.a_dtype = a.tensor ? static_cast<uint32_t>(a.tensor->dtype) : 0;

@@ -19,7 +19,8 @@ struct PointwiseOperand {
   double scalar = 0;
 };
 
-// A new contiguous result of the broadcast shape in torch's result dtype: add computes
+// A new result of the broadcast shape, laid out as torch's TensorIterator lays it out (dense, in
+// the operands' stride order), in torch's result dtype: add computes
 // a + alpha * b; abs and angle read `a` only (angle of a real number: pi below 0, NaN kept, else
 // 0, in a floating dtype). Errors as torch gives them (alpha not integral for integer results,
 // gcd of floats, integer to a negative integer scalar power, bool abs / pow results). A complex64

@@ -144,3 +144,27 @@ def test_complex64_operands():
         torch.testing.assert_close(compare(got), compare(expected), rtol=2e-6, atol=1e-6, equal_nan=True)
     poisoning_failure(call("pow_Tensor_Scalar", z, 2.0)[0], "complex powers are not implemented")
     poisoning_failure(call("mul_Tensor", z, z.to(torch.complex128))[0], "dtype complex128 is not supported")
+
+
+def test_results_are_laid_out_as_torch_lays_them_out():
+    # Compiled models index a fallback's result with the strides torch's meta function gave it
+    # (eager CPU kernels differ in places: angle of a complex tensor comes back contiguous).
+    x = torch.randn(2, 3, 4)
+    z = torch.randn(3, 5, dtype=torch.complex64)
+    for name, op, args in (
+            ("abs", torch.abs, (x.transpose(0, 2),)), ("abs", torch.abs, (z.t()[:, :-1],)),
+            ("add_Tensor", torch.add, (x.permute(1, 2, 0), torch.randn(4, 2), 1.0)),
+            ("mul_Tensor", torch.mul, (torch.randn(4, 1), x.transpose(1, 2))),
+            ("mul_Scalar", torch.mul, (x[:, ::2].transpose(0, 1), 3.0)), ("angle", torch.angle, (z.t(),))):
+        devices = [as_device(a) if isinstance(a, torch.Tensor) else None for a in args]
+        r0 = ffi.new("AtenTensorHandle*")
+        code = getattr(lib, f"aoti_torch_mps_{name}")(*[d.handle if d else a for d, a in zip(devices, args)], r0)
+        assert code == 0, etmetal_py.last_error()
+        got = Tensor(r0[0])
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        expected = op(*tensors, *([args[-1]] if name == "mul_Scalar" else []),
+                      **({"alpha": args[-1]} if name == "add_Tensor" else {}))
+        meta = op(*[t.to("meta") for t in tensors], *([args[-1]] if name == "mul_Scalar" else []),
+                  **({"alpha": args[-1]} if name == "add_Tensor" else {}))
+        assert got.strides == meta.stride(), (name, got.strides, meta.stride())
+        torch.testing.assert_close(got.torch(), expected, rtol=1e-6, atol=1e-6)

@@ -1,9 +1,10 @@
 /* Pointwise fallbacks of AOTInductor's Metal shim (torch 2.13 c_shim_mps.h), same names and
  * signatures, ATen semantics: torch's type promotion (0-dim tensors and scalars raise only the
  * category) and broadcasting. Tensors are bool, uint8, int8, int16, int32, int64, float16,
- * bfloat16, float32 or complex64 on device mps, any strides, at most 8 dimensions; *ret0 receives a new
- * contiguous result. Floating results compute in float32, integer results in 64-bit integers
- * (wrapping as torch's kernels do). Scalars arrive as doubles: an integral value counts as an
+ * bfloat16, float32 or complex64 on device mps, any strides, at most 8 dimensions; *ret0
+ * receives a new dense result laid out in the operands' stride order, as torch's TensorIterator
+ * does (a transposed input gives a transposed result). Floating results compute in float32,
+ * integer results in 64-bit integers (wrapping as torch's kernels do). Scalars arrive as doubles: an integral value counts as an
  * integer scalar, any other as a float scalar (so an integer tensor plus 2.0 stays integer,
  * where torch, told the scalar was a float, would give float32). A complex64 operand makes
  * add and mul complex64 (a float16 / bfloat16 tensor with a complex 0-dim one too, where torch

@@ -39,7 +39,7 @@ ETMETAL_API AOTITorchError aoti_torch_mps__fft_c2r(AtenTensorHandle self, const 
                                                    AtenTensorHandle* ret0);
 
 /* abs * (cos(angle) + i sin(angle)) of two float32 tensors (same dtype, broadcast, any strides,
- * at most 8 dimensions): *ret0 a new contiguous complex64 tensor. */
+ * at most 8 dimensions): *ret0 a new complex64 tensor, dense in the inputs' stride order (as torch). */
 ETMETAL_API AOTITorchError aoti_torch_mps_polar(AtenTensorHandle abs, AtenTensorHandle angle, AtenTensorHandle* ret0);
 
 /* Views (no data moves): a complex tensor as its real dtype with a last dimension (real,
