@@ -163,8 +163,42 @@ float scale_for(const char* op, int64_t normalization, double n) {
   fail(op, ": normalization ", normalization, " is not one of 0 (none), 1 (by root n), 2 (by n)");
 }
 
-std::unique_ptr<Tensor> new_tensor(const std::vector<int64_t>& sizes, int32_t dtype) {
-  return Runtime::get().empty_tensor(sizes, contiguous_strides(sizes), dtype);
+// `dims` with all but (when exclude_last) the last ordered by decreasing stride of `strides`,
+// equal strides keeping their order (torch's _sort_dims).
+std::vector<int64_t> sorted_by_stride(std::vector<int64_t> dims, const std::vector<int64_t>& strides,
+                                      bool exclude_last) {
+  std::stable_sort(dims.begin(), dims.end() - (exclude_last ? 1 : 0),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  return dims;
+}
+
+// The layout torch's meta functions give a transform's result (_exec_fft): dense, with the
+// untransformed dimensions outermost in decreasing order of the input's strides, then the
+// transformed ones in the order of `dims`. Compiled models index the result with these
+// strides. (A host without MKL gives _fft_r2c / _fft_c2r results a contiguous layout instead;
+// the two agree whenever the batch dimensions lead in stride order and dims are trailing.)
+std::vector<int64_t> fft_output_strides(const std::vector<int64_t>& input_strides,
+                                        const std::vector<int64_t>& out_sizes, const std::vector<int64_t>& dims) {
+  const size_t ndim = out_sizes.size();
+  std::vector<int64_t> batch;
+  for (size_t d = 0; d < ndim; ++d) {
+    if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) == dims.end()) batch.push_back(d);
+  }
+  batch = sorted_by_stride(batch, input_strides, false);
+  std::vector<int64_t> order = batch;  // outermost first
+  order.insert(order.end(), dims.begin(), dims.end());
+  std::vector<int64_t> strides(ndim);
+  int64_t next = 1;
+  for (size_t i = ndim; i-- > 0;) {
+    strides[order[i]] = next;
+    next *= std::max<int64_t>(out_sizes[order[i]], 1);
+  }
+  return strides;
+}
+
+std::unique_ptr<Tensor> new_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                   int32_t dtype) {
+  return Runtime::get().empty_tensor(sizes, strides, dtype);
 }
 
 // In-place complex transforms of `tensor` over `dims` (each an own 1-D pass); the last one scales.
@@ -197,7 +231,8 @@ std::unique_ptr<Tensor> fft_r2c(const Tensor& self, const std::vector<int64_t>& 
   const int64_t n = self.sizes[last];
   std::vector<int64_t> out_sizes = self.sizes;
   if (onesided) out_sizes[last] = n / 2 + 1;
-  auto out = new_tensor(out_sizes, kComplex64);
+  auto out = new_tensor(out_sizes, fft_output_strides(self.strides, out_sizes, sorted_by_stride(dims, self.strides, true)),
+                        kComplex64);
   if (out->numel() == 0) return out;
   const std::vector<int64_t> rest(dims.begin(), dims.end() - 1);
   transform_lines(op, {&self, out.get(), last, n, out_sizes[last], true, rest.empty() ? scale : 1.0f}, Load::real);
@@ -216,12 +251,14 @@ std::unique_ptr<Tensor> fft_c2c(const Tensor& self, const std::vector<int64_t>& 
     signal *= static_cast<double>(self.sizes[d]);
   }
   const float scale = scale_for(op, normalization, signal);
-  auto out = new_tensor(self.sizes, kComplex64);
-  if (out->numel() == 0) return out;
-  if (dims.empty()) {
-    Runtime::get().copy_tensor(*out, self);
-    return out;
+  if (dims.empty()) {  // torch's result is a clone
+    auto copy = new_tensor(self.sizes, contiguous_strides(self.sizes), kComplex64);
+    if (copy->numel() > 0) Runtime::get().copy_tensor(*copy, self);
+    return copy;
   }
+  auto out = new_tensor(self.sizes, fft_output_strides(self.strides, self.sizes, sorted_by_stride(dims, self.strides, false)),
+                        kComplex64);
+  if (out->numel() == 0) return out;
   transform_complex(op, self, *out, dims, forward, scale);
   return out;
 }
@@ -246,12 +283,17 @@ std::unique_ptr<Tensor> fft_c2r(const Tensor& self, const std::vector<int64_t>& 
   const float scale = scale_for(op, normalization, signal);
   std::vector<int64_t> out_sizes = self.sizes;
   out_sizes[last] = last_dim_size;
-  auto out = new_tensor(out_sizes, kFloat32);
+  // torch's layout: that of a c2c over the other dims, then that of a 1-D transform of its result.
+  std::vector<int64_t> spectrum_strides = self.strides;
+  if (!rest.empty()) {
+    spectrum_strides = fft_output_strides(self.strides, self.sizes, sorted_by_stride(rest, self.strides, false));
+  }
+  auto out = new_tensor(out_sizes, fft_output_strides(spectrum_strides, out_sizes, {last}), kFloat32);
   if (out->numel() == 0) return out;
   const Tensor* spectrum = &self;
   std::unique_ptr<Tensor> inner;
   if (!rest.empty()) {
-    inner = new_tensor(self.sizes, kComplex64);
+    inner = new_tensor(self.sizes, spectrum_strides, kComplex64);
     transform_complex(op, self, *inner, rest, false, 1.0f);
     spectrum = inner.get();
   }

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import etmetal_py
+from torch._subclasses.fake_tensor import FakeTensorMode
 from etmetal_py import Tensor, ffi, lib
 from etmetal_testing import fails
 from ops_testing import as_device, assert_close_scaled, no_leaks_in_module, poisoning_failure  # noqa: F401
@@ -127,12 +128,23 @@ def fft_call(function, x, dims, normalization, flag):
 def run_fft(function, x, dims, normalization, flag):
     code, r0 = fft_call(function, x, dims, normalization, flag)
     assert code == 0, etmetal_py.last_error()
-    return Tensor(r0[0]).torch()
+    result = Tensor(r0[0])
+    values = result.torch()
+    values.device_strides = result.strides
+    return values
 
 
-def check_fft(got, want):
+def meta_strides(op, x, *args):
+    """The strides torch's meta function gives op's result: what compiled code indexes it with."""
+    with FakeTensorMode():
+        return op(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype), *args).stride()
+
+
+def check_fft(got, want, strides=None):
     assert got.dtype == (torch.complex64 if want.is_complex() else torch.float32)
-    assert got.shape == want.shape and got.is_contiguous()
+    assert got.shape == want.shape
+    if strides is not None:
+        assert got.device_strides == strides
     assert_close_scaled(torch.view_as_real(got) if got.is_complex() else got,
                         torch.view_as_real(want) if want.is_complex() else want, FFT_TOLERANCE)
 
@@ -158,7 +170,8 @@ def test_fft_r2c_several_dims_strided_and_batched():
         for dims in ([0, 2], [2, 0], [-1, 1], [0, 1, 2, 3], [1]):
             for onesided in (True, False):
                 got = run_fft(lib.aoti_torch_mps__fft_r2c, x, dims, 2, int(onesided))
-                check_fft(got, torch.ops.aten._fft_r2c(x.double(), [d % 4 for d in dims], 2, onesided))
+                check_fft(got, torch.ops.aten._fft_r2c(x.double(), [d % 4 for d in dims], 2, onesided),
+                          meta_strides(torch.ops.aten._fft_r2c, x, [d % 4 for d in dims], 2, onesided))
 
 
 def test_fft_c2c_forward_and_inverse_match_torch():
@@ -173,7 +186,8 @@ def test_fft_c2c_forward_and_inverse_match_torch():
     for x in (base, base.transpose(0, 2), base[1:, ::2], base[..., 3:]):
         for dims in ([0, 1, 2], [2, 0], [1]):
             got = run_fft(lib.aoti_torch_mps__fft_c2c, x, dims, 1, 0)
-            check_fft(got, torch.ops.aten._fft_c2c(x.to(torch.complex128), dims, 1, False))
+            check_fft(got, torch.ops.aten._fft_c2c(x.to(torch.complex128), dims, 1, False),
+                      meta_strides(torch.ops.aten._fft_c2c, x, dims, 1, False))
     # No dimension: a copy, as torch gives.
     assert torch.equal(run_fft(lib.aoti_torch_mps__fft_c2c, base[:, 1], [], 2, 1), base[:, 1])
 
@@ -189,7 +203,8 @@ def test_fft_c2r_matches_torch():
     for x, dims, size in ((base, [0, 2], 16), (base.transpose(1, 2), [2, 1], 17), (base[:, ::2], [0, 1, 2], 17),
                           (base, [1], 11)):
         got = run_fft(lib.aoti_torch_mps__fft_c2r, x, dims, 2, size)
-        check_fft(got, torch.ops.aten._fft_c2r(x.to(torch.complex128), dims, 2, size))
+        check_fft(got, torch.ops.aten._fft_c2r(x.to(torch.complex128), dims, 2, size),
+                  meta_strides(torch.ops.aten._fft_c2r, x, dims, 2, size))
 
 
 def test_fft_round_trip_of_a_long_signal():

@@ -18,15 +18,21 @@ ETMETAL_BEGIN_DECLS
 
 /* Forward discrete Fourier transform of a float32 tensor over the dim_len_ dimensions in dim
  * (unique, in any order; at most 9 dimensions in all; any strides and lengths): *ret0 a new
- * contiguous complex64 tensor. normalization 0 none, 1 divide by sqrt(n), 2 divide by n (n the
+ * complex64 tensor. normalization 0 none, 1 divide by sqrt(n), 2 divide by n (n the
  * product of the transformed sizes). onesided != 0 keeps the first n / 2 + 1 frequencies along
  * the last dimension in dim. */
 ETMETAL_API AOTITorchError aoti_torch_mps__fft_r2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
                                                    int64_t normalization, int32_t onesided, AtenTensorHandle* ret0);
 
 /* Discrete Fourier transform of a complex64 tensor over dim (forward != 0: exp(-2 pi i k t / n),
- * else the inverse direction, unscaled unless normalization says so): *ret0 a new contiguous
- * complex64 tensor of self's shape. */
+ * else the inverse direction, unscaled unless normalization says so): *ret0 a new complex64
+ * tensor of self's shape.
+ *
+ * The results of the three transforms are dense, laid out as torch's meta functions lay them
+ * out on a host with MKL (what compiled models index them with): the untransformed dimensions
+ * outermost, in decreasing order of self's strides, then the transformed ones. Without MKL torch
+ * gives _fft_r2c / _fft_c2r results a contiguous layout; the two agree when the untransformed
+ * dimensions lead in stride order and the transformed ones trail. */
 ETMETAL_API AOTITorchError aoti_torch_mps__fft_c2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
                                                    int64_t normalization, int32_t forward, AtenTensorHandle* ret0);
 
