@@ -3,16 +3,7 @@
 #include <metal_stdlib>
 using namespace metal;
 
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::PolarParams (native/ops/complex.cpp).
-struct PolarParams {
-  long abs_strides[kMaxDims];
-  long angle_strides[kMaxDims];
-  uint sizes[kMaxDims];
-  uint dims;
-  uint unused;
-};
+#include "params/complex.h"
 
 kernel void polar(const device float* abs [[buffer(0)]], const device float* angle [[buffer(1)]],
                   device float2* out [[buffer(2)]], constant PolarParams& p [[buffer(3)]],

@@ -10,25 +10,7 @@
 // ConvParams, so channels-last and other non-contiguous layouts need no copies.
 #include <metal_stdlib>
 using namespace metal;
-
-struct ConvParams {
-  long batch;
-  long out_channels;
-  long in_channels_per_group;
-  long out_channels_per_group;
-  long input_sizes[3];   // depth, height, width
-  long output_sizes[3];
-  long kernel_sizes[3];
-  long stride[3];
-  long padding[3];
-  long dilation[3];
-  long input_strides[5];   // batch, channel, depth, height, width
-  long weight_strides[5];  // dim 0, dim 1, depth, height, width
-  long output_strides[5];
-  long bias_stride;
-  int has_bias;
-  int reserved;  // keeps the struct's size a multiple of 8 on both sides
-};
+#include "params/convolution.h"
 
 // Forward: out[n, co, o] = bias[co] + sum over ci of group(co), k of
 //   input[n, ci, o * stride - padding + k * dilation] * weight[co, ci - group start, k].

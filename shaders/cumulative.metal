@@ -8,41 +8,7 @@
 //   logcumsumexp  running log(sum(exp)), accumulated in float32 as max + log1p(exp(min - max)).
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::CumulativeParams (native/ops/cumulative.cpp).
-struct CumulativeParams {
-  long input_outer[kMaxDims];
-  long values_outer[kMaxDims];
-  long indices_outer[kMaxDims];
-  long input_stride;     // along the dimension
-  long values_stride;
-  long indices_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;
-  uint lines;
-};
-
-struct LineStart {
-  long input;
-  long values;
-  long indices;
-};
-
-inline LineStart line_start(constant CumulativeParams& p, uint line) {
-  LineStart at = {0, 0, 0};
-  for (int d = int(p.outer_dims) - 1; d >= 0; --d) {
-    const long c = long(line % p.outer_sizes[d]);
-    line /= p.outer_sizes[d];
-    at.input += c * p.input_outer[d];
-    at.values += c * p.values_outer[d];
-    at.indices += c * p.indices_outer[d];
-  }
-  return at;
-}
-
+#include "params/cumulative.h"
 template <typename Out> struct ProductAccumulator { typedef long type; };
 template <> struct ProductAccumulator<float> { typedef float type; };
 template <> struct ProductAccumulator<half> { typedef float type; };
@@ -52,13 +18,13 @@ template <typename In, typename Out>
 kernel void cumprod(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
                     constant CumulativeParams& p [[buffer(2)]], uint line [[thread_position_in_grid]]) {
   typedef typename ProductAccumulator<Out>::type Acc;
-  const LineStart at = line_start(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   Acc product = Acc(1);
-  for (uint i = 0; i < p.length; ++i) {
+  for (uint i = 0; i < p.layout.length; ++i) {
     // Integer products wrap as torch's (two's complement) do: multiply as unsigned.
-    const Acc term = Acc(Out(input[at.input + long(i) * p.input_stride]));
+    const Acc term = Acc(Out(input[at.input + long(i) * p.layout.input_stride]));
     product = Acc(as_type<ulong>(long(product)) * as_type<ulong>(long(term)));
-    output[at.values + long(i) * p.values_stride] = Out(product);
+    output[at.values + long(i) * p.layout.values_stride] = Out(product);
   }
 }
 
@@ -66,11 +32,11 @@ template <typename In, typename Out>
 kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
                           constant CumulativeParams& p [[buffer(2)]],
                           uint line [[thread_position_in_grid]]) {
-  const LineStart at = line_start(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   float product = 1.0f;
-  for (uint i = 0; i < p.length; ++i) {
-    product *= float(Out(input[at.input + long(i) * p.input_stride]));
-    output[at.values + long(i) * p.values_stride] = Out(product);
+  for (uint i = 0; i < p.layout.length; ++i) {
+    product *= float(Out(input[at.input + long(i) * p.layout.input_stride]));
+    output[at.values + long(i) * p.layout.values_stride] = Out(product);
   }
 }
 
@@ -84,18 +50,18 @@ kernel void cumulative_extreme(device const T* input [[buffer(0)]], device T* va
                                device long* indices [[buffer(2)]],
                                constant CumulativeParams& p [[buffer(3)]],
                                uint line [[thread_position_in_grid]]) {
-  const LineStart at = line_start(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   T best = input[at.input];
   long best_index = 0;
-  for (uint i = 0; i < p.length; ++i) {
-    const T v = input[at.input + long(i) * p.input_stride];
+  for (uint i = 0; i < p.layout.length; ++i) {
+    const T v = input[at.input + long(i) * p.layout.input_stride];
     const bool better = Max ? v >= best : v <= best;
     if (is_nan_value(v) || (!is_nan_value(best) && better)) {
       best = v;
       best_index = long(i);
     }
-    values[at.values + long(i) * p.values_stride] = best;
-    indices[at.indices + long(i) * p.indices_stride] = best_index;
+    values[at.values + long(i) * p.layout.values_stride] = best;
+    indices[at.indices + long(i) * p.layout.indices_stride] = best_index;
   }
 }
 
@@ -118,11 +84,11 @@ template <typename T>
 kernel void logcumsumexp(device const T* input [[buffer(0)]], device T* output [[buffer(1)]],
                          constant CumulativeParams& p [[buffer(2)]],
                          uint line [[thread_position_in_grid]]) {
-  const LineStart at = line_start(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   float running = -INFINITY;
-  for (uint i = 0; i < p.length; ++i) {
-    running = log_add_exp(running, float(input[at.input + long(i) * p.input_stride]));
-    output[at.values + long(i) * p.values_stride] = T(running);
+  for (uint i = 0; i < p.layout.length; ++i) {
+    running = log_add_exp(running, float(input[at.input + long(i) * p.layout.input_stride]));
+    output[at.values + long(i) * p.layout.values_stride] = T(running);
   }
 }
 

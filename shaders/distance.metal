@@ -3,23 +3,7 @@
 // p 0 counts the nonzero differences, p infinity takes the largest |difference|.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxBatchDims = 6;
-
-// Must match etm::ops::CdistParams (native/ops/distance.cpp).
-struct CdistParams {
-  long x1_batch_strides[kMaxBatchDims];
-  long x2_batch_strides[kMaxBatchDims];
-  long x1_strides[2];  // row, column
-  long x2_strides[2];
-  uint batch_sizes[kMaxBatchDims];
-  uint batch_dims;
-  uint rows1;          // P
-  uint rows2;          // R
-  uint columns;        // M
-  float p;
-  uint norm;           // kZero, kOne, kTwo, kInfinity or kGeneral
-};
+#include "params/distance.h"
 
 constant constexpr uint kZero = 0;
 constant constexpr uint kOne = 1;

@@ -6,6 +6,7 @@
 //   (sizes, strides) of up to 8 dimensions; out and keep are contiguous.
 #include <metal_stdlib>
 using namespace metal;
+#include "params/factories.h"
 
 template <typename T>
 kernel void hann_window(device T* out [[buffer(0)]], constant float& period [[buffer(1)]],
@@ -19,26 +20,11 @@ kernel void index_cast(const device long* indices [[buffer(0)]], device T* out [
   out[index] = T(indices[index]);
 }
 
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::DropoutParams (native/ops/factories.cpp).
-struct DropoutParams {
-  long strides[kMaxDims];
-  uint sizes[kMaxDims];
-  uint dims;
-  float scale;
-};
-
 template <typename T>
 kernel void dropout(const device T* self [[buffer(0)]], const device bool* keep [[buffer(1)]],
                     device T* out [[buffer(2)]], constant DropoutParams& p [[buffer(3)]],
                     uint index [[thread_position_in_grid]]) {
-  long offset = 0;
-  uint rest = index;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    offset += long(rest % p.sizes[d]) * p.strides[d];
-    rest /= p.sizes[d];
-  }
+  const long offset = element_offset(index, p.sizes, p.strides, p.dims);
   out[index] = T(float(self[offset]) * (keep[index] ? 1.0f : 0.0f) * p.scale);  // a dropped NaN stays NaN
 }
 

@@ -13,29 +13,7 @@
 #include <metal_stdlib>
 using namespace metal;
 
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::FftLines (native/ops/fft.cpp). Lines are numbered over the other
-// dimensions (last fastest); work buffers hold line after line, `length` elements each.
-struct FftLines {
-  long source_outer[kMaxDims];
-  long destination_outer[kMaxDims];
-  long source_stride;        // along the transformed dimension
-  long destination_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;               // n, the transform's length
-  uint source_length;        // elements of a source line (fft_load_hermitian reads up to n / 2 + 1)
-  float scale;               // applied by the stores
-};
-
-// Must match etm::ops::FftPass.
-struct FftPass {
-  uint length;     // n
-  uint span;       // L: length of the sub-transforms already done
-  uint radix;      // p
-  float sign;      // -1 forward (exp(-2 pi i / n)), +1 inverse
-};
+#include "params/fft.h"
 
 struct LineOffsets {
   long source;

@@ -11,22 +11,7 @@
 // streaming kernel, which keeps a float32 row in device memory (same results).
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::GatedDeltaRuleParams (native/ops/gated_delta_rule.cpp).
-struct GatedDeltaRuleParams {
-  int B;
-  int T;
-  int Hk;
-  int Hv;
-  int Dk;
-  int Dv;
-  long q_strides[4];      // elements, [B, T, Hk, Dk]
-  long k_strides[4];
-  long v_strides[4];      // [B, T, Hv, Dv]
-  long g_strides[3];      // [B, T, Hv]
-  long beta_strides[3];
-  long state_strides[4];  // [B, Hv, Dv, Dk]
-};
+#include "params/gated_delta_rule.h"
 
 struct RowCoordinates {
   int b;

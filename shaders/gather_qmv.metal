@@ -11,27 +11,7 @@
 // error at the next synchronize.
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::GatherQmvParams (native/ops/gather_qmv.cpp).
-struct GatherQmvParams {
-  int P;
-  int N;
-  int K;
-  int E;
-  int group_size;
-  int unused;
-  long x_stride_p;      // elements
-  long x_stride_k;
-  long index_stride;
-  long w_stride_e;      // bytes
-  long w_stride_n;
-  long scale_stride_e;  // elements
-  long scale_stride_n;
-  long scale_stride_g;
-  long bias_stride_e;
-  long bias_stride_n;
-  long bias_stride_g;
-};
+#include "params/gather_qmv.h"
 
 // 16 values starting at k (a multiple of 8) of a 4-bit row; values past K read as 0.
 inline void load_4bit(const device uchar* row, int k, int K, thread float* q) {

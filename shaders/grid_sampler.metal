@@ -8,18 +8,7 @@
 // Sums run in float32 in ATen's corner order.
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::GridSamplerParams (native/ops/grid_sampler.cpp).
-struct GridSamplerParams {
-  long input_strides[5];  // n, c, d, h, w
-  long grid_strides[5];   // n, d, h, w, coordinate
-  uint channels;
-  uint in_size[3];        // D, H, W
-  uint out_size[3];       // D', H', W'
-  uint nearest;           // interpolation: 0 bilinear, 1 nearest
-  uint padding_mode;      // 0 zeros, 1 border, 2 reflection
-  uint align_corners;
-};
+#include "params/grid_sampler.h"
 
 constant constexpr uint kBorder = 1;
 constant constexpr uint kReflection = 2;

@@ -6,19 +6,7 @@
 // last end, and groups with no depth, are zeros.
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::GroupedMmParams (native/ops/grouped_mm.cpp).
-struct GroupedMmParams {
-  long a_strides[3];    // group (0 for a 2-D a), row, depth
-  long b_strides[3];    // group (0 for a 2-D b), depth, column
-  long out_strides[3];  // group (0 for a 2-D out), row, column
-  uint rows;
-  uint cols;
-  uint depth;
-  uint groups;          // offsets, or the batch of two 3-D operands
-  uint mode;            // kGroupRows, kGroupCols, kGroupDepth or kBatch
-  uint pad;
-};
+#include "params/grouped_mm.h"
 
 constant constexpr uint kGroupRows = 0, kGroupCols = 1, kGroupDepth = 2, kBatch = 3;
 

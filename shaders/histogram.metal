@@ -10,27 +10,9 @@
 // search among the neighbouring edges; v == hi falls into the last bin.
 #include <metal_stdlib>
 using namespace metal;
+#include "params/histogram.h"
 
-constant constexpr uint kMaxDims = 9;
 constant constexpr uint kRangeThreads = 256;
-
-// Must match etm::ops::HistcParams (native/ops/histogram.cpp).
-struct HistcParams {
-  long strides[kMaxDims];
-  uint sizes[kMaxDims];
-  uint dims;
-  uint numel;
-  uint bins;
-};
-
-inline long element_offset(constant HistcParams& p, uint index) {
-  long offset = 0;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    offset += long(index % p.sizes[d]) * p.strides[d];
-    index /= p.sizes[d];
-  }
-  return offset;
-}
 
 // NaN-propagating min and max (MSL's min/max return the other operand for NaN).
 inline float min_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : min(a, b); }
@@ -45,7 +27,7 @@ kernel void histc_range(constant T* self [[buffer(0)]], device float* range [[bu
   threadgroup float high[kRangeThreads];
   float lo = INFINITY, hi = -INFINITY;
   for (uint i = t; i < p.numel; i += n) {
-    const float v = float(self[element_offset(p, i)]);
+    const float v = float(self[element_offset(i, p.sizes, p.strides, p.dims)]);
     lo = min_nan(lo, v);
     hi = max_nan(hi, v);
   }
@@ -78,7 +60,7 @@ kernel void histc_count(constant T* self [[buffer(0)]], device atomic_uint* coun
                         uint i [[thread_position_in_grid]]) {
   const float lo = range[0], hi = range[1];
   if (!isfinite(lo) || !isfinite(hi) || !(lo < hi)) return;  // reported by the host's check
-  const float v = float(self[element_offset(p, i)]);
+  const float v = float(self[element_offset(i, p.sizes, p.strides, p.dims)]);
   if (!(v >= lo && v <= hi)) return;
   const long bins = long(p.bins);
   long pos = long((v - lo) * float(bins) / (hi - lo));

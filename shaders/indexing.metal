@@ -28,26 +28,7 @@
 // (1, value low and high words) and skipped. Indices outside every bag keep offset2bag 0.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
-
-// Must match etm::ops::IndexParams (native/ops/indexing.cpp).
-struct IndexParams {
-  long plain_self_strides[kMaxDims];    // self strides of the plain dimensions
-  long plain_other_strides[kMaxDims];   // result / values strides of the same dimensions
-  long broadcast_other_strides[kMaxDims];
-  long index_strides[kMaxDims][kMaxDims];  // [index k][broadcast dimension j], 0 where broadcast
-  long indexed_self_strides[kMaxDims];  // self stride of index k's dimension
-  long indexed_sizes[kMaxDims];         // self size of index k's dimension
-  uint plain_sizes[kMaxDims];
-  uint broadcast_sizes[kMaxDims];
-  uint plain_dims;
-  uint broadcast_dims;
-  uint indices;
-  uint long_indices;                    // bit k set: index k is int64, else int32
-  uint broadcast_numel;
-  uint plain_numel;
-};
+#include "params/indexing.h"
 
 struct IndexBuffers {
   const device int* at[kMaxDims];
@@ -188,24 +169,6 @@ INSTANTIATE_ACCUMULATE(bool, bool)
 // Must match etm::ops::ScatterReduction (native/ops/scatter.h).
 constant constexpr uint kAssign = 0, kSum = 1, kProd = 2, kMean = 3, kAmax = 4, kAmin = 5;
 
-// Must match etm::ops::ScatterParams (native/ops/scatter.cpp).
-struct ScatterParams {
-  long out_strides[kMaxDims];
-  long index_strides[kMaxDims];
-  long src_strides[kMaxDims];
-  long count_strides[kMaxDims];
-  ulong value_bits;       // a scalar src, as the bytes of one T (with scalar_src)
-  uint line_sizes[kMaxDims];  // index sizes, 1 along dim
-  uint dims;
-  uint dim;
-  uint length;            // index.size(dim)
-  uint out_size;          // out.size(dim)
-  uint reduction;
-  uint include_self;
-  uint long_index;
-  uint scalar_src;
-};
-
 template <typename T> struct Compute { using type = T; };
 template <> struct Compute<half> { using type = float; };
 template <> struct Compute<bfloat> { using type = float; };
@@ -314,26 +277,6 @@ INSTANTIATE_SCATTER(short, short)
 INSTANTIATE_SCATTER(char, char)
 INSTANTIATE_SCATTER(uchar, uchar)
 INSTANTIATE_SCATTER(bool, bool)
-
-// Must match etm::ops::EmbeddingBagParams (native/ops/embedding_bag.cpp).
-struct EmbeddingBagParams {
-  long weight_strides[2];
-  long out_strides[2];
-  long index_stride;
-  long offset_stride;
-  long sample_weight_stride;
-  long padding_idx;       // negative: none
-  uint rows;              // of weight
-  uint features;
-  uint indices;
-  uint bags;
-  uint mode;              // 0 sum, 1 mean, 2 max
-  uint long_indices;      // indices (and the index outputs) are int64, else int32
-  uint long_offsets;
-  uint bag_ends_given;    // include_last_offset: offsets[bags] ends the last bag
-  uint has_sample_weights;
-  uint pad;
-};
 
 inline void write_integer(device int* data, bool is_long, long offset, long value) {
   if (is_long) {

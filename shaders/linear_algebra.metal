@@ -12,25 +12,7 @@
 //   outside [1, m] is recorded in `fault` (1, value low and high words) and skipped.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxBatchDims = 6;
-
-// Must match etm::ops::SolveParams (native/ops/linear_algebra.cpp).
-struct SolveParams {
-  long a_batch_strides[kMaxBatchDims];
-  long b_batch_strides[kMaxBatchDims];
-  long a_strides[2];  // row, column
-  long b_strides[2];
-  uint batch_sizes[kMaxBatchDims];
-  uint batch_dims;
-  uint n;
-  uint k;
-  uint upper;
-  uint transpose;
-  uint unit;
-  uint identity_rhs;
-  uint pad;
-};
+#include "params/linear_algebra.h"
 
 // Offsets of batch `batch` in two operands (the last batch dimension varies fastest).
 inline void batch_offsets(uint batch, constant uint* sizes, uint dims, constant long* strides1, constant long* strides2,
@@ -75,19 +57,6 @@ kernel void copy_matrix(const device float* a [[buffer(0)]], device float* out [
   batch_offsets(batch, p.batch_sizes, p.batch_dims, p.a_batch_strides, p.a_batch_strides, a_offset, unused);
   out[(long(batch) * p.n + row) * p.n + column] = a[a_offset + long(row) * p.a_strides[0] + long(column) * p.a_strides[1]];
 }
-
-// Must match etm::ops::LuParams (native/ops/linear_algebra.cpp).
-struct LuParams {
-  long lu_batch_strides[kMaxBatchDims];
-  long pivot_batch_strides[kMaxBatchDims];
-  long lu_strides[2];
-  long pivot_stride;
-  uint batch_sizes[kMaxBatchDims];
-  uint batch_dims;
-  uint m;
-  uint n;
-  uint k;  // min(m, n)
-};
 
 kernel void lu_lower(const device float* lu [[buffer(0)]], device float* lower [[buffer(1)]],
                      constant LuParams& p [[buffer(2)]], uint3 position [[thread_position_in_grid]]) {

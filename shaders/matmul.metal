@@ -6,21 +6,7 @@
 // clears it when beta == 0, so NaNs there never reach the result).
 #include <metal_stdlib>
 using namespace metal;
-
-struct MatmulParams {
-  long batch;
-  long rows;     // M
-  long columns;  // N
-  long depth;    // K
-  long a_strides[3];       // batch, row, depth
-  long b_strides[3];       // batch, depth, column
-  long out_strides[3];     // batch, row, column
-  long addend_strides[3];  // batch, row, column; 0 along broadcast dimensions
-  float alpha;
-  float beta;
-  int has_addend;
-  int padding;
-};
+#include "params/matmul.h"
 
 template <typename T>
 inline void store_result(device T* out, const device T* addend, constant MatmulParams& p, long batch,

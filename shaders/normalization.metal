@@ -7,28 +7,11 @@
 // than threads * kPerThread are streamed twice instead.
 #include <metal_stdlib>
 using namespace metal;
+#include "params/normalization.h"
 
-constant constexpr uint kMaxDims = 8;
 // Must match the constants of native/ops/normalization.cpp.
 constant constexpr uint kPerThread = 16;  // row elements a thread keeps in registers
 constant constexpr uint kRun = 4;         // consecutive elements a thread reads per step
-
-// Must match etm::ops::RmsNormParams (native/ops/normalization.cpp). Rows are numbered over
-// the leading dimensions, columns over the normalized ones (last fastest in both).
-struct RmsNormParams {
-  long input_row_strides[kMaxDims];
-  long input_column_strides[kMaxDims];
-  long weight_column_strides[kMaxDims];
-  uint row_sizes[kMaxDims];
-  uint column_sizes[kMaxDims];
-  uint row_dims;
-  uint column_dims;
-  uint rows;
-  uint columns;
-  uint has_weight;
-  uint rows_per_group;
-  float eps;
-};
 
 // Element offset of column `column` for the given column strides.
 inline long column_offset(constant RmsNormParams& p, constant long* strides, uint column) {

@@ -6,27 +6,7 @@
 // (add, mul; abs and angle of a complex number are float32). Either operand may be a scalar.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::PointwiseParams (native/ops/pointwise.cpp).
-struct PointwiseParams {
-  long a_strides[kMaxDims];
-  long b_strides[kMaxDims];
-  long alpha_integer;
-  long scalar_integer;
-  uint sizes[kMaxDims];
-  uint dims;
-  uint op;
-  uint a_dtype;
-  uint b_dtype;
-  uint out_dtype;
-  uint math;            // kFloatMath, kIntegerMath or kComplexMath
-  uint a_is_scalar;
-  uint b_is_scalar;
-  float alpha_float;
-  float scalar_float;
-};
+#include "params/pointwise.h"
 
 // Must match etm::ops::PointwiseOp.
 constant constexpr uint kAdd = 0;
@@ -35,11 +15,6 @@ constant constexpr uint kPow = 2;
 constant constexpr uint kAbs = 3;
 constant constexpr uint kGcd = 4;
 constant constexpr uint kAngle = 5;
-
-// Must match etm::ops::Math.
-constant constexpr uint kFloatMath = 0;
-constant constexpr uint kIntegerMath = 1;
-constant constexpr uint kComplexMath = 2;
 
 // c10::ScalarType codes.
 constant constexpr uint kUInt8 = 0;

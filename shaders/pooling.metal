@@ -9,23 +9,7 @@
 //   columns alike); the mean, or the maximum with its index as max_pool2d gives it.
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::PoolParams (native/ops/pooling.cpp).
-struct PoolParams {
-  long input_strides[4];  // plane batch, plane channel, h, w
-  uint channels;          // planes = batch * channels
-  uint height;
-  uint width;
-  uint out_height;
-  uint out_width;
-  int window[2];            // kernel size (h, w)
-  int stride[2];
-  int padding[2];
-  int dilation[2];
-  int divisor;              // avg_pool2d's divisor_override; 0: none
-  uint count_include_pad;
-  uint pad;
-};
+#include "params/pooling.h"
 
 template <typename T>
 kernel void max_pool2d(const device T* input [[buffer(0)]], device T* out [[buffer(1)]],

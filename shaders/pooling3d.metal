@@ -12,21 +12,7 @@
 //   (1, value low and high words) and skipped. Unpooling copies bits, so it runs per element size.
 #include <metal_stdlib>
 using namespace metal;
-
-// Must match etm::ops::Pool3dParams (native/ops/pooling3d.cpp).
-struct Pool3dParams {
-  long input_strides[5];  // batch, channel, d, h, w
-  uint channels;          // planes = batch * channels
-  uint in_size[3];        // D, H, W
-  uint out_size[3];
-  int window[3];
-  int stride[3];
-  int padding[3];
-  int dilation[3];
-  int divisor;            // avg_pool3d's divisor_override; 0: none
-  uint count_include_pad;
-  uint pad;
-};
+#include "params/pooling3d.h"
 
 template <typename T>
 inline bool beats(T value, T best) {
@@ -100,16 +86,6 @@ kernel void avg_pool3d(const device T* input [[buffer(0)]], device T* out [[buff
   const int divisor = p.divisor != 0 ? p.divisor : p.count_include_pad ? padded_size : size;
   out[out_offset] = T(sum / float(divisor));
 }
-
-// Must match etm::ops::UnpoolParams (native/ops/pooling3d.cpp).
-struct UnpoolParams {
-  long input_strides[5];    // batch, channel, d, h, w (a 2-D plane has D 1)
-  long indices_strides[5];
-  uint channels;
-  uint in_size[3];          // D, H, W
-  uint out_plane;           // output elements per plane
-  uint pad;
-};
 
 inline void record_fault(device atomic_int* fault, long value) {
   int seen = 0;

@@ -15,26 +15,11 @@
 // Activations are indexed with strides; the output is a contiguous [M, N] tensor.
 #include <metal_stdlib>
 using namespace metal;
+#include "params/quantized.h"
 
 constant constexpr int kAffine = 0;
 constant constexpr int kInt4Pack = 1;
 constant constexpr int kInt8 = 2;
-
-// Must match etm::ops::QuantizedMatmulParams (native/ops/quantized_linear.cpp).
-struct QuantizedMatmulParams {
-  int M;
-  int N;
-  int K;
-  int group_size;          // K for per-row scales
-  long a_stride_m;         // elements
-  long a_stride_k;
-  long w_stride_n;         // bytes between weight rows
-  long scale_stride_n;     // elements
-  long scale_stride_g;
-  long zero_offset;        // elements from the zeros binding to zero[0, 0]
-  long zero_stride_n;
-  long zero_stride_g;
-};
 
 // The BITS bytes of 8 packed values as one integer: 32 bits suffice up to 4-bit values.
 template <int BITS>

@@ -9,24 +9,7 @@
 //   random_bernoulli u < p (p a scalar, or an element of a probability tensor)
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
-
-// Must match etm::ops::RandomParams (native/ops/random.cpp).
-struct RandomParams {
-  long strides[kMaxDims];       // of the output
-  long p_strides[kMaxDims];     // of bernoulli's probability tensor (when it has one)
-  uint sizes[kMaxDims];
-  uint dims;
-  uint numel;
-  ulong seed;
-  ulong offset;
-  long low;                     // random_int: the lowest value
-  ulong range;                  // random_int: high - low
-  float a;                      // from / mean / lambda / p
-  float b;                      // to / std
-  uint has_p_tensor;
-};
+#include "params/random.h"
 
 inline uint2 mul_hi_lo(uint a, uint b) {
   const ulong product = ulong(a) * ulong(b);
@@ -46,15 +29,6 @@ inline uint4 philox(ulong seed, ulong counter) {
   return c;
 }
 
-inline long element_offset(constant long* strides, constant RandomParams& p, uint index) {
-  long offset = 0;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    offset += long(index % p.sizes[d]) * strides[d];
-    index /= p.sizes[d];
-  }
-  return offset;
-}
-
 // u in [0, 1) from the low `bits` bits of r: exact in any float type of >= bits mantissa bits.
 inline float unit(uint r, uint bits) { return float(r & ((1u << bits) - 1u)) * exp2(-float(bits)); }
 
@@ -67,7 +41,7 @@ kernel void random_uniform(device T* out [[buffer(0)]], constant RandomParams& p
                            uint i [[thread_position_in_grid]]) {
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
-  out[element_offset(p.strides, p, i)] = T(p.a + unit(r.x, Mantissa<T>::bits) * (p.b - p.a));
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(p.a + unit(r.x, Mantissa<T>::bits) * (p.b - p.a));
 }
 
 template <typename T>
@@ -78,7 +52,7 @@ kernel void random_normal(device T* out [[buffer(0)]], constant RandomParams& p 
   const float u1 = 1.0f - unit(r.x, 24);  // (0, 1]: log is finite
   const float u2 = unit(r.y, 24);
   const float z = sqrt(-2.0f * log(u1)) * cos(2.0f * M_PI_F * u2);
-  out[element_offset(p.strides, p, i)] = T(p.a + p.b * z);
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(p.a + p.b * z);
 }
 
 template <typename T>
@@ -87,7 +61,7 @@ kernel void random_exponential(device T* out [[buffer(0)]], constant RandomParam
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
   const float u = unit(r.x, 24);
-  out[element_offset(p.strides, p, i)] = T(-log(1.0f - u) / p.a);
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(-log(1.0f - u) / p.a);
 }
 
 template <typename T>
@@ -97,7 +71,7 @@ kernel void random_int(device T* out [[buffer(0)]], constant RandomParams& p [[b
   const uint4 r = philox(p.seed, p.offset + i);
   const ulong value = p.range >= (1ul << 32) ? ((ulong(r.y) << 32) | ulong(r.x)) % p.range
                                              : ulong(r.x) % p.range;
-  out[element_offset(p.strides, p, i)] = T(long(ulong(p.low) + value));
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(long(ulong(p.low) + value));
 }
 
 template <typename T, typename P>
@@ -105,8 +79,8 @@ kernel void random_bernoulli(device T* out [[buffer(0)]], device const P* probab
                              constant RandomParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   if (i >= p.numel) return;
   const uint4 r = philox(p.seed, p.offset + i);
-  const float probability = p.has_p_tensor ? float(probabilities[element_offset(p.p_strides, p, i)]) : p.a;
-  out[element_offset(p.strides, p, i)] = T(unit(r.x, 24) < probability ? 1 : 0);
+  const float probability = p.has_p_tensor ? float(probabilities[element_offset(i, p.sizes, p.p_strides, p.dims)]) : p.a;
+  out[element_offset(i, p.sizes, p.strides, p.dims)] = T(unit(r.x, 24) < probability ? 1 : 0);
 }
 
 #define FLOAT_RANDOM_KERNELS(T, NAME)                                                                 \

@@ -10,23 +10,7 @@
 // outputs and in 64-bit wrapping integer arithmetic for integer outputs.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::ScanParams (native/ops/scan.cpp). Lines are numbered over the other
-// dimensions (last fastest).
-struct ScanParams {
-  long input_outer[kMaxDims];
-  long output_outer[kMaxDims];
-  long input_stride;    // along the scanned dimension
-  long output_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;          // elements per line
-  uint lines;
-  uint chunks;          // chunks per line
-  uint chunk_length;
-};
+#include "params/scan.h"
 
 struct LineOffsets {
   long input;

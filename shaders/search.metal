@@ -5,22 +5,7 @@
 // the end of its row.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
-
-// Must match etm::ops::SearchParams (native/ops/search.cpp).
-struct SearchParams {
-  long value_strides[kMaxDims];
-  long row_strides[kMaxDims];     // the sequence's strides over the leading dims (0 when 1-D)
-  long sorter_row_strides[kMaxDims];
-  uint sizes[kMaxDims];           // the values' sizes
-  uint dims;
-  uint right;
-  uint has_sorter;
-  uint length;                    // elements per row of the sequence
-  long sequence_stride;           // along the searched (last) dimension
-  long sorter_stride;
-};
+#include "params/search.h"
 
 template <typename T, typename Out>
 kernel void search(constant T* values [[buffer(0)]], constant T* sequence [[buffer(1)]],

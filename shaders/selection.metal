@@ -7,29 +7,7 @@
 //                    output's length are dropped).
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
-
-// Must match etm::ops::SelectionParams (native/ops/selection.cpp).
-struct SelectionParams {
-  long strides[kMaxDims];  // of the input, in elements
-  uint sizes[kMaxDims];
-  uint dims;
-  uint numel;
-  uint chunk;              // elements per chunk
-  uint chunks;
-  long rows;               // rows of the output (the rest of the rows is dropped)
-  long fill_value;         // nonzero_static: rows past the count
-};
-
-inline long element_offset(constant SelectionParams& p, uint index) {
-  long offset = 0;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    offset += long(index % p.sizes[d]) * p.strides[d];
-    index /= p.sizes[d];
-  }
-  return offset;
-}
+#include "params/selection.h"
 
 template <typename T> inline bool is_nonzero(T v) { return v != T(0); }
 template <> inline bool is_nonzero(bool v) { return v; }
@@ -40,7 +18,7 @@ kernel void nonzero_chunk_counts(device const T* input [[buffer(0)]], device lon
                                  uint c [[thread_position_in_grid]]) {
   const uint end = min((c + 1) * p.chunk, p.numel);
   long count = 0;
-  for (uint i = c * p.chunk; i < end; ++i) count += is_nonzero(input[element_offset(p, i)]) ? 1 : 0;
+  for (uint i = c * p.chunk; i < end; ++i) count += is_nonzero(input[element_offset(i, p.sizes, p.strides, p.dims)]) ? 1 : 0;
   counts[c] = count;
 }
 
@@ -63,7 +41,7 @@ kernel void nonzero_write(device const T* input [[buffer(0)]], device const long
   const uint end = min((c + 1) * p.chunk, p.numel);
   long row = offsets[c];
   for (uint i = c * p.chunk; i < end && row < p.rows; ++i) {
-    if (!is_nonzero(input[element_offset(p, i)])) continue;
+    if (!is_nonzero(input[element_offset(i, p.sizes, p.strides, p.dims)])) continue;
     uint index = i;
     for (int d = int(p.dims) - 1; d >= 0; --d) {
       out[row * long(p.dims) + d] = long(index % p.sizes[d]);
@@ -89,7 +67,7 @@ kernel void repeat_chunk_counts(device const T* repeats [[buffer(0)]], device lo
   const uint end = min((c + 1) * p.chunk, p.numel);
   long count = 0;
   for (uint i = c * p.chunk; i < end; ++i) {
-    const long repeat = long(repeats[element_offset(p, i)]);
+    const long repeat = long(repeats[element_offset(i, p.sizes, p.strides, p.dims)]);
     if (repeat < 0) atomic_store_explicit(negative, 1u, memory_order_relaxed);
     count += max(repeat, 0L);
   }
@@ -103,22 +81,10 @@ kernel void repeat_write(device const T* repeats [[buffer(0)]], device const lon
   const uint end = min((c + 1) * p.chunk, p.numel);
   long row = offsets[c];
   for (uint i = c * p.chunk; i < end; ++i) {
-    const long repeat = long(repeats[element_offset(p, i)]);
+    const long repeat = long(repeats[element_offset(i, p.sizes, p.strides, p.dims)]);
     for (long k = 0; k < repeat && row < p.rows; ++k) out[row++] = T(i);
   }
 }
-
-// masked_select: self and mask broadcast to one shape (stride 0 where broadcast).
-struct MaskedParams {
-  long self_strides[kMaxDims];
-  long mask_strides[kMaxDims];
-  uint sizes[kMaxDims];
-  uint dims;
-  uint numel;
-  uint chunk;
-  uint chunks;
-  long rows;
-};
 
 struct MaskedOffsets {
   long self;
@@ -170,7 +136,7 @@ kernel void masked_scatter_write(device const T* self [[buffer(0)]], device cons
   for (uint i = c * p.chunk; i < end; ++i) {
     const MaskedOffsets at = masked_offsets(p, i);
     const bool from_source = mask[at.mask] && row < long(s.numel);
-    out[i] = from_source ? source[element_offset(s, uint(row))] : self[at.self];
+    out[i] = from_source ? source[element_offset(uint(row), s.sizes, s.strides, s.dims)] : self[at.self];
     if (mask[at.mask]) ++row;
   }
 }

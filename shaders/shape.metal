@@ -7,8 +7,7 @@
 //             value everywhere (Tensor.fill_).
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 9;
+#include "params/shape.h"
 
 // Padding modes; must match etm::ops::PadMode (native/ops/shape.cpp).
 constant constexpr uint kConstant = 0;
@@ -16,19 +15,6 @@ constant constexpr uint kReflect = 1;
 constant constexpr uint kReplicate = 2;
 constant constexpr uint kCircular = 3;
 constant constexpr uint kFill = 4;  // no source: every element gets the fill value
-
-// Must match etm::ops::PadParams (native/ops/shape.cpp).
-struct PadParams {
-  long src_strides[kMaxDims];
-  long dst_strides[kMaxDims];
-  long before[kMaxDims];  // padding before each dimension (negative: cropped)
-  uint src_sizes[kMaxDims];
-  uint dst_sizes[kMaxDims];
-  ulong fill;             // the fill value's bits, in the low bytes
-  uint dims;
-  uint numel;
-  uint mode;
-};
 
 inline long source_coordinate(long s, long n, uint mode) {
   if (s >= 0 && s < n) return s;

@@ -24,30 +24,7 @@
 //                counts the winners that go before it, which is its output position.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-struct LineOffsets {
-  long input;
-  long values;
-  long indices;
-};
-
-// Element offsets of line `line` (numbered over the dimensions other than the sorted one,
-// last fastest) in the input and the outputs.
-template <typename Params>
-inline LineOffsets line_offsets(constant Params& p, uint line) {
-  LineOffsets at = {0, 0, 0};
-  for (int d = int(p.outer_dims) - 1; d >= 0; --d) {
-    const uint coordinate = line % p.outer_sizes[d];
-    line /= p.outer_sizes[d];
-    at.input += long(coordinate) * p.input_outer[d];
-    at.values += long(coordinate) * p.values_outer[d];
-    at.indices += long(coordinate) * p.indices_outer[d];
-  }
-  return at;
-}
-
+#include "params/sort.h"
 // Order-preserving keys of key_bits(x) significant bits: larger key = larger value.
 inline uint key_bits(float) { return 32; }
 inline uint key_bits(half) { return 16; }
@@ -94,23 +71,6 @@ inline K ranked_key(T x, bool invert) {
 constant constexpr uint kTileRun = 8;    // pairs a sort_tiles thread sorts in registers
 constant constexpr uint kMergeRun = 32;  // outputs per sort_merge thread
 
-// Must match etm::ops::SortParams (native/ops/sort.cpp).
-struct SortParams {
-  long input_outer[kMaxDims];   // strides of the other dimensions
-  long values_outer[kMaxDims];
-  long indices_outer[kMaxDims];
-  long input_stride;            // along the sorted dimension
-  long values_stride;
-  long indices_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;                  // elements per line
-  uint lines;
-  uint width;                   // run length of a sort_merge pass
-  uint count;                   // elements per line written to the outputs
-  uint descending;
-};
-
 // (key, position) pairs of a tile: the position breaks ties, so the order is total and stable.
 template <typename K>
 inline bool pair_before(K a_key, ushort a_order, K b_key, ushort b_order) {
@@ -152,9 +112,9 @@ kernel void sort_tiles(device const T* input [[buffer(0)]],
   threadgroup ushort order[TILE];  // positions in the tile
   threadgroup T tile[TILE];
   const uint line = group.y, begin = group.x * TILE;
-  const uint count = min(TILE, p.length - begin);
+  const uint count = min(TILE, p.layout.length - begin);
   const uint n = threads * kTileRun;  // a power of two, at least count (the host's choice)
-  const LineOffsets at = line_offsets(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   const bool descending = p.descending != 0;
   K run_keys[kTileRun];
   ushort run_order[kTileRun];
@@ -162,7 +122,7 @@ kernel void sort_tiles(device const T* input [[buffer(0)]],
   for (uint i = 0; i < kTileRun; ++i) {
     const uint position = first + i;
     if (position < count) {
-      const T x = input[at.input + long(begin + position) * p.input_stride];
+      const T x = input[at.input + long(begin + position) * p.layout.input_stride];
       tile[position] = x;
       run_keys[i] = ranked_key<T, K>(x, descending);
     } else {
@@ -199,15 +159,15 @@ kernel void sort_tiles(device const T* input [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  const bool whole_line = p.length <= TILE;
+  const bool whole_line = p.layout.length <= TILE;
   for (uint i = t; i < count; i += threads) {
     const uint from = order[i];
     if (whole_line) {
       if (i >= p.count) break;
-      values[at.values + long(i) * p.values_stride] = tile[from];
-      indices[at.indices + long(i) * p.indices_stride] = long(from);
+      values[at.values + long(i) * p.layout.values_stride] = tile[from];
+      indices[at.indices + long(i) * p.layout.indices_stride] = long(from);
     } else {
-      const ulong to = ulong(line) * p.length + begin + i;
+      const ulong to = ulong(line) * p.layout.length + begin + i;
       work_values[to] = tile[from];
       work_indices[to] = begin + from;
     }
@@ -246,11 +206,11 @@ kernel void sort_merge(device const T* source_values [[buffer(0)]],
                        uint2 position [[thread_position_in_grid]]) {
   const uint run = position.x, line = position.y;
   const ulong first_out = ulong(run) * kMergeRun;
-  if (line >= p.lines || first_out >= p.length) return;
+  if (line >= p.lines || first_out >= p.layout.length) return;
   const uint begin = uint(first_out / (2 * ulong(p.width)) * 2 * p.width);
-  const uint middle = uint(min(ulong(begin) + p.width, ulong(p.length)));
-  const uint end = uint(min(ulong(begin) + 2 * ulong(p.width), ulong(p.length)));
-  const ulong base = ulong(line) * p.length;
+  const uint middle = uint(min(ulong(begin) + p.width, ulong(p.layout.length)));
+  const uint end = uint(min(ulong(begin) + 2 * ulong(p.width), ulong(p.layout.length)));
+  const ulong base = ulong(line) * p.layout.length;
   const bool descending = p.descending != 0;
   device const T* left_run = source_values + base + begin;
   device const T* right_run = source_values + base + middle;
@@ -260,7 +220,7 @@ kernel void sort_merge(device const T* source_values [[buffer(0)]],
   left += begin;
   right += middle;
   const uint last = min(uint(first_out) + kMergeRun, end);
-  const LineOffsets at = FINAL ? line_offsets(p, line) : LineOffsets{0, 0, 0};
+  const LineOffsets at = FINAL ? line_offsets(p.layout, line) : LineOffsets{0, 0, 0};
   T left_value = left < middle ? source_values[base + left] : T(0);
   T right_value = right < end ? source_values[base + right] : T(0);
   for (uint out = uint(first_out); out < last; ++out) {
@@ -275,8 +235,8 @@ kernel void sort_merge(device const T* source_values [[buffer(0)]],
     }
     if (FINAL) {
       if (out >= p.count) break;
-      values[at.values + long(out) * p.values_stride] = value;
-      indices[at.indices + long(out) * p.indices_stride] = long(index);
+      values[at.values + long(out) * p.layout.values_stride] = value;
+      indices[at.indices + long(out) * p.layout.indices_stride] = long(index);
     } else {
       values[base + out] = value;
       work_indices[base + out] = index;
@@ -291,28 +251,6 @@ constant constexpr uint kPerThread = 8;   // line elements a thread keeps in reg
 constant constexpr uint kMaxK = 256;      // largest k of the radix path (threadgroup arrays)
 constant constexpr uint kDigitBits = 8;
 constant constexpr uint kBins = 1u << kDigitBits;
-
-// Must match etm::ops::TopkParams (native/ops/sort.cpp). Lines are numbered over the
-// dimensions other than the selected one (last fastest).
-struct TopkParams {
-  long input_outer[kMaxDims];   // strides of the other dimensions
-  long values_outer[kMaxDims];
-  long indices_outer[kMaxDims];
-  long input_stride;            // along the selected dimension
-  long values_stride;
-  long indices_stride;
-  uint outer_sizes[kMaxDims];
-  uint outer_dims;
-  uint length;                  // elements per line of the input
-  uint lines;
-  uint k;
-  uint largest;
-  uint count;                   // elements per line this pass selects from
-  uint chunk;                   // elements per threadgroup of topk_chunks
-  uint from_candidates;         // this pass reads the previous pass's candidates, not the input
-  uint source_stride;           // candidates per line in the source buffers
-  uint target_stride;           // candidates per line in the target buffers
-};
 
 // Exclusive prefix sum of `value` over the threadgroup's threads (in thread order); `total`
 // gets the sum. `simd_totals` holds one uint per SIMD-group.
@@ -399,7 +337,7 @@ inline uint load_keys(device const T* input, device const K* source_keys, device
   } else {
     const bool largest = p.largest != 0;  // keys grow with the preference
     for (uint i = 0; i < held; ++i) {
-      keys[i] = ranked_key<T, K>(input[line_at + long(first + i) * p.input_stride], !largest);
+      keys[i] = ranked_key<T, K>(input[line_at + long(first + i) * p.layout.input_stride], !largest);
       indices[i] = first + i;
     }
   }
@@ -450,7 +388,7 @@ kernel void topk_chunks(device const T* input [[buffer(0)]],
   const uint begin = chunk * p.chunk;
   const uint chunk_count = min(p.chunk, p.count - begin);
   const uint want = min(p.k, chunk_count);
-  const long line_at = p.from_candidates ? 0 : line_offsets(p, line).input;
+  const long line_at = p.from_candidates ? 0 : line_offsets(p.layout, line).input;
   K keys[kPerThread];
   uint indices[kPerThread];
   const uint held = load_keys<T, K>(input, source_keys, source_indices, p, line_at, line, begin + t * kPerThread,
@@ -487,7 +425,7 @@ kernel void topk_final(device const T* input [[buffer(0)]],
   threadgroup uint scratch[32];  // group_exclusive_sum's SIMD-group totals
   threadgroup K winner_keys[kMaxK];
   threadgroup uint winner_indices[kMaxK];
-  const LineOffsets at = line_offsets(p, line);
+  const LineOffsets at = line_offsets(p.layout, line);
   K keys[kPerThread];
   uint indices[kPerThread];
   const uint held = load_keys<T, K>(input, source_keys, source_indices, p, at.input, line, t * kPerThread, p.count,
@@ -512,8 +450,8 @@ kernel void topk_final(device const T* input [[buffer(0)]],
       const K other = winner_keys[j];
       rank += (other > key || (other == key && winner_indices[j] < index)) ? 1 : 0;
     }
-    values[at.values + long(rank) * p.values_stride] = input[at.input + long(index) * p.input_stride];
-    indices_out[at.indices + long(rank) * p.indices_stride] = long(index);
+    values[at.values + long(rank) * p.layout.values_stride] = input[at.input + long(index) * p.layout.input_stride];
+    indices_out[at.indices + long(rank) * p.layout.indices_stride] = long(index);
   }
 }
 

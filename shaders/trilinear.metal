@@ -4,18 +4,7 @@
 // element; float32 accumulation in row-major order of the summed dimensions.
 #include <metal_stdlib>
 using namespace metal;
-
-constant constexpr uint kMaxDims = 8;
-
-// Must match etm::ops::TrilinearParams (native/ops/trilinear.cpp).
-struct TrilinearParams {
-  long kept_strides[3][kMaxDims];
-  long sum_strides[3][kMaxDims];
-  uint kept_sizes[kMaxDims];
-  uint sum_sizes[kMaxDims];
-  uint kept_dims;
-  uint sum_dims;
-};
+#include "params/trilinear.h"
 
 template <typename T>
 kernel void trilinear(const device T* i1 [[buffer(0)]], const device T* i2 [[buffer(1)]],

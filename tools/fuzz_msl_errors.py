@@ -38,6 +38,22 @@ except etmetal_py.EtmetalError as error:
 """
 
 
+def with_includes(path: Path, seen=None) -> str:
+    """The shader with its quoted includes (shaders/params/*.h) inlined, as libetmetal does."""
+    seen = set() if seen is None else seen
+    lines = []
+    for line in path.read_text().splitlines(keepends=True):
+        match = re.match(r'\s*#include "([^"]+)"', line)
+        if match:
+            header = ROOT / "shaders" / match.group(1)
+            if header not in seen:
+                seen.add(header)
+                lines.append(with_includes(header, seen))
+        elif not line.lstrip().startswith("#pragma once"):
+            lines.append(line)
+    return "".join(lines)
+
+
 def mutate(source: str, rng: random.Random) -> str:
     spans = [m.span() for m in TOKEN.finditer(source)]
     identifiers = [source[a:b] for a, b in spans if source[a].isalpha() or source[a] == "_"]
@@ -84,7 +100,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the counts here too")
     args = parser.parse_args()
     files = args.files or sorted((ROOT / "shaders").glob("*.metal"))
-    sources = [f.read_text() for f in files]
+    sources = [with_includes(f) for f in files]
     rng = random.Random(args.seed)
     counts, unlocated = Counter(), []
     with tempfile.TemporaryDirectory() as cache:

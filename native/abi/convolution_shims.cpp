@@ -3,24 +3,16 @@
 #include <vector>
 
 #include "abi/guard.h"
+#include "abi/shim_arguments.h"
 #include "etmetal/fallback_convolution.h"
 #include "ops/convolution.h"
 #include "ops/pooling.h"
 
 using etm::abi::guarded_encoding;
+using etm::abi::int_list;
 using etm::abi::new_handle;
 using etm::abi::require_out;
 using etm::abi::tensor_of;
-
-namespace {
-
-std::vector<int64_t> int_list(const char* name, const int64_t* values, int64_t length) {
-  ETM_REQUIRE(length >= 0, name, " has negative length ", length);
-  ETM_REQUIRE(values || length == 0, name, " is null with length ", length);
-  return std::vector<int64_t>(values, values + length);
-}
-
-}  // namespace
 
 extern "C" AOTITorchError aoti_torch_mps_convolution(
     AtenTensorHandle input, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride,
@@ -30,11 +22,11 @@ extern "C" AOTITorchError aoti_torch_mps_convolution(
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     etm::ops::ConvolutionOptions options;
-    options.stride = int_list("stride", stride, stride_len_);
-    options.padding = int_list("padding", padding, padding_len_);
-    options.dilation = int_list("dilation", dilation, dilation_len_);
+    options.stride = int_list(stride, stride_len_, "stride");
+    options.padding = int_list(padding, padding_len_, "padding");
+    options.dilation = int_list(dilation, dilation_len_, "dilation");
     options.transposed = transposed != 0;
-    options.output_padding = int_list("output_padding", output_padding, output_padding_len_);
+    options.output_padding = int_list(output_padding, output_padding_len_, "output_padding");
     options.groups = groups;
     const etm::Tensor* bias_tensor = nullptr;
     if (bias) {
@@ -53,9 +45,9 @@ extern "C" AOTITorchError aoti_torch_mps_max_pool2d_with_indices(
     require_out(ret0, "ret0");
     require_out(ret1, "ret1");
     etm::ops::PoolOutputs outputs = etm::ops::max_pool2d_with_indices(
-        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_),
-        int_list("stride", stride, stride_len_), int_list("padding", padding, padding_len_),
-        int_list("dilation", dilation, dilation_len_), ceil_mode != 0);
+        tensor_of(self), int_list(kernel_size, kernel_size_len_, "kernel_size"),
+        int_list(stride, stride_len_, "stride"), int_list(padding, padding_len_, "padding"),
+        int_list(dilation, dilation_len_, "dilation"), ceil_mode != 0);
     *ret0 = new_handle(std::move(outputs.values));
     *ret1 = new_handle(std::move(outputs.indices));
   });
@@ -69,8 +61,8 @@ extern "C" AOTITorchError aoti_torch_mps_avg_pool2d(AtenTensorHandle self, const
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(etm::ops::avg_pool2d(
-        tensor_of(self), int_list("kernel_size", kernel_size, kernel_size_len_), int_list("stride", stride, stride_len_),
-        int_list("padding", padding, padding_len_), ceil_mode != 0, count_include_pad != 0,
+        tensor_of(self), int_list(kernel_size, kernel_size_len_, "kernel_size"), int_list(stride, stride_len_, "stride"),
+        int_list(padding, padding_len_, "padding"), ceil_mode != 0, count_include_pad != 0,
         divisor_override ? std::optional<int64_t>(*divisor_override) : std::nullopt));
   });
 }
@@ -80,7 +72,7 @@ extern "C" AOTITorchError aoti_torch_mps__adaptive_avg_pool2d(AtenTensorHandle s
   return guarded_encoding(__func__, [&] {
     require_out(ret0, "ret0");
     *ret0 = new_handle(
-        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), false)
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list(output_size, output_size_len_, "output_size"), false)
             .values);
   });
 }
@@ -92,7 +84,7 @@ extern "C" AOTITorchError aoti_torch_mps_adaptive_max_pool2d(AtenTensorHandle se
     require_out(ret0, "ret0");
     require_out(ret1, "ret1");
     etm::ops::PoolOutputs outputs =
-        etm::ops::adaptive_pool2d(tensor_of(self), int_list("output_size", output_size, output_size_len_), true);
+        etm::ops::adaptive_pool2d(tensor_of(self), int_list(output_size, output_size_len_, "output_size"), true);
     *ret0 = new_handle(std::move(outputs.values));
     *ret1 = new_handle(std::move(outputs.indices));
   });

@@ -14,8 +14,10 @@
 
 namespace etm::abi {
 
+// The int list argument `name` (its values and the `_len_` argument AOTI passes beside them).
 inline std::vector<int64_t> int_list(const int64_t* values, int64_t count, const char* name) {
-  ETM_REQUIRE(count >= 0 && (values || count == 0), name, " is null or has a negative length");
+  ETM_REQUIRE(count >= 0, name, " has negative length ", count);
+  ETM_REQUIRE(values || count == 0, name, " is null with length ", count);
   return std::vector<int64_t>(values, values + count);
 }
 

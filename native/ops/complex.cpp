@@ -5,6 +5,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/complex.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -12,17 +13,7 @@
 namespace etm::ops {
 namespace {
 
-constexpr int kMaxDims = 8;
-
-// Must match PolarParams in shaders/complex.metal.
-struct PolarParams {
-  int64_t abs_strides[kMaxDims];
-  int64_t angle_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t unused;
-};
-static_assert(sizeof(PolarParams) == 168, "PolarParams must match the MSL layout");
+constexpr int kMaxDims = static_cast<int>(kPolarMaxDims);
 
 // The real dtype of a complex one's parts, and back.
 int32_t part_dtype(int32_t complex_dtype) {

@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/convolution.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -38,27 +39,6 @@ constexpr int64_t kTiledMinimumRows = 4;
 constexpr uint64_t kDepthwiseRows = 8;
 constexpr uint64_t kDepthwiseColumns = 32;
 constexpr uint64_t kThreadgroupMemoryLimit = 32768;
-
-// Mirrors ConvParams in shaders/convolution.metal (same order, same sizes).
-struct ConvParams {
-  int64_t batch;
-  int64_t out_channels;
-  int64_t in_channels_per_group;
-  int64_t out_channels_per_group;
-  int64_t input_sizes[3];
-  int64_t output_sizes[3];
-  int64_t kernel_sizes[3];
-  int64_t stride[3];
-  int64_t padding[3];
-  int64_t dilation[3];
-  int64_t input_strides[5];
-  int64_t weight_strides[5];
-  int64_t output_strides[5];
-  int64_t bias_stride;
-  int32_t has_bias;
-  int32_t reserved;
-};
-static_assert(sizeof(ConvParams) == 8 * (4 + 18 + 15 + 1) + 8, "ConvParams must match the MSL struct");
 
 // A per-dimension parameter list: `spatial` values, or one value for every dimension.
 std::vector<int64_t> expanded(const char* name, const std::vector<int64_t>& values, size_t spatial,

@@ -6,6 +6,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/cumulative.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,12 +15,6 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "cumulative.metal";
-// Must match CumulativeParams in shaders/cumulative.metal.
-struct CumulativeParams {
-  LineLayout layout;
-  uint32_t lines;
-};
-static_assert(sizeof(CumulativeParams) == 264, "CumulativeParams must match the MSL layout");
 
 // Line layout of self and of contiguous results of self's shape; false when there is no
 // element to compute.

@@ -8,30 +8,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/distance.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-constexpr int kMaxBatchDims = 6;
-
-// Must match CdistParams in shaders/distance.metal.
-struct CdistParams {
-  int64_t x1_batch_strides[kMaxBatchDims];
-  int64_t x2_batch_strides[kMaxBatchDims];
-  int64_t x1_strides[2];
-  int64_t x2_strides[2];
-  uint32_t batch_sizes[kMaxBatchDims];
-  uint32_t batch_dims;
-  uint32_t rows1;
-  uint32_t rows2;
-  uint32_t columns;
-  float p;
-  uint32_t norm;
-};
-static_assert(sizeof(CdistParams) == 176, "CdistParams must match the MSL layout");
 
 enum Norm : uint32_t { kZero = 0, kOne = 1, kTwo = 2, kInfinity = 3, kGeneral = 4 };
 

@@ -6,33 +6,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/indexing.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match EmbeddingBagParams in shaders/indexing.metal.
-struct EmbeddingBagParams {
-  int64_t weight_strides[2];
-  int64_t out_strides[2];
-  int64_t index_stride;
-  int64_t offset_stride;
-  int64_t sample_weight_stride;
-  int64_t padding_idx;
-  uint32_t rows;
-  uint32_t features;
-  uint32_t indices;
-  uint32_t bags;
-  uint32_t mode;
-  uint32_t long_indices;
-  uint32_t long_offsets;
-  uint32_t bag_ends_given;
-  uint32_t has_sample_weights;
-  uint32_t pad;
-};
-static_assert(sizeof(EmbeddingBagParams) == 104, "EmbeddingBagParams must match the MSL layout");
 
 bool is_index_dtype(int32_t dtype) {
   return dtype == static_cast<int32_t>(DType::int64) || dtype == static_cast<int32_t>(DType::int32);

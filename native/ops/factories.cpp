@@ -8,23 +8,13 @@
 #include "ops/shape.h"
 #include "ops/shader_kernels.h"
 #include "ops/sort.h"
+#include "params/factories.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-constexpr int kMaxDims = 8;
-
-// Must match DropoutParams in shaders/factories.metal.
-struct DropoutParams {
-  int64_t strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  float scale;
-};
-static_assert(sizeof(DropoutParams) == 104, "DropoutParams must match the MSL layout");
 
 std::unique_ptr<Tensor> new_vector(int64_t length, int32_t dtype) {
   return Runtime::get().empty_tensor({length}, {1}, dtype);

@@ -9,6 +9,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/fft.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -17,29 +18,7 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "fft.metal";
-constexpr int kMaxDims = kMaxOuterDims;
-
-// Must match FftLines in shaders/fft.metal.
-struct FftLines {
-  int64_t source_outer[kMaxDims];
-  int64_t destination_outer[kMaxDims];
-  int64_t source_stride;
-  int64_t destination_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
-  uint32_t length;
-  uint32_t source_length;
-  float scale;
-};
-static_assert(sizeof(FftLines) == 192, "FftLines must match the MSL layout");
-
-// Must match FftPass in shaders/fft.metal.
-struct FftPass {
-  uint32_t length;
-  uint32_t span;
-  uint32_t radix;
-  float sign;
-};
+constexpr int kMaxDims = static_cast<int>(kFftOuterDims);
 
 const auto kFloat32 = static_cast<int32_t>(DType::float32);
 const auto kComplex64 = static_cast<int32_t>(DType::complex64);

@@ -5,28 +5,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/gated_delta_rule.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Mirrors GatedDeltaRuleParams in shaders/gated_delta_rule.metal.
-struct GatedDeltaRuleParams {
-  int32_t B;
-  int32_t T;
-  int32_t Hk;
-  int32_t Hv;
-  int32_t Dk;
-  int32_t Dv;
-  int64_t q_strides[4];
-  int64_t k_strides[4];
-  int64_t v_strides[4];
-  int64_t g_strides[3];
-  int64_t beta_strides[3];
-  int64_t state_strides[4];
-};
 
 template <size_t N>
 void copy_strides(const Tensor& t, int64_t (&out)[N]) {

@@ -6,6 +6,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/gather_qmv.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -17,27 +18,6 @@ namespace {
 // simdgroups x 4 output rows.
 constexpr uint64_t kSimdgroups = 8;
 constexpr int64_t kRowsPerGroup = 4 * kSimdgroups;
-
-// Mirrors GatherQmvParams in shaders/gather_qmv.metal.
-struct GatherQmvParams {
-  int32_t P;
-  int32_t N;
-  int32_t K;
-  int32_t E;
-  int32_t group_size;
-  int32_t unused;
-  int64_t x_stride_p;
-  int64_t x_stride_k;
-  int64_t index_stride;
-  int64_t w_stride_e;
-  int64_t w_stride_n;
-  int64_t scale_stride_e;
-  int64_t scale_stride_n;
-  int64_t scale_stride_g;
-  int64_t bias_stride_e;
-  int64_t bias_stride_n;
-  int64_t bias_stride_g;
-};
 
 }  // namespace
 

@@ -5,25 +5,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/grid_sampler.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match GridSamplerParams in shaders/grid_sampler.metal.
-struct GridSamplerParams {
-  int64_t input_strides[5];
-  int64_t grid_strides[5];
-  uint32_t channels;
-  uint32_t in_size[3];
-  uint32_t out_size[3];
-  uint32_t nearest;
-  uint32_t padding_mode;
-  uint32_t align_corners;
-};
-static_assert(sizeof(GridSamplerParams) == 120, "GridSamplerParams must match the MSL layout");
 
 }  // namespace
 

@@ -6,26 +6,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/grouped_mm.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match GroupedMmParams in shaders/grouped_mm.metal.
-struct GroupedMmParams {
-  int64_t a_strides[3];
-  int64_t b_strides[3];
-  int64_t out_strides[3];
-  uint32_t rows;
-  uint32_t cols;
-  uint32_t depth;
-  uint32_t groups;
-  uint32_t mode;
-  uint32_t pad;
-};
-static_assert(sizeof(GroupedMmParams) == 96, "GroupedMmParams must match the MSL layout");
 
 enum Mode : uint32_t { kGroupRows = 0, kGroupCols = 1, kGroupDepth = 2, kBatch = 3 };
 

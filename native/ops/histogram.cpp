@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/histogram.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,18 +17,7 @@ namespace {
 
 constexpr const char* kOp = "histc";
 constexpr const char* kShaderFile = "histogram.metal";
-constexpr int kMaxDims = 9;
 constexpr uint64_t kRangeThreads = 256;  // kRangeThreads in the shader
-
-// Must match HistcParams in shaders/histogram.metal.
-struct HistcParams {
-  int64_t strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint32_t bins;
-};
-static_assert(sizeof(HistcParams) == 120, "HistcParams must match the MSL layout");
 
 std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";

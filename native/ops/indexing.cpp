@@ -6,6 +6,7 @@
 #include "ops/op_support.h"
 #include "ops/selection.h"
 #include "ops/shader_kernels.h"
+#include "params/indexing.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,26 +15,6 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "indexing.metal";
-constexpr int kMaxDims = 9;
-
-// Must match IndexParams in shaders/indexing.metal.
-struct IndexParams {
-  int64_t plain_self_strides[kMaxDims];
-  int64_t plain_other_strides[kMaxDims];
-  int64_t broadcast_other_strides[kMaxDims];
-  int64_t index_strides[kMaxDims][kMaxDims];
-  int64_t indexed_self_strides[kMaxDims];
-  int64_t indexed_sizes[kMaxDims];
-  uint32_t plain_sizes[kMaxDims];
-  uint32_t broadcast_sizes[kMaxDims];
-  uint32_t plain_dims;
-  uint32_t broadcast_dims;
-  uint32_t indices;
-  uint32_t long_indices;
-  uint32_t broadcast_numel;
-  uint32_t plain_numel;
-};
-static_assert(sizeof(IndexParams) == 1104, "IndexParams must match the MSL layout");
 
 // One index tensor once masks are expanded into their coordinates, and the self dimension it
 // selects in. `owned` keeps a mask's coordinate column alive.

@@ -8,46 +8,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/linear_algebra.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-constexpr int kMaxBatchDims = 6;
-
-// Must match SolveParams in shaders/linear_algebra.metal.
-struct SolveParams {
-  int64_t a_batch_strides[kMaxBatchDims];
-  int64_t b_batch_strides[kMaxBatchDims];
-  int64_t a_strides[2];
-  int64_t b_strides[2];
-  uint32_t batch_sizes[kMaxBatchDims];
-  uint32_t batch_dims;
-  uint32_t n;
-  uint32_t k;
-  uint32_t upper;
-  uint32_t transpose;
-  uint32_t unit;
-  uint32_t identity_rhs;
-  uint32_t pad;
-};
-static_assert(sizeof(SolveParams) == 184, "SolveParams must match the MSL layout");
-
-// Must match LuParams in shaders/linear_algebra.metal.
-struct LuParams {
-  int64_t lu_batch_strides[kMaxBatchDims];
-  int64_t pivot_batch_strides[kMaxBatchDims];
-  int64_t lu_strides[2];
-  int64_t pivot_stride;
-  uint32_t batch_sizes[kMaxBatchDims];
-  uint32_t batch_dims;
-  uint32_t m;
-  uint32_t n;
-  uint32_t k;
-};
-static_assert(sizeof(LuParams) == 160, "LuParams must match the MSL layout");
 
 void require_float32(const char* op, const char* name, const Tensor& t) {
   require_mps(op, name, t);

@@ -8,29 +8,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/matmul.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Mirrors MatmulParams in shaders/matmul.metal (same order, same sizes).
-struct MatmulParams {
-  int64_t batch;
-  int64_t rows;
-  int64_t columns;
-  int64_t depth;
-  int64_t a_strides[3];
-  int64_t b_strides[3];
-  int64_t out_strides[3];
-  int64_t addend_strides[3];
-  float alpha;
-  float beta;
-  int32_t has_addend;
-  int32_t padding;
-};
-static_assert(sizeof(MatmulParams) == 144, "MatmulParams must match the MSL struct");
 
 // The tiled kernels' geometry (shaders/matmul.metal: four simdgroups, 32-deep K steps).
 constexpr uint64_t kTiledThreads = 128;

@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/normalization.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,7 +17,6 @@ namespace {
 
 constexpr const char* kOp = "_fused_rms_norm";
 constexpr const char* kShaderFile = "normalization.metal";
-constexpr int kMaxDims = 8;
 // Must match the constants of shaders/normalization.metal.
 constexpr int64_t kPerThread = 16;
 constexpr int64_t kRun = 4;
@@ -26,23 +26,6 @@ constexpr int64_t kMaxGroupThreads = 1024;
 constexpr int64_t kFewRows = 16;
 // Threadgroups wanted when there are many rows: each loads the weight once for its rows.
 constexpr int64_t kTargetGroups = 64;
-
-// Must match RmsNormParams in shaders/normalization.metal.
-struct RmsNormParams {
-  int64_t input_row_strides[kMaxDims];
-  int64_t input_column_strides[kMaxDims];
-  int64_t weight_column_strides[kMaxDims];
-  uint32_t row_sizes[kMaxDims];
-  uint32_t column_sizes[kMaxDims];
-  uint32_t row_dims;
-  uint32_t column_dims;
-  uint32_t rows;
-  uint32_t columns;
-  uint32_t has_weight;
-  uint32_t rows_per_group;
-  float eps;
-};
-static_assert(sizeof(RmsNormParams) == 288, "RmsNormParams must match the MSL layout");
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include "device/device.h"
 #include "ops/kernel_launch.h"
+#include "params/lines.h"
 #include "runtime/tensor.h"
 
 namespace etm::ops {
@@ -52,25 +53,6 @@ struct OuterStrides {
 uint32_t pack_outer_dims(const char* op, const std::vector<int64_t>& sizes, int64_t dim,
                          std::initializer_list<OuterStrides> strides, uint32_t* outer_sizes,
                          int64_t& lines);
-
-// The line-wise ops (sort, cumulative) handle at most this many dimensions besides the line's.
-constexpr int kMaxOuterDims = 8;
-
-// Where a line-wise op's kernels find each line (the elements along one dimension) of its input
-// and of its values and indices outputs. The first member of those ops' parameter structs;
-// their MSL structs begin with the same fields, and it has no padding for theirs to follow.
-struct LineLayout {
-  int64_t input_outer[kMaxOuterDims];  // strides of the other dimensions
-  int64_t values_outer[kMaxOuterDims];
-  int64_t indices_outer[kMaxOuterDims];
-  int64_t input_stride;                // along the line
-  int64_t values_stride;
-  int64_t indices_stride;
-  uint32_t outer_sizes[kMaxOuterDims];
-  uint32_t outer_dims;
-  uint32_t length;                     // elements per line
-};
-static_assert(sizeof(LineLayout) == 256, "LineLayout must have no padding");
 
 // Wraps `dim` (in place), checks self's number of dimensions and fills `layout` for the lines
 // of self along dim and outputs with `out_strides` (both outputs). Returns the number of lines,

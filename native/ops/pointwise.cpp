@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/pointwise.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,32 +15,8 @@
 namespace etm::ops {
 namespace {
 
-constexpr int kMaxDims = 8;
 constexpr int32_t kUndefined = -1;
 const auto kComplex64 = static_cast<int32_t>(DType::complex64);
-
-// Must match the kernel's arithmetic kinds in shaders/pointwise.metal.
-enum Math : uint32_t { kFloatMath = 0, kIntegerMath = 1, kComplexMath = 2 };
-
-// Must match PointwiseParams in shaders/pointwise.metal.
-struct PointwiseParams {
-  int64_t a_strides[kMaxDims];
-  int64_t b_strides[kMaxDims];
-  int64_t alpha_integer;
-  int64_t scalar_integer;
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t op;
-  uint32_t a_dtype;
-  uint32_t b_dtype;
-  uint32_t out_dtype;
-  uint32_t math;
-  uint32_t a_is_scalar;
-  uint32_t b_is_scalar;
-  float alpha_float;
-  float scalar_float;
-};
-static_assert(sizeof(PointwiseParams) == 216, "PointwiseParams must match the MSL layout");
 
 const char* op_name(PointwiseOp op) {
   switch (op) {

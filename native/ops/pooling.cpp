@@ -6,30 +6,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/pooling.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match PoolParams in shaders/pooling.metal.
-struct PoolParams {
-  int64_t input_strides[4];
-  uint32_t channels;
-  uint32_t height;
-  uint32_t width;
-  uint32_t out_height;
-  uint32_t out_width;
-  int32_t window[2];
-  int32_t stride[2];
-  int32_t padding[2];
-  int32_t dilation[2];
-  int32_t divisor;
-  uint32_t count_include_pad;
-  uint32_t pad;
-};
-static_assert(sizeof(PoolParams) == 96, "PoolParams must match the MSL layout");
 
 // The (H, W) pair a one- or two-value argument stands for; `fallback`'s when it is empty and
 // a fallback is given.

@@ -5,39 +5,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/pooling3d.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-// Must match Pool3dParams in shaders/pooling3d.metal.
-struct Pool3dParams {
-  int64_t input_strides[5];
-  uint32_t channels;
-  uint32_t in_size[3];
-  uint32_t out_size[3];
-  int32_t window[3];
-  int32_t stride[3];
-  int32_t padding[3];
-  int32_t dilation[3];
-  int32_t divisor;
-  uint32_t count_include_pad;
-  uint32_t pad;
-};
-static_assert(sizeof(Pool3dParams) == 128, "Pool3dParams must match the MSL layout");
-
-// Must match UnpoolParams in shaders/pooling3d.metal.
-struct UnpoolParams {
-  int64_t input_strides[5];
-  int64_t indices_strides[5];
-  uint32_t channels;
-  uint32_t in_size[3];
-  uint32_t out_plane;
-  uint32_t pad;
-};
-static_assert(sizeof(UnpoolParams) == 104, "UnpoolParams must match the MSL layout");
 
 // The (D, H, W) triple a one- or three-value argument stands for; `fallback`'s when it is
 // empty and a fallback is given.

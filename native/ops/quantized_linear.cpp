@@ -6,6 +6,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/quantized.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -19,22 +20,6 @@ constexpr const char* kShaderFile = "quantized.metal";
 constexpr int64_t kQmvRows = 4;
 constexpr int64_t kQmvSimdgroups = 32;
 constexpr int64_t kQmvBatch = 8;  // larger M: the tiled qmm
-
-// Mirrors QuantizedMatmulParams in shaders/quantized.metal.
-struct QuantizedMatmulParams {
-  int32_t M;
-  int32_t N;
-  int32_t K;
-  int32_t group_size;
-  int64_t a_stride_m;
-  int64_t a_stride_k;
-  int64_t w_stride_n;
-  int64_t scale_stride_n;
-  int64_t scale_stride_g;
-  int64_t zero_offset;
-  int64_t zero_stride_n;
-  int64_t zero_stride_g;
-};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -9,6 +9,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/random.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -16,27 +17,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "random.metal";
-constexpr int kMaxDims = 9;
 // torch's default seed (c10::default_rng_seed_val): a process that never seeds draws the same
 // sequence each run, as with torch.
 constexpr uint64_t kDefaultSeed = 67280421310721ULL;
-
-// Must match RandomParams in shaders/random.metal.
-struct RandomParams {
-  int64_t strides[kMaxDims];
-  int64_t p_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint64_t seed;
-  uint64_t offset;
-  int64_t low;
-  uint64_t range;
-  float a;
-  float b;
-  uint32_t has_p_tensor;
-};
-static_assert(sizeof(RandomParams) == 240, "RandomParams must match the MSL layout");
 
 class DefaultGenerator {
  public:

@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/scan.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,7 +17,6 @@ namespace {
 
 constexpr const char* kOp = "cumsum";
 constexpr const char* kShaderFile = "scan.metal";
-constexpr int kMaxDims = 8;
 // Lines are split into chunks until the passes have about this many threads...
 constexpr int64_t kTargetThreads = 16384;
 // ...but no chunk is shorter than this.
@@ -25,21 +25,6 @@ constexpr int64_t kMinChunk = 256;
 // (a threadgroup of kLineThreads per line): every element read once instead of twice.
 constexpr int64_t kLineMinimum = 1024;
 constexpr uint64_t kLineThreads = 256;
-
-// Must match ScanParams in shaders/scan.metal.
-struct ScanParams {
-  int64_t input_outer[kMaxDims];
-  int64_t output_outer[kMaxDims];
-  int64_t input_stride;
-  int64_t output_stride;
-  uint32_t outer_sizes[kMaxDims];
-  uint32_t outer_dims;
-  uint32_t length;
-  uint32_t lines;
-  uint32_t chunks;
-  uint32_t chunk_length;
-};
-static_assert(sizeof(ScanParams) == 200, "ScanParams must match the MSL layout");
 
 }  // namespace
 

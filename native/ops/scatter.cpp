@@ -6,6 +6,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/indexing.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,26 +15,6 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "indexing.metal";
-constexpr int kMaxDims = 9;
-
-// Must match ScatterParams in shaders/indexing.metal.
-struct ScatterParams {
-  int64_t out_strides[kMaxDims];
-  int64_t index_strides[kMaxDims];
-  int64_t src_strides[kMaxDims];
-  int64_t count_strides[kMaxDims];
-  uint64_t value_bits;
-  uint32_t line_sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t dim;
-  uint32_t length;
-  uint32_t out_size;
-  uint32_t reduction;
-  uint32_t include_self;
-  uint32_t long_index;
-  uint32_t scalar_src;
-};
-static_assert(sizeof(ScatterParams) == 368, "ScatterParams must match the MSL layout");
 
 bool same_view(const Tensor& a, const Tensor& b) {
   return a.storage == b.storage && a.storage_offset == b.storage_offset && a.sizes == b.sizes &&

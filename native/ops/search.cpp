@@ -5,6 +5,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/search.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -14,22 +15,6 @@ namespace {
 
 constexpr const char* kOp = "searchsorted";
 constexpr const char* kShaderFile = "search.metal";
-constexpr int kMaxDims = 9;
-
-// Must match SearchParams in shaders/search.metal.
-struct SearchParams {
-  int64_t value_strides[kMaxDims];
-  int64_t row_strides[kMaxDims];
-  int64_t sorter_row_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t right;
-  uint32_t has_sorter;
-  uint32_t length;
-  int64_t sequence_stride;
-  int64_t sorter_stride;
-};
-static_assert(sizeof(SearchParams) == 288, "SearchParams must match the MSL layout");
 
 bool searchable(int32_t dtype) {
   return msl_element_type_name(dtype) && dtype != static_cast<int32_t>(DType::bool_);

@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/selection.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -15,34 +16,7 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "selection.metal";
-constexpr int kMaxDims = 9;
 constexpr uint32_t kChunk = 1024;
-
-// Must match SelectionParams in shaders/selection.metal.
-struct SelectionParams {
-  int64_t strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint32_t chunk;
-  uint32_t chunks;
-  int64_t rows;
-  int64_t fill_value;
-};
-static_assert(sizeof(SelectionParams) == 144, "SelectionParams must match the MSL layout");
-
-// Must match MaskedParams in shaders/selection.metal.
-struct MaskedParams {
-  int64_t self_strides[kMaxDims];
-  int64_t mask_strides[kMaxDims];
-  uint32_t sizes[kMaxDims];
-  uint32_t dims;
-  uint32_t numel;
-  uint32_t chunk;
-  uint32_t chunks;
-  int64_t rows;
-};
-static_assert(sizeof(MaskedParams) == 208, "MaskedParams must match the MSL layout");
 
 SelectionParams layout(const char* op, const Tensor& t) {
   ETM_REQUIRE(t.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", t.dim());

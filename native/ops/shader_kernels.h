@@ -8,7 +8,8 @@
 
 namespace etm::ops {
 
-// The source of shaders/<file>; throws etm::Error for an unknown file.
+// The source of shaders/<file>, its `#include "..."` of other embedded files (the parameter
+// headers in shaders/params/) inlined; throws etm::Error for an unknown file.
 const std::string& shader_source(const std::string& file);
 
 // Kernel `name` of shaders/<file>. Thread-safe; the kernel lives as long as the process.

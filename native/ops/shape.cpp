@@ -8,6 +8,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/shape.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -16,24 +17,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "shape.metal";
-constexpr int kMaxDims = 9;
 
 // Must match the modes of shaders/shape.metal.
 enum class PadMode : uint32_t { constant = 0, reflect = 1, replicate = 2, circular = 3, fill = 4 };
-
-// Must match PadParams in shaders/shape.metal.
-struct PadParams {
-  int64_t src_strides[kMaxDims];
-  int64_t dst_strides[kMaxDims];
-  int64_t before[kMaxDims];
-  uint32_t src_sizes[kMaxDims];
-  uint32_t dst_sizes[kMaxDims];
-  uint64_t fill;
-  uint32_t dims;
-  uint32_t numel;
-  uint32_t mode;
-};
-static_assert(sizeof(PadParams) == 312, "PadParams must match the MSL layout");
 
 // Writes dst (sizes and strides its own) from src (as many dims) through shaders/shape.metal's
 // pad_copy: dst coordinate c reads src at c - before[d], mapped by `mode`.

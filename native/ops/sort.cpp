@@ -7,6 +7,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/sort.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -23,16 +24,6 @@ constexpr uint32_t kMergeRun = 32;        // outputs per merge thread
 constexpr uint32_t kTopkPerThread = 8;
 constexpr int64_t kTopkMaxK = 256;
 constexpr uint32_t kTopkGroup = 256;  // threads per threadgroup
-
-// Must match SortParams in shaders/sort.metal.
-struct SortParams {
-  LineLayout layout;
-  uint32_t lines;
-  uint32_t width;
-  uint32_t count;
-  uint32_t descending;
-};
-static_assert(sizeof(SortParams) == 272, "SortParams must match the MSL layout");
 
 // Contiguous values and int64 indices shaped like self with `count` elements along dim.
 SortOutputs empty_outputs(const Tensor& self, int64_t dim, int64_t count) {
@@ -115,20 +106,6 @@ SortOutputs sort_lines(const char* op, const Tensor& self, int64_t dim, bool des
   }
   return result;
 }
-
-// Must match TopkParams in shaders/sort.metal.
-struct TopkParams {
-  LineLayout layout;
-  uint32_t lines;
-  uint32_t k;
-  uint32_t largest;
-  uint32_t count;
-  uint32_t chunk;
-  uint32_t from_candidates;
-  uint32_t source_stride;
-  uint32_t target_stride;
-};
-static_assert(sizeof(TopkParams) == 288, "TopkParams must match the MSL layout");
 
 // Radix-selection top-k (shaders/sort.metal) for 1 <= k <= min(kTopkMaxK, length): chunk
 // passes shrink every line to k candidates per chunk until one threadgroup holds them all,

@@ -5,25 +5,13 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/trilinear.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
 
 namespace etm::ops {
 namespace {
-
-constexpr int kMaxDims = 8;
-
-// Must match TrilinearParams in shaders/trilinear.metal.
-struct TrilinearParams {
-  int64_t kept_strides[3][kMaxDims];
-  int64_t sum_strides[3][kMaxDims];
-  uint32_t kept_sizes[kMaxDims];
-  uint32_t sum_sizes[kMaxDims];
-  uint32_t kept_dims;
-  uint32_t sum_dims;
-};
-static_assert(sizeof(TrilinearParams) == 456, "TrilinearParams must match the MSL layout");
 
 // Marks the dimensions `dims` names among `rank` (each wrapped once, as torch's dim_list_to_bitset).
 std::vector<bool> dim_set(const char* op, const std::vector<int64_t>& dims, int64_t rank) {

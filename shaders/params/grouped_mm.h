@@ -1,0 +1,25 @@
+// Parameters of the kernels in shaders/grouped_mm.metal (host side: native/ops/grouped_mm.cpp).
+#pragma once
+
+#include "params/common.h"
+
+#ifndef __METAL_VERSION__
+namespace etm::ops {
+#endif
+
+struct GroupedMmParams {
+  int64 a_strides[3];    // group (0 for a 2-D a), row, depth
+  int64 b_strides[3];    // group (0 for a 2-D b), depth, column
+  int64 out_strides[3];  // group (0 for a 2-D out), row, column
+  uint32 rows;
+  uint32 cols;
+  uint32 depth;
+  uint32 groups;         // offsets, or the batch of two 3-D operands
+  uint32 mode;           // kGroupRows, kGroupCols, kGroupDepth or kBatch
+  uint32 pad;
+};
+ETM_PARAMS_LAYOUT(GroupedMmParams, 96, pad, 92);
+
+#ifndef __METAL_VERSION__
+}  // namespace etm::ops
+#endif

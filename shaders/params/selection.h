@@ -1,0 +1,39 @@
+// Parameters of the kernels in shaders/selection.metal (host side: native/ops/selection.cpp).
+#pragma once
+
+#include "params/common.h"
+
+#ifndef __METAL_VERSION__
+namespace etm::ops {
+#endif
+
+ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+
+struct SelectionParams {
+  int64 strides[kMaxDims];  // of the input, in elements
+  uint32 sizes[kMaxDims];
+  uint32 dims;
+  uint32 numel;
+  uint32 chunk;             // elements per chunk
+  uint32 chunks;
+  int64 rows;               // rows of the output (the rest of the rows is dropped)
+  int64 fill_value;         // nonzero_static: rows past the count
+};
+ETM_PARAMS_LAYOUT(SelectionParams, 144, fill_value, 136);
+
+// masked_select: self and mask broadcast to one shape (stride 0 where broadcast).
+struct MaskedParams {
+  int64 self_strides[kMaxDims];
+  int64 mask_strides[kMaxDims];
+  uint32 sizes[kMaxDims];
+  uint32 dims;
+  uint32 numel;
+  uint32 chunk;
+  uint32 chunks;
+  int64 rows;
+};
+ETM_PARAMS_LAYOUT(MaskedParams, 208, rows, 200);
+
+#ifndef __METAL_VERSION__
+}  // namespace etm::ops
+#endif

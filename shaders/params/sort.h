@@ -1,0 +1,35 @@
+// Parameters of the kernels in shaders/sort.metal (host side: native/ops/sort.cpp).
+#pragma once
+
+#include "params/lines.h"
+
+#ifndef __METAL_VERSION__
+namespace etm::ops {
+#endif
+
+struct SortParams {
+  LineLayout layout;
+  uint32 lines;
+  uint32 width;  // run length of a sort_merge pass
+  uint32 count;  // elements per line written to the outputs
+  uint32 descending;
+};
+ETM_PARAMS_LAYOUT(SortParams, 272, descending, 268);
+
+// Lines are numbered over the dimensions other than the selected one (last fastest).
+struct TopkParams {
+  LineLayout layout;       // its length: elements per line of the input
+  uint32 lines;
+  uint32 k;
+  uint32 largest;
+  uint32 count;            // elements per line this pass selects from
+  uint32 chunk;            // elements per threadgroup of topk_chunks
+  uint32 from_candidates;  // this pass reads the previous pass's candidates, not the input
+  uint32 source_stride;    // candidates per line in the source buffers
+  uint32 target_stride;    // candidates per line in the target buffers
+};
+ETM_PARAMS_LAYOUT(TopkParams, 288, target_stride, 284);
+
+#ifndef __METAL_VERSION__
+}  // namespace etm::ops
+#endif
