@@ -22,9 +22,11 @@ _NUMPY_BY_CODE = {
     4: np.dtype(np.int64), 5: np.dtype(np.float16), 6: np.dtype(np.float32),
     7: np.dtype(np.float64), 11: np.dtype(np.bool_), 27: np.dtype(np.uint16),
     28: np.dtype(np.uint32), 29: np.dtype(np.uint64),
+    9: np.dtype(np.complex64), 10: np.dtype(np.complex128),
 }
 _CODE_BY_NUMPY = {dtype: code for code, dtype in _NUMPY_BY_CODE.items()}
 BFLOAT16 = 15
+COMPLEX32 = 8  # two float16; numpy has no such type: its elements travel as uint32
 
 
 def dtype_code(dtype) -> int:
@@ -38,6 +40,8 @@ def dtype_code(dtype) -> int:
     if torch is not None and isinstance(dtype, torch.dtype):
         if dtype == torch.bfloat16:
             return BFLOAT16
+        if dtype == torch.complex32:
+            return COMPLEX32
         dtype = torch.empty((), dtype=dtype).numpy().dtype
     code = _CODE_BY_NUMPY.get(np.dtype(dtype))
     if code is None:
@@ -49,6 +53,8 @@ def _storage_dtype(code: int) -> np.dtype:
     """numpy dtype with the element's size and bits (bfloat16 travels as uint16)."""
     if code == BFLOAT16:
         return np.dtype(np.uint16)
+    if code == COMPLEX32:
+        return np.dtype(np.uint32)
     try:
         return _NUMPY_BY_CODE[code]
     except KeyError:
@@ -139,21 +145,26 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A copy of the contents, after the calling thread's stream has finished.
-        bfloat16 comes back as float32."""
+        bfloat16 comes back as float32, complex32 as complex64."""
         synchronize()
         data = np.array(self._view(), copy=True)
         if self.dtype == BFLOAT16:
             data = (data.astype(np.uint32) << 16).view(np.float32)
+        if self.dtype == COMPLEX32:
+            parts = data.view(np.float16).reshape(data.shape + (2,)).astype(np.float32)
+            data = parts.view(np.complex64).reshape(data.shape)
         return data
 
     def torch(self):
-        """A CPU torch tensor copy (bfloat16 preserved)."""
+        """A CPU torch tensor copy (bfloat16 and complex32 preserved)."""
         import torch
 
         synchronize()
         data = np.array(self._view(), copy=True)
         if self.dtype == BFLOAT16:
             return torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+        if self.dtype == COMPLEX32:
+            return torch.from_numpy(data.view(np.int32)).view(torch.complex32)
         return torch.from_numpy(data)
 
     def write(self, array) -> None:
@@ -209,6 +220,8 @@ def _as_array(value):
         tensor = value.detach()
         if tensor.dtype == torch.bfloat16:
             return tensor.view(torch.int16).numpy().view(np.uint16), BFLOAT16
+        if tensor.dtype == torch.complex32:
+            return tensor.view(torch.int32).numpy().view(np.uint32), COMPLEX32
         return tensor.numpy(), dtype_code(tensor.dtype)
     array = np.asarray(value)
     return array, dtype_code(array.dtype)

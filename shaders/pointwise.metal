@@ -2,7 +2,8 @@
 // broadcast operands of any strides (up to 8 dimensions), one thread per element of the
 // contiguous result. Operand and result dtypes are runtime codes (c10::ScalarType), so one
 // kernel serves every dtype combination: floating results compute in float32, integer and bool
-// results in 64-bit integers (wrapping as torch's kernels do). Either operand may be a scalar.
+// results in 64-bit integers (wrapping as torch's kernels do), complex64 ones in float32 pairs
+// (add, mul; abs and angle of a complex number are float32). Either operand may be a scalar.
 #include <metal_stdlib>
 using namespace metal;
 #include "params/pointwise.h"
@@ -22,6 +23,7 @@ constant constexpr uint kInt16 = 2;
 constant constexpr uint kInt32 = 3;
 constant constexpr uint kFloat16 = 5;
 constant constexpr uint kFloat32 = 6;
+constant constexpr uint kComplex64 = 9;
 constant constexpr uint kBool = 11;
 constant constexpr uint kBFloat16 = 15;
 
@@ -43,6 +45,23 @@ inline float load_float(const device uchar* base, long i, uint dtype) {
     case kBFloat16: return float(((const device bfloat*)base)[i]);
     default: return float(load_integer(base, i, dtype));
   }
+}
+
+// (real, imaginary); a real dtype's value as (x, 0).
+inline float2 load_complex(const device uchar* base, long i, uint dtype) {
+  if (dtype == kComplex64) return ((const device float2*)base)[i];
+  return float2(load_float(base, i, dtype), 0.0f);
+}
+
+// |z| without overflow or underflow in the squares.
+inline float complex_abs(float2 z) {
+  const float a = fabs(z.x), b = fabs(z.y);
+  if (isinf(a) || isinf(b)) return INFINITY;  // even with a NaN part, as hypot
+  if (isnan(a) || isnan(b)) return a + b;
+  const float largest = max(a, b), smallest = min(a, b);
+  if (largest == 0.0f) return 0.0f;
+  const float ratio = smallest / largest;
+  return largest * sqrt(1.0f + ratio * ratio);
 }
 
 inline void store_integer(device uchar* base, long i, uint dtype, long value) {
@@ -110,7 +129,17 @@ kernel void pointwise(const device uchar* a [[buffer(0)]], const device uchar* b
     a_offset += long(coordinate) * p.a_strides[d];
     b_offset += long(coordinate) * p.b_strides[d];
   }
-  if (p.integer_math) {
+  if (p.math == kComplexMath) {
+    const float2 x = p.a_is_scalar ? float2(p.scalar_float, 0.0f) : load_complex(a, a_offset, p.a_dtype);
+    const float2 y = p.b_is_scalar ? float2(p.scalar_float, 0.0f) : load_complex(b, b_offset, p.b_dtype);
+    switch (p.op) {
+      case kAdd: ((device float2*)out)[index] = x + p.alpha_float * y; return;
+      case kMul: ((device float2*)out)[index] = float2(x.x * y.x - x.y * y.y, x.x * y.y + x.y * y.x); return;
+      case kAbs: store_float(out, index, p.out_dtype, complex_abs(x)); return;
+      default: store_float(out, index, p.out_dtype, precise::atan2(x.y, x.x)); return;  // kAngle
+    }
+  }
+  if (p.math == kIntegerMath) {
     const long x = p.a_is_scalar ? p.scalar_integer : load_integer(a, a_offset, p.a_dtype);
     const long y = p.b_is_scalar ? p.scalar_integer : load_integer(b, b_offset, p.b_dtype);
     long result;

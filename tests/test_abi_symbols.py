@@ -106,9 +106,10 @@ def test_signatures_match_torch_headers():
         assert ours == [normalize(p) for p in params], name
         assert normalize(ffi.getctype(ctype.result)) == normalize(ret), name
     # An aoti_torch_* function torch does not declare is a custom op of etmetal's own,
-    # declared in custom_ops.h, or another library's op etmetal implements (fallback_experts.h).
+    # declared in custom_ops.h, another library's op etmetal implements (fallback_experts.h), or
+    # an aten op the compile route gives a C shim (fallback_spectral.h: _fft_c2r).
     custom = "".join((ROOT / "native" / "include" / "etmetal" / name).read_text()
-                     for name in ("custom_ops.h", "fallback_experts.h"))
+                     for name in ("custom_ops.h", "fallback_experts.h", "fallback_spectral.h"))
     missing = [n for n in DECLARED
                if n.startswith("aoti_torch") and n not in declarations
                and not re.search(rf"\b{n}\s*\(", custom)]
@@ -153,7 +154,8 @@ def test_getter_values_are_c10_codes():
 def test_element_size_of_unknown_dtype_is_zero_with_message():
     assert lib.aoti_torch_dtype_element_size(99) == 0
     assert "dtype" in etmetal_py.last_error()
-    assert lib.aoti_torch_dtype_element_size(9) == 0  # complex64: not a tensor dtype here
+    assert lib.aoti_torch_dtype_element_size(23) == 0  # float8_e5m2: not a tensor dtype here
+    assert lib.aoti_torch_dtype_element_size(9) == 8  # complex64
 
 
 def test_version_and_device():

@@ -25,6 +25,7 @@ from .. import _ffi
 from ._compat import (check_torch_version, model_links_library, mps_available, mps_compile_patches,
                       resolve_gpu_cores)
 from ._mps_guard import ensure_mps_device_guard
+from .aten_shims import aten_op_c_shims, aten_ops_with_c_shims
 from .export import (check_output_types, copy_program, move_program_to_mps, program_device_types,
                      real_constants_of)
 
@@ -117,6 +118,7 @@ def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
                          "otherwise the package holds no weights")
     shims = dict(custom_op_c_shims())
     shims.update(foreign_op_c_shims())
+    shims.update(aten_op_c_shims())
     shims.update(configs.get("aot_inductor.custom_ops_to_c_shims") or {})
     if shims:
         configs["aot_inductor.custom_ops_to_c_shims"] = with_current_overloads(shims)
@@ -331,7 +333,7 @@ def aoti_compile_and_package(ep: ExportedProgram, package_path: str | os.PathLik
     program = _program_for_mps(ep)
     real_constants = real_constants_of(program)
     try:
-        with model_links_library(str(_ffi.library_path())):
+        with model_links_library(str(_ffi.library_path())), aten_ops_with_c_shims():
             if mps_available() and not real_constants:
                 # A program exported on a real MPS device holds real weights: no patches needed.
                 result = torch._inductor.aoti_compile_and_package(

@@ -157,4 +157,49 @@ Fault read_fault_record(const Tensor& record) {
   return {words[0] - 1, static_cast<int64_t>(bits)};
 }
 
+std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
+                                              std::initializer_list<const int64_t*> operand_strides) {
+  const size_t ndim = shape.size();
+  // 1 when dimension a should sit inside (change faster than) dimension b, -1 when it should
+  // not, 0 when no operand decides (TensorIterator's should_swap, dims fastest first).
+  auto should_swap = [&](size_t a, size_t b) {
+    for (const int64_t* strides : operand_strides) {
+      const int64_t stride_a = strides[a], stride_b = strides[b];
+      if (stride_a == 0 || stride_b == 0) continue;
+      if (stride_a < stride_b) return -1;
+      if (stride_a > stride_b) return 1;
+      if (shape[a] > shape[b]) return 1;
+    }
+    return 0;
+  };
+  std::vector<size_t> order(ndim);  // fastest first; starts as the last dimension first
+  for (size_t i = 0; i < ndim; ++i) order[i] = ndim - 1 - i;
+  for (size_t i = 1; i < ndim; ++i) {
+    size_t moving = i;
+    for (size_t j = i; j-- > 0;) {
+      const int decision = should_swap(order[j], order[moving]);
+      if (decision > 0) {
+        std::swap(order[j], order[moving]);
+        moving = j;
+      } else if (decision < 0) {
+        break;
+      }
+    }
+  }
+  std::vector<int64_t> strides(ndim);
+  int64_t next = 1;
+  for (size_t dim : order) {
+    strides[dim] = next;
+    next *= shape[dim];
+  }
+  return strides;
+}
+
+std::vector<size_t> dims_by_decreasing_stride(const std::vector<int64_t>& strides) {
+  std::vector<size_t> dims(strides.size());
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = d;
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  return dims;
+}
+
 }  // namespace etm::ops

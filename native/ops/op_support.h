@@ -98,4 +98,16 @@ void require_device_tensor(const char* what, const Tensor& t, int64_t dim);
 // Group sizes the quantized kernels implement: 32, 64, 128, 256.
 bool is_supported_group_size(int64_t group_size);
 
+// The strides (in elements) torch's TensorIterator gives the new output of a pointwise op over
+// `shape`: contiguous in the order of the operands' strides (each operand's strides broadcast to
+// `shape`, 0 where it broadcasts; the first operand decides, later ones break its ties), so a
+// transposed input gives a transposed output. Compiled models index the output with the
+// strides torch's meta function computed, which are these.
+std::vector<int64_t> pointwise_output_strides(const std::vector<int64_t>& shape,
+                                              std::initializer_list<const int64_t*> operand_strides);
+
+// The dimensions ordered by decreasing stride: walking a shape in this order (last fastest)
+// visits an output with pointwise_output_strides in memory order.
+std::vector<size_t> dims_by_decreasing_stride(const std::vector<int64_t>& strides);
+
 }  // namespace etm::ops

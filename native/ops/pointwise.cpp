@@ -16,6 +16,7 @@ namespace etm::ops {
 namespace {
 
 constexpr int32_t kUndefined = -1;
+const auto kComplex64 = static_cast<int32_t>(DType::complex64);
 
 const char* op_name(PointwiseOp op) {
   switch (op) {
@@ -36,13 +37,15 @@ bool is_integral(int32_t dtype) {  // bool excluded
 }
 
 bool is_supported(int32_t dtype) {
-  return is_integral(dtype) || is_floating(dtype) || dtype == static_cast<int32_t>(DType::bool_);
+  return is_integral(dtype) || is_floating(dtype) || dtype == static_cast<int32_t>(DType::bool_) ||
+         dtype == kComplex64;
 }
 
 // torch's promoteTypes over the supported dtypes.
 int32_t promote(int32_t a, int32_t b) {
   if (a == kUndefined) return b;
   if (b == kUndefined || a == b) return a;
+  if (a == kComplex64 || b == kComplex64) return kComplex64;
   const auto bool_code = static_cast<int32_t>(DType::bool_);
   if (a == bool_code) return b;
   if (b == bool_code) return a;
@@ -65,6 +68,8 @@ int32_t promote(int32_t a, int32_t b) {
 // changes the result only by raising its category.
 int32_t combine_categories(int32_t higher, int32_t lower) {
   if (higher == kUndefined) return lower;
+  if (higher == kComplex64) return higher;
+  if (lower == kComplex64) return kComplex64;
   if (is_floating(higher)) return higher;
   if (higher == static_cast<int32_t>(DType::bool_) || (lower != kUndefined && is_floating(lower))) {
     return promote(higher, lower);
@@ -99,7 +104,7 @@ void require_operand(const char* op, const PointwiseOperand& operand) {
   if (!operand.tensor) return;
   require_mps(op, "operand", *operand.tensor);
   ETM_REQUIRE(is_supported(operand.tensor->dtype), op, ": dtype ", dtype_name(operand.tensor->dtype),
-              " is not supported (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32)");
+              " is not supported (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, complex64)");
   ETM_REQUIRE(operand.tensor->dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, got ",
               operand.tensor->dim());
 }
@@ -141,7 +146,8 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   if (!unary) require_operand(name, b);
   int32_t out_dtype = result_type(a, b, unary);
   const auto bool_code = static_cast<int32_t>(DType::bool_);
-  const bool integral_result = !is_floating(out_dtype);
+  const bool complex_math = out_dtype == kComplex64;
+  const bool integral_result = !is_floating(out_dtype) && !complex_math;
   switch (op) {
     case PointwiseOp::add:
       ETM_REQUIRE(!integral_result || is_integral_value(alpha), name,
@@ -149,17 +155,19 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
       break;
     case PointwiseOp::pow:
       ETM_REQUIRE(out_dtype != bool_code, name, ": \"pow\" not implemented for 'Bool'");
+      ETM_REQUIRE(!complex_math, name, ": complex powers are not implemented");
       ETM_REQUIRE(!integral_result || b.tensor || b.scalar >= 0, name,
                   ": Integers to negative integer powers are not allowed.");
       break;
     case PointwiseOp::abs:
       ETM_REQUIRE(out_dtype != bool_code, name, ": \"abs\" not implemented for 'Bool'");
+      if (complex_math) out_dtype = static_cast<int32_t>(DType::float32);  // |z| is real
       break;
     case PointwiseOp::gcd:
       ETM_REQUIRE(is_integral(out_dtype), name, ": \"gcd\" not implemented for '", dtype_name(out_dtype), "'");
       break;
     case PointwiseOp::angle:
-      if (integral_result) out_dtype = static_cast<int32_t>(DType::float32);
+      if (integral_result || complex_math) out_dtype = static_cast<int32_t>(DType::float32);
       break;
     case PointwiseOp::mul:
       break;
@@ -167,16 +175,24 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   const PointwiseOperand& second = unary ? a : b;
   const std::vector<int64_t> shape = broadcast_shape(name, a, second);
   ETM_REQUIRE(shape.size() <= static_cast<size_t>(kMaxDims), name, ": at most ", kMaxDims, " dimensions are supported");
-  auto out = Runtime::get().empty_tensor(shape, contiguous_strides(shape), out_dtype);
+  std::vector<int64_t> a_strides(shape.size()), b_strides(shape.size());
+  if (a.tensor) broadcast_strides(*a.tensor, shape, a_strides.data());
+  if (second.tensor) broadcast_strides(*second.tensor, shape, b_strides.data());
+  const std::vector<int64_t> out_strides = pointwise_output_strides(shape, {a_strides.data(), b_strides.data()});
+  auto out = Runtime::get().empty_tensor(shape, out_strides, out_dtype);
   const int64_t count = out->numel();
   if (count == 0) return out;
   checked_u32(name, count, "number of elements");
   PointwiseParams p{};
   p.dims = static_cast<uint32_t>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) p.sizes[d] = checked_u32(name, shape[d], "size");
+  // The kernel walks the dimensions in the output's memory order and writes element `index`.
+  const std::vector<size_t> order = dims_by_decreasing_stride(out_strides);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    p.sizes[d] = checked_u32(name, shape[order[d]], "size");
+    p.a_strides[d] = a_strides[order[d]];
+    p.b_strides[d] = b_strides[order[d]];
+  }
   const PointwiseOperand* scalar = !a.tensor ? &a : !second.tensor ? &second : nullptr;
-  if (a.tensor) broadcast_strides(*a.tensor, shape, p.a_strides);
-  if (second.tensor) broadcast_strides(*second.tensor, shape, p.b_strides);
   p.a_is_scalar = a.tensor ? 0 : 1;
   p.b_is_scalar = second.tensor ? 0 : 1;
   p.a_dtype = a.tensor ? static_cast<uint32_t>(a.tensor->dtype) : 0;
@@ -187,7 +203,7 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   }
   p.op = static_cast<uint32_t>(op);
   p.out_dtype = static_cast<uint32_t>(out_dtype);
-  p.integer_math = integral_result && op != PointwiseOp::angle ? 1 : 0;
+  p.math = complex_math ? kComplexMath : integral_result && op != PointwiseOp::angle ? kIntegerMath : kFloatMath;
   p.alpha_float = static_cast<float>(alpha);
   // A bool result adds alpha as a bool, as torch does.
   p.alpha_integer = out_dtype == bool_code ? (alpha != 0 ? 1 : 0) : static_cast<int64_t>(integral_result ? alpha : 0);

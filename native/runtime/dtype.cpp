@@ -65,6 +65,10 @@ uint16_t float_to_bfloat(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+bool is_complex(DType t) {
+  return t == DType::complex32 || t == DType::complex64 || t == DType::complex128;
+}
+
 bool is_integral(DType t) {
   switch (t) {
     case DType::uint8: case DType::int8: case DType::int16: case DType::int32:
@@ -147,6 +151,42 @@ void store_double(unsigned char* p, DType t, double v) {
   }
 }
 
+struct Complex {
+  double real;
+  double imag;
+};
+
+// A real dtype's value reads as (value, 0).
+Complex load_complex(const unsigned char* p, DType t) {
+  switch (t) {
+    case DType::complex32: return {half_to_float(read<uint16_t>(p)), half_to_float(read<uint16_t>(p + 2))};
+    case DType::complex64: return {read<float>(p), read<float>(p + 4)};
+    case DType::complex128: return {read<double>(p), read<double>(p + 8)};
+    default: return {load_double(p, t), 0.0};
+  }
+}
+
+// A real dtype keeps the real part (torch discards the imaginary part in such a copy); bool
+// tests both parts.
+void store_complex(unsigned char* p, DType t, Complex v) {
+  switch (t) {
+    case DType::complex32:
+      write<uint16_t>(p, float_to_half(static_cast<float>(v.real)));
+      write<uint16_t>(p + 2, float_to_half(static_cast<float>(v.imag)));
+      break;
+    case DType::complex64:
+      write<float>(p, static_cast<float>(v.real));
+      write<float>(p + 4, static_cast<float>(v.imag));
+      break;
+    case DType::complex128:
+      write<double>(p, v.real);
+      write<double>(p + 8, v.imag);
+      break;
+    case DType::bool_: write<uint8_t>(p, v.real != 0.0 || v.imag != 0.0); break;
+    default: store_double(p, t, v.real);
+  }
+}
+
 void store_integer(unsigned char* p, DType t, int64_t v) {
   switch (t) {
     case DType::uint8: write<uint8_t>(p, static_cast<uint8_t>(v)); break;
@@ -164,12 +204,14 @@ void store_integer(unsigned char* p, DType t, int64_t v) {
 
 }  // namespace
 
+bool is_complex_dtype(int32_t code) { return is_complex(static_cast<DType>(code)); }
+
 bool is_tensor_dtype(int32_t code) {
   switch (static_cast<DType>(code)) {
     case DType::uint8: case DType::int8: case DType::int16: case DType::int32:
     case DType::int64: case DType::float16: case DType::float32: case DType::float64:
     case DType::bool_: case DType::bfloat16: case DType::uint16: case DType::uint32:
-    case DType::uint64:
+    case DType::uint64: case DType::complex32: case DType::complex64: case DType::complex128:
       return true;
     default:
       return false;
@@ -180,8 +222,9 @@ size_t element_size(int32_t code) {
   switch (static_cast<DType>(code)) {
     case DType::uint8: case DType::int8: case DType::bool_: return 1;
     case DType::int16: case DType::float16: case DType::bfloat16: case DType::uint16: return 2;
-    case DType::int32: case DType::float32: case DType::uint32: return 4;
-    case DType::int64: case DType::float64: case DType::uint64: return 8;
+    case DType::int32: case DType::float32: case DType::uint32: case DType::complex32: return 4;
+    case DType::int64: case DType::float64: case DType::uint64: case DType::complex64: return 8;
+    case DType::complex128: return 16;
     default: fail("unsupported dtype ", dtype_name(code), " (code ", code, ")");
   }
 }
@@ -228,8 +271,11 @@ void convert_elements(const void* source, int32_t source_dtype, void* destinatio
   }
   // Integer to integer goes through int64 so that 64-bit values survive exactly.
   const bool integer_path = is_integral(from) && is_integral(to);
+  const bool complex_path = is_complex(from) || is_complex(to);
   for (size_t i = 0; i < count; ++i, in += from_size, out += to_size) {
-    if (integer_path)
+    if (complex_path)
+      store_complex(out, to, load_complex(in, from));
+    else if (integer_path)
       store_integer(out, to, load_integer(in, from));
     else
       store_double(out, to, load_double(in, from));

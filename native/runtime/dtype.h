@@ -33,13 +33,16 @@ enum class DType : int32_t {
 
 // True for the dtypes tensors may have (the rest exist only as getter values).
 bool is_tensor_dtype(int32_t code);
+// complex32 (two float16), complex64 (two float32) or complex128 (two float64), real part first.
+bool is_complex_dtype(int32_t code);
 // Element size of a tensor dtype; throws etm::Error for any other code.
 size_t element_size(int32_t code);
 const char* dtype_name(int32_t code);
 
 // Converts `count` elements between tensor dtypes (any pair), honoring strides given in
 // elements. float16/bfloat16 round to nearest even; float -> integer truncates toward zero
-// like a C cast; anything -> bool is "nonzero".
+// like a C cast; anything -> bool is "nonzero". A real value becomes (value, 0) in a complex
+// dtype; complex -> real keeps the real part, as torch's copy_ does.
 void convert_elements(const void* source, int32_t source_dtype, void* destination,
                       int32_t destination_dtype, size_t count);
 

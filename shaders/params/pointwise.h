@@ -9,6 +9,11 @@ namespace etm::ops {
 
 ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
 
+// PointwiseParams::math: the arithmetic the kernel does.
+ETM_PARAMS_CONSTANT uint32 kFloatMath = 0;
+ETM_PARAMS_CONSTANT uint32 kIntegerMath = 1;
+ETM_PARAMS_CONSTANT uint32 kComplexMath = 2;
+
 struct PointwiseParams {
   int64 a_strides[kMaxDims];
   int64 b_strides[kMaxDims];
@@ -20,7 +25,7 @@ struct PointwiseParams {
   uint32 a_dtype;
   uint32 b_dtype;
   uint32 out_dtype;
-  uint32 integer_math;
+  uint32 math;  // kFloatMath, kIntegerMath or kComplexMath
   uint32 a_is_scalar;
   uint32 b_is_scalar;
   float alpha_float;

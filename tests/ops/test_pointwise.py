@@ -121,3 +121,50 @@ def test_empty_and_bad_input():
     poisoning_failure(call("gcd", x, x)[0], "\"gcd\" not implemented for 'float32'")
     poisoning_failure(call("mul_Tensor", torch.randn(2, 3), torch.randn(4))[0], "must match the size of tensor b")
     poisoning_failure(call("mul_Tensor", x.double(), x)[0], "dtype float64 is not supported")
+
+
+def test_complex64_operands():
+    generator = torch.Generator().manual_seed(7)
+    z = torch.randn(4, 5, dtype=torch.complex64, generator=generator) * 10
+    w = torch.randn(5, dtype=torch.complex64, generator=generator)
+    real = torch.randn(4, 5, generator=generator)
+    extremes = torch.tensor([0, 1e30 + 1e30j, -3e-30j, complex("inf"), complex("nan"), -2 + 0j,
+                             complex(float("inf"), float("nan"))], dtype=torch.complex64)
+    for name, expected, args in (
+            ("mul_Tensor", z * w, (z, w)), ("mul_Tensor", z.t() * real.t(), (z.t(), real.t())),
+            ("mul_Tensor", real * torch.tensor(2 - 1j), (real, torch.tensor(2 - 1j))),
+            ("mul_Scalar", z * 2.5, (z, 2.5)), ("add_Tensor", z + 0.5 * w, (z, w, 0.5)),
+            ("add_Tensor", torch.arange(5) + w, (torch.arange(5), w, 1.0)), ("add_Scalar", z + 3, (z, 3.0, 1.0)),
+            ("abs", z[:, ::2].abs(), (z[:, ::2],)), ("abs", extremes.abs(), (extremes,)),
+            ("angle", z.angle(), (z,)), ("angle", extremes.angle(), (extremes,))):
+        code, got = call(name, *args)
+        assert code == 0, etmetal_py.last_error()
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (name, got.dtype)
+        compare = (lambda t: torch.view_as_real(t)) if expected.is_complex() else (lambda t: t)
+        torch.testing.assert_close(compare(got), compare(expected), rtol=2e-6, atol=1e-6, equal_nan=True)
+    poisoning_failure(call("pow_Tensor_Scalar", z, 2.0)[0], "complex powers are not implemented")
+    poisoning_failure(call("mul_Tensor", z, z.to(torch.complex128))[0], "dtype complex128 is not supported")
+
+
+def test_results_are_laid_out_as_torch_lays_them_out():
+    # Compiled models index a fallback's result with the strides torch's meta function gave it
+    # (eager CPU kernels differ in places: angle of a complex tensor comes back contiguous).
+    x = torch.randn(2, 3, 4)
+    z = torch.randn(3, 5, dtype=torch.complex64)
+    for name, op, args in (
+            ("abs", torch.abs, (x.transpose(0, 2),)), ("abs", torch.abs, (z.t()[:, :-1],)),
+            ("add_Tensor", torch.add, (x.permute(1, 2, 0), torch.randn(4, 2), 1.0)),
+            ("mul_Tensor", torch.mul, (torch.randn(4, 1), x.transpose(1, 2))),
+            ("mul_Scalar", torch.mul, (x[:, ::2].transpose(0, 1), 3.0)), ("angle", torch.angle, (z.t(),))):
+        devices = [as_device(a) if isinstance(a, torch.Tensor) else None for a in args]
+        r0 = ffi.new("AtenTensorHandle*")
+        code = getattr(lib, f"aoti_torch_mps_{name}")(*[d.handle if d else a for d, a in zip(devices, args)], r0)
+        assert code == 0, etmetal_py.last_error()
+        got = Tensor(r0[0])
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        expected = op(*tensors, *([args[-1]] if name == "mul_Scalar" else []),
+                      **({"alpha": args[-1]} if name == "add_Tensor" else {}))
+        meta = op(*[t.to("meta") for t in tensors], *([args[-1]] if name == "mul_Scalar" else []),
+                  **({"alpha": args[-1]} if name == "add_Tensor" else {}))
+        assert got.strides == meta.stride(), (name, got.strides, meta.stride())
+        torch.testing.assert_close(got.torch(), expected, rtol=1e-6, atol=1e-6)

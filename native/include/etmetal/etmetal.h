@@ -22,6 +22,7 @@
 #include "fallback_resize.h"
 #include "fallback_shape.h"
 #include "metal_buffer.h"
+#include "fallback_spectral.h"
 
 ETMETAL_BEGIN_DECLS
 

@@ -1,0 +1,283 @@
+#include "ops/fft.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/kernel_launch.h"
+#include "ops/op_support.h"
+#include "ops/shader_kernels.h"
+#include "params/fft.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+namespace etm::ops {
+namespace {
+
+constexpr const char* kShaderFile = "fft.metal";
+constexpr int kMaxDims = static_cast<int>(kFftOuterDims);
+
+const auto kFloat32 = static_cast<int32_t>(DType::float32);
+const auto kComplex64 = static_cast<int32_t>(DType::complex64);
+
+// The factors the passes combine, 4s first (as cheap per element as two radix-2 passes, in
+// one dispatch), then primes in increasing order.
+std::vector<uint32_t> radices(uint32_t n) {
+  std::vector<uint32_t> factors;
+  while (n % 4 == 0) {
+    factors.push_back(4);
+    n /= 4;
+  }
+  for (uint32_t p = 2; p * p <= n; ++p) {
+    while (n % p == 0) {
+      factors.push_back(p);
+      n /= p;
+    }
+  }
+  if (n > 1) factors.push_back(n);
+  return factors;
+}
+
+// What one 1-D transform reads and writes: self's elements along `dim` (`source_length` of
+// them), `length` the transform's length, and the first `destination_length` results into
+// `destination` along the same dim (destination's other dims equal source's).
+struct LineTransform {
+  const Tensor* source;
+  const Tensor* destination;
+  int64_t dim;
+  int64_t length;
+  int64_t destination_length;
+  bool forward;
+  float scale;
+};
+
+enum class Load { real, complex, hermitian };
+
+void transform_lines(const char* op, const LineTransform& t, Load load) {
+  const Tensor& source = *t.source;
+  const Tensor& destination = *t.destination;
+  FftLines lines{};
+  int64_t line_count;
+  lines.outer_dims = pack_outer_dims(op, source.sizes, t.dim,
+                                     {{source.strides, lines.source_outer},
+                                      {destination.strides, lines.destination_outer}},
+                                     lines.outer_sizes, line_count);
+  if (line_count == 0) return;
+  lines.source_stride = source.strides[t.dim];
+  lines.destination_stride = destination.strides[t.dim];
+  lines.length = checked_u32(op, t.length, "signal length");
+  lines.source_length = checked_u32(op, source.sizes[t.dim], "signal length");
+  lines.scale = t.scale;
+  const uint32_t line_total = checked_u32(op, line_count, "number of signals");
+  checked_u32(op, line_count * t.length, "number of transformed elements");
+
+  Runtime& runtime = Runtime::get();
+  const std::vector<int64_t> work_sizes{line_count * t.length};
+  std::shared_ptr<Tensor> work[2] = {runtime.empty_tensor(work_sizes, {1}, kComplex64),
+                                     runtime.empty_tensor(work_sizes, {1}, kComplex64)};
+  const device::Size3 grid{lines.length, line_total, 1};
+  const char* load_kernel = load == Load::real ? "fft_load_real"
+                            : load == Load::complex ? "fft_load_complex"
+                                                    : "fft_load_hermitian";
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, load_kernel));
+    launch.tensor(0, source).tensor(1, *work[0]).value(2, lines);
+    launch.threads(grid, default_group(grid, launch));
+  }
+  int current = 0;
+  FftPass pass{lines.length, 1, 0, t.forward ? -1.0f : 1.0f};
+  for (uint32_t radix : radices(lines.length)) {
+    pass.radix = radix;
+    KernelLaunch launch(shader_kernel(kShaderFile, "fft_pass"));
+    launch.tensor(0, *work[current]).tensor(1, *work[1 - current]).value(2, pass);
+    launch.threads(grid, default_group(grid, launch));
+    pass.span *= radix;
+    current = 1 - current;
+  }
+  const bool real_output = destination.dtype == kFloat32;
+  KernelLaunch launch(shader_kernel(kShaderFile, real_output ? "fft_store_real" : "fft_store_complex"));
+  launch.tensor(0, *work[current]).tensor(1, destination).value(2, lines);
+  const device::Size3 store_grid{checked_u32(op, t.destination_length, "output length"), line_total, 1};
+  launch.threads(store_grid, default_group(store_grid, launch));
+}
+
+// Wraps and checks `dim` against self (unique, in range) and self's layout.
+std::vector<int64_t> transformed_dims(const char* op, const Tensor& self, const std::vector<int64_t>& dim) {
+  require_mps(op, "self", self);
+  ETM_REQUIRE(self.dim() <= kMaxDims + 1, op, ": at most ", kMaxDims + 1, " dimensions are supported, got ",
+              self.dim());
+  std::vector<int64_t> wrapped;
+  for (int64_t d : dim) {
+    ETM_REQUIRE(self.dim() > 0, op, ": a 0-dimensional tensor has no dimension ", d, " to transform");
+    const int64_t w = wrap_dim(op, d, self.dim());
+    ETM_REQUIRE(std::find(wrapped.begin(), wrapped.end(), w) == wrapped.end(), op, ": dim ", d,
+                " appears more than once");
+    wrapped.push_back(w);
+  }
+  return wrapped;
+}
+
+void require_dtype(const char* op, const Tensor& self, int32_t dtype) {
+  ETM_REQUIRE(self.dtype == dtype, op, ": expects a ", dtype_name(dtype), " input, got ", dtype_name(self.dtype),
+              self.dtype == static_cast<int32_t>(DType::float64) ||
+                      self.dtype == static_cast<int32_t>(DType::complex128)
+                  ? " (Metal has no 64-bit floating point)"
+                  : " (the transforms run in float32 / complex64)");
+}
+
+void require_points(const char* op, int64_t n) {
+  ETM_REQUIRE(n >= 1, op, ": Invalid number of data points (", n, ") specified");
+}
+
+// 1, 1 / sqrt(n) or 1 / n for `normalization` (an FftNorm) and n the product of the signal sizes.
+float scale_for(const char* op, int64_t normalization, double n) {
+  switch (static_cast<FftNorm>(normalization)) {
+    case FftNorm::none: return 1.0f;
+    case FftNorm::by_root_n: return static_cast<float>(1.0 / std::sqrt(n));
+    case FftNorm::by_n: return static_cast<float>(1.0 / n);
+  }
+  fail(op, ": normalization ", normalization, " is not one of 0 (none), 1 (by root n), 2 (by n)");
+}
+
+// `dims` with all but (when exclude_last) the last ordered by decreasing stride of `strides`,
+// equal strides keeping their order (torch's _sort_dims).
+std::vector<int64_t> sorted_by_stride(std::vector<int64_t> dims, const std::vector<int64_t>& strides,
+                                      bool exclude_last) {
+  std::stable_sort(dims.begin(), dims.end() - (exclude_last ? 1 : 0),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  return dims;
+}
+
+// The layout torch's meta functions give a transform's result (_exec_fft): dense, with the
+// untransformed dimensions outermost in decreasing order of the input's strides, then the
+// transformed ones in the order of `dims`. Compiled models index the result with these
+// strides. (A host without MKL gives _fft_r2c / _fft_c2r results a contiguous layout instead;
+// the two agree whenever the batch dimensions lead in stride order and dims are trailing.)
+std::vector<int64_t> fft_output_strides(const std::vector<int64_t>& input_strides,
+                                        const std::vector<int64_t>& out_sizes, const std::vector<int64_t>& dims) {
+  const size_t ndim = out_sizes.size();
+  std::vector<int64_t> batch;
+  for (size_t d = 0; d < ndim; ++d) {
+    if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) == dims.end()) batch.push_back(d);
+  }
+  batch = sorted_by_stride(batch, input_strides, false);
+  std::vector<int64_t> order = batch;  // outermost first
+  order.insert(order.end(), dims.begin(), dims.end());
+  std::vector<int64_t> strides(ndim);
+  int64_t next = 1;
+  for (size_t i = ndim; i-- > 0;) {
+    strides[order[i]] = next;
+    next *= std::max<int64_t>(out_sizes[order[i]], 1);
+  }
+  return strides;
+}
+
+std::unique_ptr<Tensor> new_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                   int32_t dtype) {
+  return Runtime::get().empty_tensor(sizes, strides, dtype);
+}
+
+// In-place complex transforms of `tensor` over `dims` (each an own 1-D pass); the last one scales.
+void transform_complex(const char* op, const Tensor& source, const Tensor& out, const std::vector<int64_t>& dims,
+                       bool forward, float final_scale) {
+  const Tensor* from = &source;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t n = out.sizes[dims[i]];
+    transform_lines(op, {from, &out, dims[i], n, n, forward, i + 1 == dims.size() ? final_scale : 1.0f},
+                    Load::complex);
+    from = &out;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tensor> fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
+                                bool onesided) {
+  constexpr const char* op = "_fft_r2c";
+  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
+  require_dtype(op, self, kFloat32);
+  ETM_REQUIRE(!dims.empty(), op, ": dim must name at least one dimension");
+  double signal = 1;
+  for (int64_t d : dims) {
+    require_points(op, self.sizes[d]);
+    signal *= static_cast<double>(self.sizes[d]);
+  }
+  const float scale = scale_for(op, normalization, signal);
+  const int64_t last = dims.back();
+  const int64_t n = self.sizes[last];
+  std::vector<int64_t> out_sizes = self.sizes;
+  if (onesided) out_sizes[last] = n / 2 + 1;
+  auto out = new_tensor(out_sizes, fft_output_strides(self.strides, out_sizes, sorted_by_stride(dims, self.strides, true)),
+                        kComplex64);
+  if (out->numel() == 0) return out;
+  const std::vector<int64_t> rest(dims.begin(), dims.end() - 1);
+  transform_lines(op, {&self, out.get(), last, n, out_sizes[last], true, rest.empty() ? scale : 1.0f}, Load::real);
+  transform_complex(op, *out, *out, rest, true, scale);
+  return out;
+}
+
+std::unique_ptr<Tensor> fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
+                                bool forward) {
+  constexpr const char* op = "_fft_c2c";
+  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
+  require_dtype(op, self, kComplex64);
+  double signal = 1;
+  for (int64_t d : dims) {
+    require_points(op, self.sizes[d]);
+    signal *= static_cast<double>(self.sizes[d]);
+  }
+  const float scale = scale_for(op, normalization, signal);
+  if (dims.empty()) {  // torch's result is a clone
+    auto copy = new_tensor(self.sizes, contiguous_strides(self.sizes), kComplex64);
+    if (copy->numel() > 0) Runtime::get().copy_tensor(*copy, self);
+    return copy;
+  }
+  auto out = new_tensor(self.sizes, fft_output_strides(self.strides, self.sizes, sorted_by_stride(dims, self.strides, false)),
+                        kComplex64);
+  if (out->numel() == 0) return out;
+  transform_complex(op, self, *out, dims, forward, scale);
+  return out;
+}
+
+std::unique_ptr<Tensor> fft_c2r(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
+                                int64_t last_dim_size) {
+  constexpr const char* op = "_fft_c2r";
+  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
+  require_dtype(op, self, kComplex64);
+  ETM_REQUIRE(!dims.empty(), op, ": dim must name at least one dimension");
+  require_points(op, last_dim_size);
+  const int64_t last = dims.back();
+  ETM_REQUIRE(self.sizes[last] >= last_dim_size / 2 + 1, op, ": a real signal of ", last_dim_size,
+              " points needs ", last_dim_size / 2 + 1, " input elements along dim ", last, ", got ",
+              self.sizes[last]);
+  double signal = static_cast<double>(last_dim_size);
+  const std::vector<int64_t> rest(dims.begin(), dims.end() - 1);
+  for (int64_t d : rest) {
+    require_points(op, self.sizes[d]);
+    signal *= static_cast<double>(self.sizes[d]);
+  }
+  const float scale = scale_for(op, normalization, signal);
+  std::vector<int64_t> out_sizes = self.sizes;
+  out_sizes[last] = last_dim_size;
+  // torch's layout: that of a c2c over the other dims, then that of a 1-D transform of its result.
+  std::vector<int64_t> spectrum_strides = self.strides;
+  if (!rest.empty()) {
+    spectrum_strides = fft_output_strides(self.strides, self.sizes, sorted_by_stride(rest, self.strides, false));
+  }
+  auto out = new_tensor(out_sizes, fft_output_strides(spectrum_strides, out_sizes, {last}), kFloat32);
+  if (out->numel() == 0) return out;
+  const Tensor* spectrum = &self;
+  std::unique_ptr<Tensor> inner;
+  if (!rest.empty()) {
+    inner = new_tensor(self.sizes, spectrum_strides, kComplex64);
+    transform_complex(op, self, *inner, rest, false, 1.0f);
+    spectrum = inner.get();
+  }
+  transform_lines(op, {spectrum, out.get(), last, last_dim_size, last_dim_size, false, scale}, Load::hermitian);
+  return out;
+}
+
+}  // namespace etm::ops

@@ -1,0 +1,93 @@
+// Discrete Fourier transforms along one dimension (the steps of ATen's _fft_r2c, _fft_c2c and
+// _fft_c2r), in float32. A transform of length n over every line (the elements along the
+// transformed dimension) takes:
+//   fft_load_*   one thread per (element, line): the line into a contiguous complex work buffer
+//                (real input as (x, 0); a one-sided Hermitian spectrum extended to n elements).
+//   fft_pass     one thread per (element, line), once per factor p of n (Stockham autosort,
+//                decimation in time): combines p sub-transforms of length L into one of length
+//                L * p, reading one work buffer and writing the other. p is any factor, so any
+//                n works; a large prime factor p costs n * p operations per line.
+//   fft_store_*  one thread per (element, line): the first elements of each line, scaled, into
+//                the destination (complex, or the real part).
+// Twiddle factors come from precise::cospi / sinpi of an exact integer phase (q * k mod L') / L'.
+#include <metal_stdlib>
+using namespace metal;
+
+#include "params/fft.h"
+
+struct LineOffsets {
+  long source;
+  long destination;
+};
+
+inline LineOffsets line_offsets(constant FftLines& p, uint line) {
+  LineOffsets at = {0, 0};
+  for (int d = int(p.outer_dims) - 1; d >= 0; --d) {
+    const uint coordinate = line % p.outer_sizes[d];
+    line /= p.outer_sizes[d];
+    at.source += long(coordinate) * p.source_outer[d];
+    at.destination += long(coordinate) * p.destination_outer[d];
+  }
+  return at;
+}
+
+kernel void fft_load_real(const device float* source [[buffer(0)]], device float2* work [[buffer(1)]],
+                          constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const long at = line_offsets(p, position.y).source + long(position.x) * p.source_stride;
+  work[ulong(position.y) * p.length + position.x] = float2(source[at], 0.0f);
+}
+
+kernel void fft_load_complex(const device float2* source [[buffer(0)]], device float2* work [[buffer(1)]],
+                             constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const long at = line_offsets(p, position.y).source + long(position.x) * p.source_stride;
+  work[ulong(position.y) * p.length + position.x] = source[at];
+}
+
+// Element k of the full spectrum of a real signal from its first n / 2 + 1 elements:
+// X[k] = conj(X[n - k]) above n / 2.
+kernel void fft_load_hermitian(const device float2* source [[buffer(0)]], device float2* work [[buffer(1)]],
+                               constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const long line = line_offsets(p, position.y).source;
+  const uint k = position.x;
+  const bool mirrored = k > p.length / 2;
+  const float2 value = source[line + long(mirrored ? p.length - k : k) * p.source_stride];
+  work[ulong(position.y) * p.length + k] = mirrored ? float2(value.x, -value.y) : value;
+}
+
+// Stage (L -> L' = L * p) of the Stockham transform. Before it, sub-transform j (of the
+// subsequence x[j + (n / L) t]) holds frequency k at index k * (n / L) + j; after it, with
+// m = n / L', Y'[j', k + L r] = sum_q Y[j' + m q, k] * w^(q (k + L r)), w = exp(sign 2 pi i / L').
+kernel void fft_pass(const device float2* input [[buffer(0)]], device float2* output [[buffer(1)]],
+                     constant FftPass& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const uint combined = p.span * p.radix;  // L'
+  const uint m = p.length / combined;
+  const uint frequency = position.x / m;   // k + L r
+  const uint j = position.x % m;
+  const uint k = frequency % p.span;
+  const device float2* line = input + ulong(position.y) * p.length;
+  const uint base = k * (m * p.radix) + j;
+  float2 sum = float2(0.0f);
+  uint phase = 0;  // q * frequency mod L'
+  for (uint q = 0; q < p.radix; ++q) {
+    const float2 value = line[base + q * m];
+    const float turns = 2.0f * float(phase) / float(combined);
+    const float c = precise::cospi(turns);
+    const float s = p.sign * precise::sinpi(turns);
+    sum += float2(value.x * c - value.y * s, value.x * s + value.y * c);
+    phase += frequency;
+    if (phase >= combined) phase -= combined;
+  }
+  output[ulong(position.y) * p.length + position.x] = sum;
+}
+
+kernel void fft_store_complex(const device float2* work [[buffer(0)]], device float2* destination [[buffer(1)]],
+                              constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const long at = line_offsets(p, position.y).destination + long(position.x) * p.destination_stride;
+  destination[at] = work[ulong(position.y) * p.length + position.x] * p.scale;
+}
+
+kernel void fft_store_real(const device float2* work [[buffer(0)]], device float* destination [[buffer(1)]],
+                           constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const long at = line_offsets(p, position.y).destination + long(position.x) * p.destination_stride;
+  destination[at] = work[ulong(position.y) * p.length + position.x].x * p.scale;
+}

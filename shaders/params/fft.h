@@ -1,0 +1,40 @@
+// Parameters of the kernels in shaders/fft.metal (host side: native/ops/fft.cpp).
+#pragma once
+
+#include "params/common.h"
+
+#ifndef __METAL_VERSION__
+namespace etm::ops {
+#endif
+
+// The transforms handle at most this many dimensions besides the transformed one.
+ETM_PARAMS_CONSTANT uint32 kFftOuterDims = 8;
+
+// Where the load and store kernels find each line (the elements along the transformed
+// dimension) of the source and the destination. Lines are numbered over the other dimensions
+// (last fastest); work buffers hold line after line, `length` elements each.
+struct FftLines {
+  int64 source_outer[kFftOuterDims];
+  int64 destination_outer[kFftOuterDims];
+  int64 source_stride;        // along the transformed dimension
+  int64 destination_stride;
+  uint32 outer_sizes[kFftOuterDims];
+  uint32 outer_dims;
+  uint32 length;              // n, the transform's length
+  uint32 source_length;       // elements of a source line (fft_load_hermitian reads up to n / 2 + 1)
+  float scale;                // applied by the stores
+};
+ETM_PARAMS_LAYOUT(FftLines, 192, scale, 188);
+
+// One Stockham pass (fft_pass).
+struct FftPass {
+  uint32 length;  // n
+  uint32 span;    // L: length of the sub-transforms already done
+  uint32 radix;   // p
+  float sign;     // -1 forward (exp(-2 pi i / n)), +1 inverse
+};
+ETM_PARAMS_LAYOUT(FftPass, 16, sign, 12);
+
+#ifndef __METAL_VERSION__
+}  // namespace etm::ops
+#endif
