@@ -204,7 +204,8 @@ class RegionWriter {
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
-          "etm__count), etm__count); " + matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+          "etm__count), etm__count); " +
+          matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
           "uint32_t etm__live = etm__count; (void)etm__live; "
           "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
           parameter_copies_ + "} " + group_sites_ + body_ + "\nreturn 0; }\n#endif\n";

@@ -184,12 +184,44 @@ inline void multiply_rows(const row_vector a[8], const row_vector b[8], row_vect
   for (int row = 0; row < 8; ++row) c[row] = sums[row];
 }
 
+// d = a * b + c (c null: zero) on float blocks of a full simdgroup, in the same order as
+// multiply_rows: a's elements are broadcast from its block, b's and c's rows read once, and d
+// (which may be a, b or c) written after every read.
+inline void multiply_blocks(const float* a, const float* b, const float* c, float* d) {
+  row_vector sums[8];
+  for (int row = 0; row < 8; ++row) {
+    if (c) {
+      __builtin_memcpy(&sums[row], c + 8 * row, sizeof(row_vector));
+    } else {
+      sums[row] = row_vector{};
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    row_vector b_row;
+    __builtin_memcpy(&b_row, b + 8 * k, sizeof(row_vector));
+#pragma GCC unroll 8
+    for (int row = 0; row < 8; ++row) sums[row] += a[8 * row + k] * b_row;
+  }
+  for (int row = 0; row < 8; ++row) __builtin_memcpy(d + 8 * row, &sums[row], sizeof(row_vector));
+}
+template <class TD, class TA, class TB, class TC>
+inline constexpr bool all_float = std::is_same_v<TD, float> && std::is_same_v<TA, float> &&
+                                  std::is_same_v<TB, float> && std::is_same_v<TC, float>;
+
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
                                           metal::simdgroup_matrix<TA, 8, 8>& a,
                                           metal::simdgroup_matrix<TB, 8, 8>& b,
                                           metal::simdgroup_matrix<TC, 8, 8>& c) {
+  if constexpr (all_float<TD, TA, TB, TC>) {
+    if (g.full()) {
+      multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)),
+                      reinterpret_cast<float*>(g.block(c)), reinterpret_cast<float*>(g.block(d)));
+      return;
+    }
+  }
   row_vector ma[8], mb[8], mc[8];
   gather(g, a, ma);
   gather(g, b, mb);
@@ -201,6 +233,13 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
 template <class TD, class TA, class TB>
 inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
                                metal::simdgroup_matrix<TA, 8, 8>& a, metal::simdgroup_matrix<TB, 8, 8>& b) {
+  if constexpr (all_float<TD, TA, TB, float>) {
+    if (g.full()) {
+      multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)), nullptr,
+                      reinterpret_cast<float*>(g.block(d)));
+      return;
+    }
+  }
   row_vector ma[8], mb[8], mc[8] = {};
   gather(g, a, ma);
   gather(g, b, mb);
@@ -223,7 +262,8 @@ inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>&
         continue;
       }
       for (ulong column = 0; column < 8; ++column) {
-        const S* from = transpose_matrix ? origin + column * elements_per_row + row : origin + row * elements_per_row + column;
+        const S* from =
+            transpose_matrix ? origin + column * elements_per_row + row : origin + row * elements_per_row + column;
         elements[8 * row + column] = T(*from);
       }
     }
@@ -263,7 +303,8 @@ inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
     for (ulong column = at.column; column < at.column + 2; ++column) {
-      D* to = transpose_matrix ? origin + column * elements_per_row + at.row : origin + at.row * elements_per_row + column;
+      D* to =
+          transpose_matrix ? origin + column * elements_per_row + at.row : origin + at.row * elements_per_row + column;
       *to = D(elements[8 * at.row + column]);
     }
   }
