@@ -355,27 +355,33 @@ struct collective {
   }
 };
 
-// A simdgroup-wide reduction, computed by the first of its threads to ask. With every lane
-// joined it combines lanes 0..31 in order, as reduce_lanes does, from the packed operands.
-template <class T, class Combine> inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
-  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
+// A simdgroup-wide reduction into the site's cache. With every lane joined it combines lanes
+// 0..31 in order, as reduce_lanes does, from the packed operands. Out of line: once per
+// simdgroup, while every thread reads the cache.
+template <class T, class Combine>
+__attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
   const uint32_t base = index & ~31u;
-  if (c.cached_base != base) {
-    T result;
-    if (c.lanes_joined(base) == 0xffffffffu) {
-      const unsigned char* values = c.slots + size_t(base) * sizeof(T);
-      __builtin_memcpy(static_cast<void*>(&result), values, sizeof(T));
-      for (uint32_t lane = 1; lane < 32; ++lane) {
-        T value;
-        __builtin_memcpy(static_cast<void*>(&value), values + lane * sizeof(T), sizeof(T));
-        result = T(combine(result, value));
-      }
-    } else {
-      result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
+  T result;
+  if (c.lanes_joined(base) == 0xffffffffu) {
+    const unsigned char* values = c.slots + size_t(base) * sizeof(T);
+    __builtin_memcpy(static_cast<void*>(&result), values, sizeof(T));
+    for (uint32_t lane = 1; lane < 32; ++lane) {
+      T value;
+      __builtin_memcpy(static_cast<void*>(&value), values + lane * sizeof(T), sizeof(T));
+      result = T(combine(result, value));
     }
-    __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
-    c.cached_base = base;
+  } else {
+    result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
   }
+  __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
+  c.cached_base = base;
+}
+
+// A simdgroup-wide reduction, computed by the first of its threads to ask.
+template <class T, class Combine>
+__attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
+  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
+  if (c.cached_base != (index & ~31u)) reduce_simdgroup<T>(c, index, combine);
   T result;
   __builtin_memcpy(static_cast<void*>(&result), c.cached, sizeof(T));
   return result;
