@@ -134,15 +134,18 @@ def test_vectors_swizzles_and_narrow_types(library):
 def test_collectives_over_partial_simdgroups(library):
     n = 200  # threadgroups of 64: the last has 8 threads, so its simdgroup has 24 inactive lanes
     rng = np.random.default_rng(2)
-    x = rng.integers(-8, 9, n).astype(np.float32)
+    # Magnitudes from 1e-3 to 1e3: a float32 sum depends on its order (Metal's on both paths:
+    # lane 0, 1, ..., 31, rounding after each step).
+    x = (rng.integers(-8, 9, n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
     sums, scans, shifted = (np.zeros(n, np.float32) for _ in range(3))
     votes = np.zeros(n, np.uint64)
     library.function("collectives")(x, sums, scans, votes, shifted, n, threads=n, group=64)
     for start in range(0, n, 32):
         group = x[start:start + 32]
         lanes = len(group)
-        np.testing.assert_array_equal(sums[start:start + lanes], np.full(lanes, group.sum()))
-        np.testing.assert_array_equal(scans[start:start + lanes], np.cumsum(group) - group)
+        in_order = np.cumsum(group, dtype=np.float32)  # rounds to float32 after each step
+        np.testing.assert_array_equal(sums[start:start + lanes], np.full(lanes, in_order[-1]))
+        np.testing.assert_array_equal(scans[start:start + lanes], np.concatenate([[0], in_order[:-1]]))
         vote = sum(1 << k for k in range(lanes) if group[k] > 0)
         assert (votes[start:start + lanes] == vote).all()
         padded = np.concatenate([group, np.zeros(32 - lanes, np.float32)])  # inactive: zero

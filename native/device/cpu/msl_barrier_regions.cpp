@@ -204,7 +204,8 @@ class RegionWriter {
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
-          "etm__count), etm__count); bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+          "etm__count), etm__count); " +
+          matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
           "uint32_t etm__live = etm__count; (void)etm__live; "
           "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
           parameter_copies_ + "} " + group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
@@ -565,7 +566,7 @@ class RegionWriter {
       sites.push_back(site);
       sites_ += "etm_regions::collective " + site +
                 "(__builtin_alloca(size_t(etm__count) * etm_regions::kCollectiveSlotBytes), "
-                "__builtin_alloca(size_t((etm__count + 31u) / 32u) * 8u)); ";
+                "__builtin_alloca(etm_regions::collective::joined_bytes(etm__count)), etm__count); ";
       region_reset_ += site + ".reset(etm__index); ";
       std::string operand = "true";
       if (collective_operands(call.name) == 1) {
@@ -833,13 +834,24 @@ class RegionWriter {
     }
   }
 
+  // The simdgroups' matrix storage (zeroed, as the frames are), when the kernel has matrices.
+  std::string matrix_storage() const {
+    if (matrix_members_.empty()) return "";
+    return "struct etm__matrix_group { " + matrix_members_ +
+           "}; const uint32_t etm__simdgroups = (etm__count + 31u) / 32u; if (sizeof(etm__frame) * etm__count + "
+           "sizeof(etm__matrix_group) * etm__simdgroups > etm_regions::kMaxFrameBytes) return 1; "
+           "etm__matrix_group* etm__matrices = "
+           "etm_regions::construct_frames<etm__matrix_group>(__builtin_alloca(sizeof(etm__matrix_group) * "
+           "etm__simdgroups), etm__simdgroups); ";
+  }
+
   // The per-thread names in scope, as references into the thread's frame.
   std::string aliases() const {
     std::string code;
     for (const auto& scope : scopes_) {
       for (const Name& n : scope) {
         if (n.per_thread && !n.storage.empty())
-          code += "auto& " + n.name + " = " + n.storage + "; (void)" + n.name + "; ";
+          code += "auto&& " + n.name + " = " + n.storage + "; (void)" + n.name + "; ";
       }
     }
     return code;
@@ -1003,15 +1015,23 @@ class RegionWriter {
         member_type = frame_member_type("std::remove_cv_t<" + type + ">" + dimensions);
       }
       const std::string member = "m" + std::to_string(next_member_++) + "_" + declared;
-      members_ += member_type + " " + member + "; ";
-      region_code_ += "auto& " + declared + " = etm__frames[etm__index]." + member + "; (void)" + declared + "; ";
+      std::string storage = "etm__frames[etm__index]." + member;
+      if (matrix) {
+        // Matrices are stored by simdgroup (etm_regions::lane_matrices), the lanes side by side.
+        matrix_members_ += "etm_regions::lane_matrices<" + member_type + "> " + member + "; ";
+        storage = "etm_regions::lane_at(etm__matrices[etm__index >> 5]." + member + ", etm__index & 31u)";
+      } else {
+        members_ += member_type + " " + member + "; ";
+      }
+      region_code_ += "auto&& " + declared + " = " + storage + "; (void)" + declared + "; ";
       if (j < stop && !dimensions.empty()) {
-        // An array initialiser fills a local array of the same type, copied into the frame.
+        // An array initialiser fills a local array of the same type, copied into the thread's copy.
         std::string initial;
         region_text(t_.is(j, "=") ? j + 1 : j, stop, &initial);
-        region_code_ += "{ std::remove_cv_t<" + type + "> etm__initial" + dimensions + " = " + initial +
-                        "; __builtin_memcpy(static_cast<void*>(&" + declared +
-                        "), static_cast<const void*>(&etm__initial), sizeof(" + declared + ")); } ";
+        region_code_ += "{ std::remove_cv_t<" + type + "> etm__initial" + dimensions + " = " + initial + "; ";
+        region_code_ += matrix ? "etm_regions::assign_lane(" + declared + ", etm__initial); } "
+                               : "__builtin_memcpy(static_cast<void*>(&" + declared +
+                                     "), static_cast<const void*>(&etm__initial), sizeof(" + declared + ")); } ";
         region_has_code_ = true;
       } else if (j < stop) {
         std::string value;
@@ -1024,7 +1044,7 @@ class RegionWriter {
         region_code_ += declared + " = " + value + "; ";
         region_has_code_ = true;
       }
-      scopes_.back().push_back({declared, "etm__frames[etm__index]." + member, true, matrix, member_type});
+      scopes_.back().push_back({declared, storage, true, matrix, member_type});
       part = stop + 1;
       if (t_.is(stop, ";")) break;
     }
@@ -1144,7 +1164,7 @@ class RegionWriter {
         "etm_regions::active_lanes(etm__done, etm__base, etm__count); if (!etm__active) continue; const uint32_t "
         "etm__index = etm__base + uint32_t(__builtin_ctzll(etm__active)); " +
         thread_code_ + aliases() +
-        "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base, sizeof(etm__frame)}; "
+        "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base}; "
         "etm_regions::" +
         name + "(etm__simdgroup, " + call + "); }";
   }
@@ -1158,6 +1178,7 @@ class RegionWriter {
   std::vector<std::vector<Name>> scopes_;
   std::set<std::string> matrix_names_;
   std::string members_;
+  std::string matrix_members_;  // of etm__matrix_group: the simdgroup matrices, by simdgroup
   std::string member_types_;  // the frame members' type aliases, in declaration order
   std::string group_sites_;   // the c10 group helpers' call sites (etm_regions::group_call)
   std::string group_stand_ins_;

@@ -1,9 +1,9 @@
 // Support for kernels the translator turned into barrier regions (msl_barrier_regions.cpp):
 // one call runs a whole threadgroup, the code between barriers as loops over its threads,
-// with every thread's values that live across a barrier in a frame of its own. A SIMD-group
-// matrix operation runs once per simdgroup between two regions: it reads and writes the
-// 2-element fragments of all 32 lanes straight from their frames (the lanes' copies of one
-// variable lie `stride` bytes apart) and multiplies as plain 8x8 matrices. A simd_* / quad_*
+// with every thread's values that live across a barrier in a frame of its own (simdgroup
+// matrices in their simdgroup's storage, one 8x8 block per matrix). A SIMD-group matrix
+// operation runs once per simdgroup between two regions, on whole rows of those blocks, and
+// multiplies as plain 8x8 matrices. A simd_* / quad_*
 // collective becomes two regions: every thread that reaches it publishes its operand into the
 // call site's lane array, then every such thread computes its result from the array
 // (reductions once per simdgroup); shuffle_and_fill publishes its data and filling value.
@@ -30,36 +30,96 @@
 namespace etm_regions {
 using metal::ulong2;
 
+// Per-thread simdgroup matrices live with their simdgroup, not in the threads' frames: each
+// matrix variable (each element of an array of them) is one 32-lane block in which lane l's
+// two elements sit at row-major position (row, column) of its fragment, so the block is the
+// 8x8 matrix itself, row by row. Matrix operations read and write whole rows; a thread's code
+// sees its own two elements through lane_at.
+constexpr uint32_t matrix_slot(uint32_t lane) {
+  const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
+  return (at.row * 8 + at.column) / 2;
+}
+struct matrix_slot_table {
+  uint8_t slot[32];
+};
+constexpr matrix_slot_table make_matrix_slots() {
+  matrix_slot_table table{};
+  for (uint32_t lane = 0; lane < 32; ++lane) table.slot[lane] = uint8_t(matrix_slot(lane));
+  return table;
+}
+inline constexpr matrix_slot_table kMatrixSlots = make_matrix_slots();
+
+template <class T> struct is_matrix_storage : std::false_type {};
+template <class T> struct is_matrix_storage<metal::simdgroup_matrix<T, 8, 8>> : std::true_type {};
+template <class T, size_t N> struct is_matrix_storage<T[N]> : is_matrix_storage<T> {};
+
+// The simdgroup's blocks of a per-thread variable of type T (a matrix or an array of them).
+template <class T> struct lane_matrices {
+  static_assert(is_matrix_storage<T>::value, "only simdgroup matrices and arrays of them are stored by simdgroup");
+  alignas(16) unsigned char bytes[32 * sizeof(T)];
+};
+
+template <class T> struct lane_array;
+
+// Lane `lane`'s copy of a variable of type T whose blocks start at `block`: a matrix
+// reference, or for an array a view indexing into its elements' blocks.
+template <class T> inline decltype(auto) lane_at(unsigned char* block, uint32_t lane) {
+  if constexpr (std::is_array_v<T>) {
+    return lane_array<T>{block, lane};
+  } else {
+    return *reinterpret_cast<T*>(block + kMatrixSlots.slot[lane] * sizeof(T));
+  }
+}
+template <class T> struct lane_array {
+  using element = std::remove_extent_t<T>;
+  unsigned char* block;
+  uint32_t lane;
+  template <class I> decltype(auto) operator[](I index) const {
+    return lane_at<element>(block + size_t(index) * 32 * sizeof(element), lane);
+  }
+};
+template <class T> inline decltype(auto) lane_at(lane_matrices<T>& storage, uint32_t lane) {
+  return lane_at<T>(storage.bytes, lane);
+}
+
+// A thread's copy of an array of matrices set from a value of the array's type (an initialiser).
+template <class View, class T> inline void assign_lane(View&& view, const T& value) {
+  if constexpr (std::is_array_v<T>) {
+    for (size_t i = 0; i < std::extent_v<T>; ++i) assign_lane(view[i], value[i]);
+  } else {
+    view = value;
+  }
+}
+
 // The simdgroup a matrix operation runs for: its active lanes (not returned, inside the
-// group), the lane whose frame the call's arguments were evaluated in, and the frame size.
+// group) and the lane whose view the call's arguments were evaluated in.
 struct simdgroup {
   uint64_t active;
   uint32_t leader_lane;
-  size_t stride;
 
-  template <class T> T& of_lane(T& leader_copy, uint32_t lane) const {
-    const ptrdiff_t offset = (ptrdiff_t(lane) - ptrdiff_t(leader_lane)) * ptrdiff_t(stride);
-    return *reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(&leader_copy) + offset);
-  }
+  bool full() const { return active == 0xffffffffu; }
   bool has(uint32_t lane) const { return ((active >> lane) & 1u) != 0; }
+  // The matrix's block (its elements row by row) from the leader's copy.
+  template <class T> T* block(T& leader_copy) const { return &leader_copy - kMatrixSlots.slot[leader_lane]; }
 };
+
+// Bit i of the result: flags[base + i] is set, for the 32 flags from base (bool bytes 0 or 1).
+inline uint64_t lane_flags(const bool* flags, uint32_t base) {
+  uint64_t lanes = 0;
+  for (uint32_t word = 0; word < 4; ++word) {
+    uint64_t bytes;
+    __builtin_memcpy(&bytes, flags + base + 8 * word, sizeof bytes);
+    // The multiplication moves the low bit of byte i to bit 56 + i (no partial products overlap).
+    lanes |= (((bytes & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56) << (8 * word);
+  }
+  return lanes;
+}
 
 // Lanes [base, base + 32) of the group that are inside it and have not returned.
 inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
+  if (count - base >= 32u) return ~lane_flags(done, base) & 0xffffffffu;
   uint64_t active = 0;
-  const uint32_t end = count - base < 32u ? count - base : 32u;
-  if (end == 32u) {
-    // Eight flags at a time: a bool is the byte 0 or 1, and the multiplication moves the low
-    // bit of byte i to bit 56 + i (the partial products never overlap, so nothing carries).
-    for (uint32_t word = 0; word < 4; ++word) {
-      uint64_t flags;
-      __builtin_memcpy(&flags, done + base + 8 * word, sizeof flags);
-      const uint64_t live = ~flags & 0x0101010101010101ull;
-      active |= ((live * 0x0102040810204080ull) >> 56) << (8 * word);
-    }
-    return active;
-  }
-  for (uint32_t lane = 0; lane < end; ++lane)
+  for (uint32_t lane = 0; lane < count - base; ++lane)
     if (!done[base + lane]) active |= uint64_t(1) << lane;
   return active;
 }
@@ -67,47 +127,46 @@ inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
 // An 8x8 float matrix as eight row vectors (AVX registers where the ISA has them).
 typedef float row_vector __attribute__((vector_size(32)));
 
-// All 64 elements of a matrix from the lanes' fragments; inactive lanes read as zero, as on
-// the fiber path.
+// All 64 elements of a matrix; inactive lanes read as zero, as on the fiber path.
 template <class T>
 inline void gather(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, row_vector out[8]) {
-  if (g.active == 0xffffffffu) {  // a full simdgroup: no lane to skip
-#pragma GCC unroll 32
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-      const auto& fragment = g.of_lane(m, lane).elements;
-      out[at.row][at.column] = float(fragment.x);
-      out[at.row][at.column + 1] = float(fragment.y);
+  const T* elements = reinterpret_cast<const T*>(g.block(m));
+  if (g.full()) {
+    for (int row = 0; row < 8; ++row) {
+      if constexpr (std::is_same_v<T, float>) {
+        __builtin_memcpy(&out[row], elements + 8 * row, sizeof(row_vector));
+      } else {
+        for (int column = 0; column < 8; ++column) out[row][column] = float(elements[8 * row + column]);
+      }
     }
     return;
   }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
     const bool in = g.has(lane);
-    const auto& fragment = g.of_lane(m, in ? lane : g.leader_lane).elements;
-    out[at.row][at.column] = in ? float(fragment.x) : 0.0f;
-    out[at.row][at.column + 1] = in ? float(fragment.y) : 0.0f;
+    out[at.row][at.column] = in ? float(elements[8 * at.row + at.column]) : 0.0f;
+    out[at.row][at.column + 1] = in ? float(elements[8 * at.row + at.column + 1]) : 0.0f;
   }
 }
 
 template <class T>
 inline void scatter(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& m, const row_vector in[8]) {
-  if (g.active == 0xffffffffu) {
-#pragma GCC unroll 32
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-      auto& fragment = g.of_lane(m, lane).elements;
-      fragment.x = T(in[at.row][at.column]);
-      fragment.y = T(in[at.row][at.column + 1]);
+  T* elements = reinterpret_cast<T*>(g.block(m));
+  if (g.full()) {
+    for (int row = 0; row < 8; ++row) {
+      if constexpr (std::is_same_v<T, float>) {
+        __builtin_memcpy(elements + 8 * row, &in[row], sizeof(row_vector));
+      } else {
+        for (int column = 0; column < 8; ++column) elements[8 * row + column] = T(in[row][column]);
+      }
     }
     return;
   }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-    auto& fragment = g.of_lane(m, lane).elements;
-    fragment.x = T(in[at.row][at.column]);
-    fragment.y = T(in[at.row][at.column + 1]);
+    elements[8 * at.row + at.column] = T(in[at.row][at.column]);
+    elements[8 * at.row + at.column + 1] = T(in[at.row][at.column + 1]);
   }
 }
 
@@ -125,12 +184,44 @@ inline void multiply_rows(const row_vector a[8], const row_vector b[8], row_vect
   for (int row = 0; row < 8; ++row) c[row] = sums[row];
 }
 
+// d = a * b + c (c null: zero) on float blocks of a full simdgroup, in the same order as
+// multiply_rows: a's elements are broadcast from its block, b's and c's rows read once, and d
+// (which may be a, b or c) written after every read.
+inline void multiply_blocks(const float* a, const float* b, const float* c, float* d) {
+  row_vector sums[8];
+  for (int row = 0; row < 8; ++row) {
+    if (c) {
+      __builtin_memcpy(&sums[row], c + 8 * row, sizeof(row_vector));
+    } else {
+      sums[row] = row_vector{};
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    row_vector b_row;
+    __builtin_memcpy(&b_row, b + 8 * k, sizeof(row_vector));
+#pragma GCC unroll 8
+    for (int row = 0; row < 8; ++row) sums[row] += a[8 * row + k] * b_row;
+  }
+  for (int row = 0; row < 8; ++row) __builtin_memcpy(d + 8 * row, &sums[row], sizeof(row_vector));
+}
+template <class TD, class TA, class TB, class TC>
+inline constexpr bool all_float = std::is_same_v<TD, float> && std::is_same_v<TA, float> &&
+                                  std::is_same_v<TB, float> && std::is_same_v<TC, float>;
+
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
                                           metal::simdgroup_matrix<TA, 8, 8>& a,
                                           metal::simdgroup_matrix<TB, 8, 8>& b,
                                           metal::simdgroup_matrix<TC, 8, 8>& c) {
+  if constexpr (all_float<TD, TA, TB, TC>) {
+    if (g.full()) {
+      multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)),
+                      reinterpret_cast<float*>(g.block(c)), reinterpret_cast<float*>(g.block(d)));
+      return;
+    }
+  }
   row_vector ma[8], mb[8], mc[8];
   gather(g, a, ma);
   gather(g, b, mb);
@@ -142,6 +233,13 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
 template <class TD, class TA, class TB>
 inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
                                metal::simdgroup_matrix<TA, 8, 8>& a, metal::simdgroup_matrix<TB, 8, 8>& b) {
+  if constexpr (all_float<TD, TA, TB, float>) {
+    if (g.full()) {
+      multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)), nullptr,
+                      reinterpret_cast<float*>(g.block(d)));
+      return;
+    }
+  }
   row_vector ma[8], mb[8], mc[8] = {};
   gather(g, a, ma);
   gather(g, b, mb);
@@ -149,31 +247,35 @@ inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8
   scatter(g, d, mc);
 }
 
+// Element (r, c) of the matrix from source[(origin.y + r) * elements_per_row + origin.x + c],
+// or with transpose from the source's (c, r); lanes that are not active keep theirs.
 template <class T, class S>
 inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& destination, const S* source,
                            ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0ul, 0ul),
                            bool transpose_matrix = false) {
-  if (g.active == 0xffffffffu && !transpose_matrix) {  // the common case, unrolled: rows known
-    const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
-#pragma GCC unroll 32
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-      const S* from = origin + at.row * elements_per_row + at.column;
-      auto& fragment = g.of_lane(destination, lane).elements;
-      fragment.x = T(from[0]);
-      fragment.y = T(from[1]);
+  T* elements = reinterpret_cast<T*>(g.block(destination));
+  const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
+  if (g.full()) {
+    for (ulong row = 0; row < 8; ++row) {
+      if (!transpose_matrix && std::is_same_v<T, S>) {
+        __builtin_memcpy(elements + 8 * row, origin + row * elements_per_row, 8 * sizeof(T));
+        continue;
+      }
+      for (ulong column = 0; column < 8; ++column) {
+        const S* from =
+            transpose_matrix ? origin + column * elements_per_row + row : origin + row * elements_per_row + column;
+        elements[8 * row + column] = T(*from);
+      }
     }
     return;
   }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-    auto& fragment = g.of_lane(destination, lane).elements;
-    for (uint32_t k = 0; k < 2; ++k) {
-      const ulong row = at.row, column = at.column + k;
-      const ulong source_row = transpose_matrix ? column : row;
-      const ulong source_column = transpose_matrix ? row : column;
-      fragment[int(k)] = T(source[(matrix_origin.y + source_row) * elements_per_row + matrix_origin.x + source_column]);
+    for (ulong column = at.column; column < at.column + 2; ++column) {
+      const S* from = transpose_matrix ? origin + column * elements_per_row + at.row
+                                       : origin + at.row * elements_per_row + column;
+      elements[8 * at.row + column] = T(*from);
     }
   }
 }
@@ -182,69 +284,104 @@ template <class T, class D>
 inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>& matrix, D* destination,
                             ulong elements_per_row = 8, ulong2 matrix_origin = ulong2(0ul, 0ul),
                             bool transpose_matrix = false) {
-  if (g.active == 0xffffffffu && !transpose_matrix) {
-    D* origin = destination + matrix_origin.y * elements_per_row + matrix_origin.x;
-#pragma GCC unroll 32
-    for (uint32_t lane = 0; lane < 32; ++lane) {
-      const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-      D* to = origin + at.row * elements_per_row + at.column;
-      const auto& fragment = g.of_lane(matrix, lane).elements;
-      to[0] = D(fragment.x);
-      to[1] = D(fragment.y);
+  const T* elements = reinterpret_cast<const T*>(g.block(matrix));
+  D* origin = destination + matrix_origin.y * elements_per_row + matrix_origin.x;
+  if (g.full()) {
+    for (ulong row = 0; row < 8; ++row) {
+      if (!transpose_matrix && std::is_same_v<T, D>) {
+        __builtin_memcpy(origin + row * elements_per_row, elements + 8 * row, 8 * sizeof(T));
+        continue;
+      }
+      for (ulong column = 0; column < 8; ++column) {
+        D* to = transpose_matrix ? origin + column * elements_per_row + row : origin + row * elements_per_row + column;
+        *to = D(elements[8 * row + column]);
+      }
     }
     return;
   }
   for (uint32_t lane = 0; lane < 32; ++lane) {
     if (!g.has(lane)) continue;
     const etm_msl::fragment_position at = etm_msl::fragment_of_lane(lane);
-    const auto& fragment = g.of_lane(matrix, lane).elements;
-    for (uint32_t k = 0; k < 2; ++k) {
-      const ulong row = at.row, column = at.column + k;
-      const ulong target_row = transpose_matrix ? column : row;
-      const ulong target_column = transpose_matrix ? row : column;
-      destination[(matrix_origin.y + target_row) * elements_per_row + matrix_origin.x + target_column] =
-          D(fragment[int(k)]);
+    for (ulong column = at.column; column < at.column + 2; ++column) {
+      D* to =
+          transpose_matrix ? origin + column * elements_per_row + at.row : origin + at.row * elements_per_row + column;
+      *to = D(elements[8 * at.row + column]);
     }
   }
 }
 
-// One collective call site: each thread's published operand (64 bytes apart) and, per
-// simdgroup, the lanes that published. The region before the collective resets it thread by
-// thread (reset, then publish when the thread takes part); the region after reads it.
-struct collective {
-  unsigned char* slots;
-  uint64_t* joined;
-  uint32_t cached_base = UINT32_MAX;  // the simdgroup whose reduction `cached` holds
-  alignas(16) unsigned char cached[64];
-
-  collective(void* slot_storage, void* joined_storage)
-      : slots(static_cast<unsigned char*>(slot_storage)), joined(static_cast<uint64_t*>(joined_storage)) {}
-
-  void reset(uint32_t index) {
-    if ((index & 31u) == 0) joined[index >> 5] = 0;
-    if (index == 0) cached_base = UINT32_MAX;
-  }
-  template <class T> void publish(uint32_t index, const T& value) {
-    static_assert(sizeof(T) <= 64, "a SIMD-group collective exchanges at most 64 bytes per lane");
-    __builtin_memcpy(slots + size_t(index) * 64, static_cast<const void*>(&value), sizeof(T));
-    joined[index >> 5] |= uint64_t(1) << (index & 31u);
-  }
-  etm_msl::lane_values lanes(uint32_t index) const {
-    const uint32_t base = index & ~31u;
-    return {slots + size_t(base) * 64, 64, joined[index >> 5], index & 31u, 32u};
-  }
-};
 inline constexpr size_t kCollectiveSlotBytes = 64;
 
-// A simdgroup-wide reduction, computed by the first of its threads to ask.
-template <class T, class Combine> inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
-  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
-  const uint32_t base = index & ~31u;
-  if (c.cached_base != base) {
-    const T result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
-    __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
-    c.cached_base = base;
+// One collective call site: each thread's published operand (the operand type's size apart)
+// and whether it took part (one flag per thread, padded to whole simdgroups, so publishing
+// writes no word other threads write too). The region before the collective resets it thread
+// by thread (reset, then publish when the thread takes part); the region after reads it.
+struct collective {
+  unsigned char* slots;
+  bool* joined;
+  size_t stride = kCollectiveSlotBytes;  // the size of the operand type the site publishes
+  uint32_t cached_base = UINT32_MAX;  // the simdgroup whose reduction `cached` holds
+  uint32_t joined_base = UINT32_MAX;  // the simdgroup whose lanes `joined_lanes` holds
+  uint64_t joined_lanes = 0;
+  alignas(16) unsigned char cached[kCollectiveSlotBytes];
+
+  // Storage for `count` operands of up to kCollectiveSlotBytes and joined_bytes(count) flags.
+  collective(void* slot_storage, void* joined_storage, uint32_t count)
+      : slots(static_cast<unsigned char*>(slot_storage)), joined(static_cast<bool*>(joined_storage)) {
+    for (uint32_t i = count; i < joined_bytes(count); ++i) joined[i] = false;
   }
+  static constexpr size_t joined_bytes(uint32_t count) { return size_t((count + 31u) / 32u) * 32u; }
+
+  void reset(uint32_t index) {
+    joined[index] = false;
+    if (index == 0) cached_base = joined_base = UINT32_MAX;
+  }
+  template <class T> void publish(uint32_t index, const T& value) {
+    static_assert(sizeof(T) <= kCollectiveSlotBytes, "a SIMD-group collective exchanges at most 64 bytes per lane");
+    stride = sizeof(T);
+    __builtin_memcpy(slots + size_t(index) * sizeof(T), static_cast<const void*>(&value), sizeof(T));
+    joined[index] = true;
+  }
+  uint64_t lanes_joined(uint32_t base) {
+    if (joined_base != base) {
+      joined_lanes = lane_flags(joined, base);
+      joined_base = base;
+    }
+    return joined_lanes;
+  }
+  etm_msl::lane_values lanes(uint32_t index) {
+    const uint32_t base = index & ~31u;
+    return {slots + size_t(base) * stride, stride, lanes_joined(base), index & 31u, 32u};
+  }
+};
+
+// A simdgroup-wide reduction into the site's cache. With every lane joined it combines lanes
+// 0..31 in order, as reduce_lanes does, from the packed operands. Out of line: once per
+// simdgroup, while every thread reads the cache.
+template <class T, class Combine>
+__attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
+  const uint32_t base = index & ~31u;
+  T result;
+  if (c.lanes_joined(base) == 0xffffffffu) {
+    const unsigned char* values = c.slots + size_t(base) * sizeof(T);
+    __builtin_memcpy(static_cast<void*>(&result), values, sizeof(T));
+    for (uint32_t lane = 1; lane < 32; ++lane) {
+      T value;
+      __builtin_memcpy(static_cast<void*>(&value), values + lane * sizeof(T), sizeof(T));
+      result = T(combine(result, value));
+    }
+  } else {
+    result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
+  }
+  __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
+  c.cached_base = base;
+}
+
+// A simdgroup-wide reduction, computed by the first of its threads to ask.
+template <class T, class Combine>
+__attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
+  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
+  if (c.cached_base != (index & ~31u)) reduce_simdgroup<T>(c, index, combine);
   T result;
   __builtin_memcpy(static_cast<void*>(&result), c.cached, sizeof(T));
   return result;
