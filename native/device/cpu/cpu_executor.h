@@ -42,8 +42,9 @@ struct KernelDispatch {
 Status execute_dispatch(const KernelDispatch& dispatch);
 
 // On a fiber of a running group, or in a validated group that runs its threads in order: the
-// thread's thread_index_in_threadgroup and the threadgroup_barriers it has passed. False elsewhere.
-bool current_kernel_thread(uint32_t* index, uint32_t* barriers);
+// thread's thread_index_in_threadgroup, the threadgroup_barriers and (when asked) the SIMD-group
+// collectives it has passed. False elsewhere.
+bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs = nullptr);
 
 // The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.
 const etm_cpu_lane_calls& executor_lane_calls();
