@@ -6,8 +6,10 @@
 Every `*.metal` file under CHECKOUT/ROOT (default: MLX's kernel folder) becomes one library:
 quoted includes are inlined (searched next to the including file, then from CHECKOUT; each
 header once), and so are angle-bracket includes of files under CHECKOUT; `<metal_*>` includes
-stay. For PyTorch's kernels (--root aten/src/ATen/native/mps/kernels) the checkout needs the
-c10/metal headers, which the torch wheel ships (torch/include/c10/metal). Each library is created in a child process with a
+stay (<ATen/...> is also searched under CHECKOUT/aten/src). For PyTorch's kernels
+(--root aten/src/ATen/native/mps/kernels) the checkout needs the c10/metal headers and
+aten/src/ATen/native/mps/kernels/*.h, which the torch wheel ships (torch/include/c10/metal,
+torch/include/ATen/native/mps/kernels). Each library is created in a child process with a
 private cache (aoti_torch_mps_create_shader_library: translation, then a syntax-only compile
 of every kernel instantiation it has). Reports, per file and in total: compiled, declined
 (a feature the CPU device refuses by design, such as MetalPerformancePrimitives) or failed,
@@ -52,7 +54,9 @@ except etmetal_py.EtmetalError as error:
 def inline(path: Path, checkout: Path, seen: set) -> str:
     def replace(match):
         name = match.group(1) or match.group(2)
-        candidates = (path.parent / name, checkout / name) if match.group(1) else (checkout / name,)
+        # PyTorch's kernels include <ATen/...> from aten/src, where its build puts that path.
+        rooted = (checkout / name, checkout / "aten" / "src" / name)
+        candidates = (path.parent / name, *rooted) if match.group(1) else rooted
         for candidate in candidates:
             if candidate.exists():
                 resolved = candidate.resolve()

@@ -2,9 +2,10 @@
 
     python3 tools/validation_overhead.py [--repeat 7]
 
-The same kernels run in two child processes, one without and one with validation (the flag is
-fixed per process); each prints the median time per dispatch after a warm-up, and the ratio of
-the two medians is reported per kernel.
+Clean kernels of the sanitizer's tests (tests/cpu_device/validated_cases.py: an elementwise
+kernel, a barrier kernel, a SIMD-group reduction) run in two child processes, one without and
+one with validation (the flag is fixed per process); each prints the median time per dispatch
+after a warm-up, and the ratio of the two medians is reported per kernel.
 """
 
 import argparse
@@ -21,42 +22,17 @@ import json, sys, time
 import numpy as np
 from etmetal_py.kernels import compile_library
 
-SOURCE = '''
-#include <metal_stdlib>
-using namespace metal;
-kernel void add(device const float* a, device const float* b, device float* y, uint i [[thread_position_in_grid]]) {
-  y[i] = a[i] + b[i];
-}
-kernel void reverse_groups(device const float* x, device float* y, uint i [[thread_position_in_grid]],
-                           uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
-  threadgroup float tile[256];
-  tile[t] = x[i];
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  y[i] = tile[n - 1 - t];
-}
-kernel void group_sums(device const float* x, device float* sums, uint i [[thread_position_in_grid]],
-                       uint t [[thread_position_in_threadgroup]], uint g [[threadgroup_position_in_grid]],
-                       uint lane [[thread_index_in_simdgroup]], uint simd [[simdgroup_index_in_threadgroup]],
-                       uint simds [[simdgroups_per_threadgroup]]) {
-  threadgroup float partial[32];
-  const float s = simd_sum(x[i]);
-  if (lane == 0) partial[simd] = s;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (t == 0) {
-    float total = 0.0f;
-    for (uint k = 0; k < simds; ++k) total += partial[k];
-    sums[g] = total;
-  }
-}
-'''
+sys.path.insert(0, sys.argv[2])
+from validated_cases import SOURCE  # the sanitizer tests' kernels: one clean kernel per execution path
+
 repeat = int(sys.argv[1])
 n = 1 << 18
 x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
 y = np.zeros(n, np.float32)
 sums = np.zeros(n // 256, np.float32)
 cases = {
-    "add": lambda f: f(x, x, y, threads=n, group=256),
-    "reverse_groups": lambda f: f(x, y, threadgroups=n // 256, group=256),
+    "scale": lambda f: f(x, y, 3, threads=n, group=256),
+    "reverse_groups": lambda f: f(x, y, threadgroups=n // 64, group=64),
     "group_sums": lambda f: f(x, sums, threadgroups=n // 256, group=256),
 }
 out = {}
@@ -77,7 +53,8 @@ print(json.dumps(out))
 def run(validate: bool, repeat: int) -> dict:
     env = dict(os.environ, ETMETAL_VALIDATE="1" if validate else "0", ETMETAL_DEVICE="cpu",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-c", CHILD, str(repeat)], env=env, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", CHILD, str(repeat), str(ROOT / "tests" / "cpu_device")], env=env,
+                            capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])

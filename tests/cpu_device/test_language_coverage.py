@@ -299,3 +299,43 @@ def test_kernel_template_declared_without_attributes_before_its_definition():
         out = np.zeros(6, dtype=np.float32)
         library.function("shifted_float")(out, values, np.array([2], dtype=np.uint32), threads=6)
         assert np.array_equal(out, values[2:])
+
+
+def test_aten_instantiation_spellings_enum_class_parameters_and_array_references():
+    # PyTorch's MPS kernels: `template[[host_name(...)]]` with no space, a kernel template whose
+    # default non-type argument names an earlier one (`int V = D`), helpers partially
+    # specialised on an enum class value, and `thread T (&)[N]` array-reference parameters.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        enum class Mode { SUM = 0, MAX };
+        template <Mode M, typename T> struct Combine {
+          static T apply(T a, T b) { return a + b; }
+        };
+        template <typename T> struct Combine<Mode::MAX, T> {
+          static T apply(T a, T b) { return max(a, b); }
+        };
+        template <Mode M, typename T, short N>
+        inline T fold(thread T (&values)[N]) {
+          T acc = values[0];
+          for (short i = 1; i < N; ++i) acc = Combine<M, T>::apply(acc, values[i]);
+          return acc;
+        }
+        template <typename T, int D, int V = D>
+        [[kernel]] void reduce_rows(device const T* in [[buffer(0)]], device T* out [[buffer(1)]],
+                                    uint row [[thread_position_in_grid]]) {
+          thread T values[D];
+          for (int i = 0; i < D; ++i) values[i] = in[row * D + i];
+          out[row] = fold<Mode::SUM, T, D>(values) + T(V - D) + fold<Mode::MAX, T, D>(values);
+        }
+        #define INSTANTIATE(T, D) \\
+          template[[host_name("reduce_rows_" #T "_" #D)]] [[kernel]] void reduce_rows<T, D>( \\
+              device const T*, device T*, uint);
+        INSTANTIATE(float, 4)
+        """)
+    with compile_library(source) as library:
+        rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+        out = np.zeros(3, dtype=np.float32)
+        library.function("reduce_rows_float_4")(rows, out, threads=3)
+        np.testing.assert_array_equal(out, rows.sum(axis=1) + rows.max(axis=1))

@@ -119,6 +119,17 @@ kernel void count_in_group(device int* counts, uint t [[thread_position_in_threa
 kernel void scale(device const float* x, device float* y, constant long& factor, uint i [[thread_position_in_grid]]) {
   y[i] = x[i] * float(factor);
 }
+
+// Each lane reads the previous lane's slot of its SIMD group's scratch: simdgroup_barrier orders
+// the writes before the reads when `ordered` is set; otherwise nothing does.
+kernel void simd_rotate(device const float* x, device float* y, constant int& ordered,
+                        uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float scratch[64];
+  scratch[32 * simd + lane] = x[i];
+  if (ordered) simdgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = scratch[32 * simd + (lane + 31) % 32];
+}
 """
 
 
@@ -309,3 +320,22 @@ def test_a_reported_dispatch_leaves_the_process_working(library):
     y2 = np.zeros(10, np.float32)
     library.function("scale")(x, y2, 2, threads=10)
     np.testing.assert_array_equal(y2, x * 2)
+
+
+@pytest.mark.slow
+def test_simdgroup_barrier_orders_its_lanes_and_its_absence_is_a_race(library):
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    library.function("simd_rotate")(x, y, 1, threads=64, group=64)
+    np.testing.assert_array_equal(y, np.roll(x.reshape(2, 32), 1, axis=1).reshape(64))
+    message = failure(lambda: library.function("simd_rotate")(x, y, 0, threads=64, group=64))
+    # Lanes run one after another. In each SIMD group lanes 1..31 read a slot the previous lane
+    # wrote with no collective between (31 races), lane 0 reads the slot of lane 31, which has not
+    # written it yet (uninitialised) and then writes the byte lane 0 read (a race): 33 per group.
+    lines = problems(message, "simd_rotate", 66)
+    read_line = at("y[i] = scratch[32 * simd + (lane + 31) % 32];")
+    scratch = offset_in(lines[1])
+    assert lines[0] == (thread(0, 0, 0) + f" reads 4 bytes at threadgroup memory offset {scratch + 124} that no "
+                        "thread of the group has written (uninitialised)" + read_line)
+    assert lines[1] == (thread(1, 0, 1) + f" reads 4 bytes at threadgroup memory offset {scratch}, which " +
+                        thread(0, 0, 0) + " wrote since the last threadgroup_barrier (a data race)" + read_line)

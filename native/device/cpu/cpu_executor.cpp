@@ -98,6 +98,7 @@ struct Fiber {
   FiberState state = FiberState::done;
   uint32_t index = 0;
   uint32_t barriers = 0;  // threadgroup_barriers passed
+  uint32_t simd_syncs = 0;  // SIMD-group collectives passed (simdgroup_barrier among them)
   FiberScheduler* scheduler = nullptr;
   // The pending SIMD exchange.
   const void* site = nullptr;
@@ -159,6 +160,7 @@ class FiberScheduler {
       f.state = FiberState::runnable;
       f.index = i;
       f.barriers = 0;
+      f.simd_syncs = 0;
       f.scheduler = this;
       // Staggered stack tops keep the fibers' hot frames out of one cache set.
       auto* top = static_cast<unsigned char*>(stacks_[i]->top()) - (i * 832u) % 4096u;
@@ -375,6 +377,19 @@ void run_job(Job* job) {
   tl_context = saved;
 }
 
+// The thread a validated kernel without barriers runs now on this worker (kNoSequentialThread:
+// none); such kernels run their threads one after another, without fibers.
+constexpr uint32_t kNoSequentialThread = UINT32_MAX;
+thread_local uint32_t tl_sequential_thread = kNoSequentialThread;
+
+void run_threads_in_order(const KernelDispatch& dispatch, const etm_cpu_group& group) {
+  for (uint32_t t = 0; t < group.thread_count; ++t) {
+    tl_sequential_thread = t;
+    dispatch.thread_entry(&dispatch.launch, &group, t);
+  }
+  tl_sequential_thread = kNoSequentialThread;
+}
+
 void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
                 KernelFaultScope* scope) {
   const KernelDispatch& dispatch = job->dispatch();
@@ -395,6 +410,9 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
       } else if (dispatch.use_fibers) {
         if (!state.scheduler.run_group(job, &group)) break;
         if (dispatch.validation) dispatch.validation->end_group();
+      } else if (dispatch.validation) {
+        run_threads_in_order(dispatch, group);
+        dispatch.validation->end_group();
       } else {
         dispatch.loop_entry(&dispatch.launch, &group);
       }
@@ -542,16 +560,24 @@ void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_
   fiber->view = out;
   fiber->state = FiberState::at_exchange;
   context->scheduler->park(fiber);
+  ++fiber->simd_syncs;
 }
 
 }  // namespace
 
-bool current_kernel_thread(uint32_t* index, uint32_t* barriers) {
+bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs) {
   const ExecutionContext* context = tl_context;
   const Fiber* fiber = context && context->scheduler ? context->scheduler->current() : nullptr;
-  if (!fiber) return false;
+  if (!fiber) {
+    if (tl_sequential_thread == kNoSequentialThread) return false;
+    *index = tl_sequential_thread;
+    *barriers = 0;
+    if (simd_syncs) *simd_syncs = 0;
+    return true;
+  }
   *index = fiber->index;
   *barriers = fiber->barriers;
+  if (simd_syncs) *simd_syncs = fiber->simd_syncs;
   return true;
 }
 

@@ -28,19 +28,24 @@ constexpr uint64_t kConstantPadding = 256;
 // Reports kept word for word; the others are counted.
 constexpr size_t kReportsKept = 8;
 
-// What the group's threads did to one byte of threadgroup memory. Epochs count the
-// threadgroup_barriers a thread has passed, plus one (0: not in this group).
 constexpr uint32_t kNoThread = UINT32_MAX;
 constexpr uint32_t kSeveralThreads = UINT32_MAX - 1;
+constexpr uint16_t kSeveralSimdgroups = UINT16_MAX;
 
 // What the group's threads did to one byte of threadgroup memory. Epochs count the
 // threadgroup_barriers a thread has passed, plus one (0: not in this group).
+// SIMD-group collectives (simdgroup_barrier, simd_sum, simdgroup_store, ...) order the accesses
+// of one SIMD group's lanes within an epoch: each access keeps how many its thread had passed.
 struct ShadowByte {
   uint32_t write_epoch;
   uint32_t read_epoch;
   uint32_t last_epoch;  // of the last checked access
+  uint32_t write_syncs;
+  uint32_t read_syncs;  // the most any reader of the epoch had passed
+  uint32_t last_syncs;
   uint16_t writer;
   uint16_t reader;
+  uint16_t read_simdgroup;  // of the epoch's readers, or kSeveralSimdgroups
   uint16_t last_thread;
   uint8_t written;
   uint8_t several_readers;
@@ -48,17 +53,27 @@ struct ShadowByte {
   uint8_t value_pending;  // a checked store has not happened yet when it is checked
 };
 
+uint16_t simdgroup_of(uint32_t thread) { return static_cast<uint16_t>(thread / kSimdWidth); }
+
+// An access by `thread`, which has passed `syncs` SIMD-group collectives, comes after one by a
+// lane of its own SIMD group that had passed fewer.
+bool simd_ordered(uint32_t thread, uint32_t syncs, uint16_t other_simdgroup, uint32_t other_syncs) {
+  return simdgroup_of(thread) == other_simdgroup && syncs > other_syncs;
+}
+
 // A write by `thread` in `epoch`: the thread that makes it a race (another thread wrote or
-// read the byte in the same epoch), kSeveralThreads, or kNoThread.
-uint32_t note_write(ShadowByte& s, uint16_t thread, uint32_t epoch) {
+// read the byte in the same epoch, unordered), kSeveralThreads, or kNoThread.
+uint32_t note_write(ShadowByte& s, uint16_t thread, uint32_t epoch, uint32_t syncs) {
   uint32_t other = kNoThread;
-  if (s.write_epoch == epoch && s.writer != thread) {
+  if (s.write_epoch == epoch && s.writer != thread && !simd_ordered(thread, syncs, simdgroup_of(s.writer), s.write_syncs)) {
     other = s.writer;
-  } else if (s.read_epoch == epoch && (s.reader != thread || s.several_readers)) {
+  } else if (s.read_epoch == epoch && (s.reader != thread || s.several_readers) &&
+             !simd_ordered(thread, syncs, s.read_simdgroup, s.read_syncs)) {
     other = s.reader != thread ? s.reader : kSeveralThreads;
   }
   s.written = 1;
   s.write_epoch = epoch;
+  s.write_syncs = syncs;
   s.writer = thread;
   return other;
 }
@@ -276,7 +291,7 @@ void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
     }
     const bool written_by_other = s.write_epoch == s.last_epoch && s.writer != s.last_thread;
     const uint32_t writer = s.last_thread;
-    const uint32_t racing = note_write(s, s.last_thread, s.last_epoch);
+    const uint32_t racing = note_write(s, s.last_thread, s.last_epoch, s.last_syncs);
     if (racing == kNoThread) continue;
     if (run_end != k || writer != run_writer || racing != run_other || written_by_other != run_wrote) {
       flush();
@@ -302,8 +317,8 @@ void DispatchValidation::report_race(uint64_t offset, uint64_t size, uint32_t ki
 
 void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site) {
   WorkerShadow& shadow = tl_shadow;
-  uint32_t thread = kNoThread, barriers = 0;
-  current_kernel_thread(&thread, &barriers);
+  uint32_t thread = kNoThread, barriers = 0, syncs = 0;
+  current_kernel_thread(&thread, &barriers, &syncs);
   bool inside = offset + size <= threadgroup_bytes_;
   for (uint64_t k = 0; inside && k < size; ++k) inside = threadgroup_valid_[offset + k] != 0;
   if (!inside) {
@@ -322,6 +337,7 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
   for (uint64_t k = 0; k < size; ++k) {
     ShadowByte& s = shadow.bytes[offset + k];
     s.last_thread = me;
+    s.last_syncs = syncs;
     // What an atomic operation changes is no plain write for infer_writes to find.
     s.last_epoch = kind == ETM_CPU_ACCESS_ATOMIC ? 0 : epoch;
     if (kind == ETM_CPU_ACCESS_ATOMIC) {
@@ -329,7 +345,8 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
     } else if (kind == ETM_CPU_ACCESS_LOAD) {
       if (!s.written) {
         uninitialised = true;
-      } else if (s.write_epoch == epoch && s.writer != me && other == kNoThread) {
+      } else if (s.write_epoch == epoch && s.writer != me && other == kNoThread &&
+                 !simd_ordered(me, syncs, simdgroup_of(s.writer), s.write_syncs)) {
         other = s.writer;
         other_did = "wrote";
       }
@@ -337,13 +354,17 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
         s.read_epoch = epoch;
         s.reader = me;
         s.several_readers = 0;
-      } else if (s.reader != me) {
-        s.several_readers = 1;
+        s.read_simdgroup = simdgroup_of(me);
+        s.read_syncs = syncs;
+      } else {
+        if (s.reader != me) s.several_readers = 1;
+        if (s.read_simdgroup != simdgroup_of(me)) s.read_simdgroup = kSeveralSimdgroups;
+        s.read_syncs = std::max(s.read_syncs, syncs);
       }
     } else {
       s.value_pending = 1;
       const bool written_by_other = s.write_epoch == epoch && s.writer != me;
-      const uint32_t racing = note_write(s, me, epoch);
+      const uint32_t racing = note_write(s, me, epoch, syncs);
       if (other == kNoThread && racing != kNoThread) {
         other = racing;
         other_did = written_by_other ? "wrote" : "read";

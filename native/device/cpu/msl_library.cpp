@@ -93,6 +93,7 @@ class KernelObject {
     // others run on the loop path.
     auto* lanes = static_cast<etm_cpu_lane_calls*>(::dlsym(object->handle_, "etm_cpu_lanes"));
     const bool needs_fibers = lanes != nullptr;
+    object->needs_fibers_ = needs_fibers;
     if (lanes) {
       // dlopen hands every load of one file the same object: fill its table once.
       static std::mutex fill_mutex;
@@ -130,6 +131,8 @@ class KernelObject {
   etm_cpu_thread_entry thread() const { return thread_; }
   etm_cpu_regions_entry regions() const { return regions_; }
   bool use_fibers() const { return use_fibers_; }
+  // The kernel calls threadgroup_barrier or a SIMD-group function.
+  bool needs_fibers() const { return needs_fibers_; }
   uint64_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
   // What Metal would count: without the unused bytes validation puts after each variable.
   uint64_t metal_static_threadgroup_bytes() const {
@@ -149,6 +152,7 @@ class KernelObject {
   etm_cpu_thread_entry thread_ = nullptr;
   etm_cpu_regions_entry regions_ = nullptr;  // null unless the kernel runs as barrier regions
   bool use_fibers_ = true;
+  bool needs_fibers_ = true;
   uint64_t static_threadgroup_bytes_ = 0;
   std::vector<std::pair<uint64_t, uint64_t>> static_ranges_;
   bool static_ranges_known_ = false;
@@ -286,8 +290,9 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.threadgroup_bytes = threadgroup_bytes;
     dispatch.timeout_ms = timeout_ms_;
     if (validation) {
-      // Checks need to know the running thread: every group runs on fibers.
-      dispatch.use_fibers = true;
+      // Checks need to know the running thread: groups run on fibers, or one thread after
+      // another (the executor tells which) when the kernel has no barriers.
+      dispatch.use_fibers = object_->needs_fibers();
       dispatch.regions_entry = nullptr;
       dispatch.validation = validation.get();
     }

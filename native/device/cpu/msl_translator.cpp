@@ -582,11 +582,7 @@ class Translator {
     const std::string arguments =
         text_.substr(tokens_[open_angle + 1].begin, tokens_[close_angle].begin - tokens_[open_angle + 1].begin);
 
-    const KernelTemplate* found = nullptr;
-    for (const KernelTemplate& t : templates_) {
-      if (t.name != base) continue;
-      if (!found || ends_with_path(t.namespace_path, qualifier)) found = &t;
-    }
+    const KernelTemplate* found = find_template(base, qualifier);
     if (!found) return fail(line, "instantiation of unknown kernel template '" + base + "'");
     if (host_name.empty()) return fail(line, "kernel instantiation of '" + base + "' needs [[host_name(\"...\")]]");
 
@@ -606,6 +602,18 @@ class Translator {
     insert_after(end - 1, "\n" + code + "\n#line " + std::to_string(tokens_[end - 1].line) + "\n");
   }
 
+  // The kernel template `name` an instantiation qualified by `qualifier` ("a::b::", "::" or "")
+  // means: the last declared whose namespace path ends with the qualifier, else the first of
+  // that name; null if none.
+  const KernelTemplate* find_template(const std::string& name, const std::string& qualifier) const {
+    const KernelTemplate* found = nullptr;
+    for (const KernelTemplate& t : templates_) {
+      if (t.name != name) continue;
+      if (!found || ends_with_path(t.namespace_path, qualifier)) found = &t;
+    }
+    return found;
+  }
+
   // `template [[host_name("k")]] [[kernel]] void f(const device float* x, ...);`: the template
   // arguments are deduced by the compiler from the parameter types (etm__deduce_f).
   void deduced_instantiation(size_t begin, size_t end, size_t parameters_open, const std::string& host_name,
@@ -618,11 +626,7 @@ class Translator {
     for (size_t j = parameters_open - 1; j > begin + 1 && is(j - 1, "::") && is_identifier(j - 2); j -= 2) {
       qualifier = spell(j - 2) + "::" + qualifier;
     }
-    const KernelTemplate* found = nullptr;
-    for (const KernelTemplate& t : templates_) {
-      if (t.name != base) continue;
-      if (!found || ends_with_path(t.namespace_path, qualifier)) found = &t;
-    }
+    const KernelTemplate* found = find_template(base, qualifier);
     if (!found) return fail(line, "instantiation of unknown kernel template '" + base + "'");
     if (host_name.empty()) return fail(line, "kernel instantiation of '" + base + "' needs [[host_name(\"...\")]]");
     std::vector<Parameter> parameters;
