@@ -25,49 +25,15 @@
 #include <metal_stdlib>
 using namespace metal;
 
-constant constexpr uint kBatchDims = 4;
-// Must match the constants of native/ops/attention.cpp.
-constant constexpr uint kBlockThreads = 64;   // threads of an sdpa_block group: two simdgroups
-// Threadgroup memory of an sdpa_block group (at most 31.5 KB with its slot state, of the 32 KB
-// limit, checked per instance; the sanitizer's guard bytes fit in the rest): the scaled query
-// rows of its slots and the scores of a block of keys.
-constant constexpr uint kQueryFloats = 6144;
-constant constexpr uint kTileScores = 1440;
+#include "params/attention.h"
+
+constant constexpr uint kBatchDims = kSdpaBatchDims;
+constant constexpr uint kBlockThreads = kSdpaBlockThreads;
+constant constexpr uint kQueryFloats = kSdpaQueryFloats;
+constant constexpr uint kTileScores = kSdpaTileScores;
 constant constexpr uint kSlotRun = 8;         // slots scored together: a vector of floats
-constant constexpr uint kFinishThreads = 64;  // threads of an sdpa_finish group
-constant constexpr uint kMaxSplits = 64;
-
-// Strides in elements of one tensor: four batch dimensions, then head, row (sequence) and
-// column (head dimension, or key for the mask).
-struct SdpaStrides {
-  long batch[kBatchDims];
-  long head;
-  long row;
-  long column;
-};
-
-// Must match etm::ops::SdpaParams (native/ops/attention.cpp).
-struct SdpaParams {
-  SdpaStrides q;
-  SdpaStrides k;
-  SdpaStrides v;
-  SdpaStrides mask;
-  uint batch_sizes[kBatchDims];
-  uint heads;          // query heads
-  uint kv_group;       // query heads per key/value head
-  uint rows;           // query length
-  uint keys;           // key/value length
-  uint head_dim;       // of query and key
-  uint value_dim;      // of value and output
-  uint splits;         // key splits per row
-  uint split_length;   // keys per split
-  uint causal;         // key j is visible from row i iff j <= i
-  uint block_heads;    // query heads of one key/value head per sdpa_block group
-  uint block_rows;     // query rows per sdpa_block group (block_heads * block_rows <= SLOTS)
-  uint block_keys;     // keys per block (block_keys * block_heads * block_rows <= kTileScores);
-                       // split_length is a multiple
-  float scale;
-};
+constant constexpr uint kFinishThreads = kSdpaFinishThreads;
+constant constexpr uint kMaxSplits = kSdpaMaxSplits;
 
 enum MaskKind : int { kNoMask = 0, kBoolMask = 1, kAdditiveMask = 2 };
 

@@ -8,6 +8,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "params/attention.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -17,18 +18,17 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr const char* kShaderFile = "attention.metal";
-constexpr int kBatchDims = 4;
+constexpr int kBatchDims = static_cast<int>(kSdpaBatchDims);
 constexpr int64_t kMaxDim = 256;
-// Must match the constants of shaders/attention.metal.
-constexpr uint32_t kBlockThreads = 64;
-constexpr int64_t kQueryFloats = 6144;
-constexpr int64_t kTileScores = 1440;
+constexpr uint32_t kBlockThreads = kSdpaBlockThreads;
+constexpr int64_t kQueryFloats = kSdpaQueryFloats;
+constexpr int64_t kTileScores = kSdpaTileScores;
 // Longer key blocks only lengthen the per-slot loops of a group with few slots (decode).
 constexpr int64_t kMaxBlockKeys = 128;
 // A split shorter than this spends more on its partial record than on its keys.
 constexpr int64_t kMinSplitKeys = 128;
-constexpr uint32_t kFinishThreads = 64;
-constexpr int64_t kMaxSplits = 64;
+constexpr uint32_t kFinishThreads = kSdpaFinishThreads;
+constexpr int64_t kMaxSplits = kSdpaMaxSplits;
 // Enough threads to fill the device: below this the keys are split across more threadgroups.
 constexpr int64_t kTargetThreads = 16384;
 
@@ -40,32 +40,6 @@ int64_t dim_class_of(int64_t dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 2
 // (slots * dim floats) and one slot per thread bound them.
 int64_t slots_for(int64_t dim_class) { return std::min<int64_t>(kBlockThreads, kQueryFloats / dim_class); }
 
-// Must match SdpaStrides / SdpaParams in shaders/attention.metal.
-struct SdpaStrides {
-  int64_t batch[kBatchDims];
-  int64_t head;
-  int64_t row;
-  int64_t column;
-};
-
-struct SdpaParams {
-  SdpaStrides q, k, v, mask;
-  uint32_t batch_sizes[kBatchDims];
-  uint32_t heads;
-  uint32_t kv_group;
-  uint32_t rows;
-  uint32_t keys;
-  uint32_t head_dim;
-  uint32_t value_dim;
-  uint32_t splits;
-  uint32_t split_length;
-  uint32_t causal;
-  uint32_t block_heads;
-  uint32_t block_rows;
-  uint32_t block_keys;
-  float scale;
-};
-static_assert(sizeof(SdpaParams) == 296, "SdpaParams must match the MSL layout");
 
 // Strides of a [batch..., head, row, column] tensor with its batch dimensions right-aligned
 // into four slots (missing ones: stride 0).
