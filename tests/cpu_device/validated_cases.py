@@ -239,6 +239,35 @@ def race(reader_or_writer, access, offset, other, did, where="", size=4, seen_by
             f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)" + where)
 
 
+WHOLE_THREADGROUP_MEMORY = """
+#include <metal_stdlib>
+using namespace metal;
+
+// Exactly Metal's 32 KiB of threadgroup memory in two arrays (validation adds guard bytes after
+// each, which are not the kernel's): each thread sums its slot of both halves.
+kernel void whole_threadgroup_memory(device const float* x, device float* y,
+                                     uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float low[4096];
+  threadgroup float high[4096];
+  for (uint k = t; k < 4096; k += 64) {
+    low[k] = x[k];
+    high[k] = x[k + 4096];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = low[t * 64] + high[4095 - t];
+}
+
+"""
+
+
+def test_32_kib_of_threadgroup_memory_loads_and_runs():
+    x, y = np.arange(8192, dtype=np.float32), np.zeros(64, np.float32)
+    with compiled(WHOLE_THREADGROUP_MEMORY) as library:
+        library.function("whole_threadgroup_memory")(x, y, threads=64, group=64)
+    t = np.arange(64)
+    np.testing.assert_array_equal(y, x[t * 64] + x[4096 + 4095 - t])
+
+
 def test_missing_barrier_is_a_race(core):
     x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
     message = failure(lambda: core.function("missing_barrier")(x, y, threadgroups=1, group=64))

@@ -484,10 +484,11 @@ class CpuLibrary : public Library {
     if (!status.ok()) return status;
     status = KernelObject::load(path, kernel, out);
     if (!status.ok()) return status;
-    if ((*out)->static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
+    // Metal's count: the guard bytes validation puts after each variable are not the kernel's.
+    if ((*out)->metal_static_threadgroup_bytes() > kThreadgroupMemoryLimit) {
       return Status::error(std::string(kMslSourceName) + ":" + std::to_string(kernel.line) + ": kernel '" +
                            kernel.name + "' declares " +
-                           std::to_string((*out)->static_threadgroup_bytes()) +
+                           std::to_string((*out)->metal_static_threadgroup_bytes()) +
                            " bytes of threadgroup memory; the limit is " + std::to_string(kThreadgroupMemoryLimit));
     }
     objects_[key] = *out;
