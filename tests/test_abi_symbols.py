@@ -1,5 +1,6 @@
 """The exported ABI: exactly the expected symbols, with torch 2.13's C signatures."""
 
+import importlib.util
 import re
 import shutil
 import sys
@@ -13,8 +14,18 @@ from etmetal_py import ffi, lib
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = sorted((ROOT / "native" / "include" / "etmetal").glob("*.h"))
-sys.path.insert(0, str(ROOT / "native"))
-from export_list import declared_functions  # noqa: E402  (the build's own export list)
+
+
+def _load_export_list():
+    """native/export_list.py, the build's own export list, loaded from its file: putting
+    native/ on sys.path would add native/executorch to the `executorch` namespace package."""
+    spec = importlib.util.spec_from_file_location("export_list", ROOT / "native" / "export_list.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+declared_functions = _load_export_list().declared_functions
 
 DECLARED = declared_functions(HEADERS)
 

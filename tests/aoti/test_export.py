@@ -13,6 +13,7 @@ import etmetal_py
 from aoti_testing import assert_outputs_close, load_runner, require_shader_compiler
 from etmetal_py.aoti import CompileError, ExportError, aoti_compile_and_package, export
 from etmetal_py.aoti._symbols import undefined_symbols
+from etmetal_py.aoti.aten_shims import aten_op_c_shims
 from etmetal_py.aoti.compile import build_inductor_configs, describe_compile_failure
 from etmetal_py.aoti.export import real_constants_of
 
@@ -187,18 +188,20 @@ def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
     fake_ops.custom_ops_to_c_shims = lambda: {op: declaration}
     monkeypatch.setitem(sys.modules, "etmetal_py.ops", fake_ops)
     configs = build_inductor_configs(None, external_weights=False)
-    assert configs["aot_inductor.custom_ops_to_c_shims"] == {op: declaration}
+    assert configs["aot_inductor.custom_ops_to_c_shims"] == {op: declaration, **aten_op_c_shims()}
     fake_ops.custom_ops_to_c_shims = {op: declaration}
     assert build_inductor_configs(None, False)["aot_inductor.custom_ops_to_c_shims"] == {
-        op: declaration}
+        op: declaration, **aten_op_c_shims()}
     fake_ops.custom_ops_to_c_shims = ["not", "a", "dict"]
     with pytest.raises(CompileError, match="must be a dict"):
         build_inductor_configs(None, False)
 
 
-def test_without_etmetal_ops_no_shims_are_added(monkeypatch):
+def test_without_etmetal_ops_only_the_aten_shims_are_added(monkeypatch):
+    shims = aten_op_c_shims()  # libetmetal's declarations of aten ops torch has no shim for
     monkeypatch.setitem(sys.modules, "etmetal_py.ops", None)  # import fails: module absent
-    assert "aot_inductor.custom_ops_to_c_shims" not in build_inductor_configs(None, False)
+    assert [str(op) for op in shims] == ["aten._fft_c2r.default"]
+    assert build_inductor_configs(None, False)["aot_inductor.custom_ops_to_c_shims"] == shims
 
 
 def test_compile_failures_name_the_op_being_compiled():

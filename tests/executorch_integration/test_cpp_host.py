@@ -26,7 +26,8 @@ def host(tmp_path_factory) -> Path:
         pytest.skip("no C++ compiler")
     import executorch
 
-    prefix = Path(list(executorch.__path__)[0])
+    # executorch is a namespace package: the wheel's portion is the one holding the headers.
+    prefix = next(Path(p) for p in executorch.__path__ if (Path(p) / "include" / "executorch").is_dir())
     backend = backend_library_path()
     binary = tmp_path_factory.mktemp("cpp_host") / "run_pte"
     rpath = ":".join(str(p) for p in (prefix / "lib", backend.parent))

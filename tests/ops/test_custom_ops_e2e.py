@@ -125,12 +125,15 @@ def test_c_shims_name_exported_functions():
         name = declaration.split("(")[0].split()[-1]
         c_type = etmetal_py.ffi.typeof(getattr(etmetal_py.lib, name))
         assert len(c_type.args) == declaration.count(",") + 1
+    from etmetal_py.aoti.aten_shims import aten_op_c_shims
     from etmetal_py.aoti.compile import build_inductor_configs, foreign_op_c_shims
 
     configs = build_inductor_configs(None, external_weights=False)
     by_name = {str(op): declarations for op, declarations in shims.items()}
     # Plus the foreign ops (transformers' experts op) another test may have registered.
     by_name.update({str(op): declarations for op, declarations in foreign_op_c_shims().items()})
+    # Plus libetmetal's aten ops that torch has no C shim for.
+    by_name.update({str(op): declarations for op, declarations in aten_op_c_shims().items()})
     assert {str(op): declarations for op, declarations
             in configs["aot_inductor.custom_ops_to_c_shims"].items()} == by_name
 
