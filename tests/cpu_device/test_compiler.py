@@ -13,6 +13,7 @@ import pytest
 
 import etmetal_py
 from cpu_device_testing import ShaderLibrary, device_array, require_cpu_device
+from etmetal_py.kernels import compile_library
 from etmetal_py.tensors import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +88,31 @@ def test_static_threadgroup_memory_over_32_kib_is_refused():
         }
         """))
     assert "32768" in message and "threadgroup memory" in message
+
+
+def test_each_kernel_counts_only_its_own_threadgroup_memory():
+    """Two kernels of one library with 20,000 bytes each: Metal counts each kernel's own."""
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        kernel void reversed(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+          threadgroup float tile[5000];
+          tile[i] = float(i);
+          threadgroup_barrier(mem_flags::mem_threadgroup);
+          out[i] = tile[63 - i];
+        }
+        kernel void doubled(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+          threadgroup float tile[5000];
+          tile[i] = 2.0f * float(i);
+          threadgroup_barrier(mem_flags::mem_threadgroup);
+          out[i] = tile[i ^ 1];
+        }
+        """)
+    with compile_library(source) as library:
+        for name, expected in (("reversed", np.arange(64)[::-1]), ("doubled", 2 * (np.arange(64) ^ 1))):
+            out = np.zeros(64, np.float32)
+            library.function(name)(out, threads=64, group=64)
+            np.testing.assert_array_equal(out, expected.astype(np.float32))
 
 
 def test_missing_kernel_name(msl):

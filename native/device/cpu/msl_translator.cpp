@@ -138,7 +138,8 @@ class Translator {
     if (!error_.empty()) return Status::error(error_);
     if (options_.suffix_float_literals) suffix_float_literals();
 
-    std::sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) {
+    // Stable: insertions at one place keep the order they were made in.
+    std::stable_sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
     std::string body;
@@ -472,6 +473,7 @@ class Translator {
 
     // `kernel` goes; the function becomes inline so that only the kernels an object is
     // built for are compiled to code.
+    const size_t head_edits = edits_.size();
     if (kernel_token != SIZE_MAX) {
       edits_.push_back({tokens_[kernel_token].begin, tokens_[kernel_token].end, has_inline ? "" : "inline"});
     } else if (!has_inline && first_specifier != SIZE_MAX) {
@@ -535,6 +537,16 @@ class Translator {
       k.line = line;
       k.entry_index = static_cast<uint32_t>(kernels_.size());
       code += entry_code(k.entry_index, wrapper_name, line, execution_note);
+      if (is(last, "}")) {
+        // Only the selected kernel's definition is compiled: an inline function that is never
+        // called still instantiates its threadgroup variables' slots, which reserve their bytes
+        // in the object whichever kernel declares them (Metal counts each kernel's own).
+        edits_.insert(edits_.begin() + static_cast<std::ptrdiff_t>(head_edits),
+                      Edit{tokens_[begin].begin, tokens_[begin].begin,
+                           "\n#if ETM_CPU_KERNEL_SELECTED(" + std::to_string(k.entry_index) + ")\n#line " +
+                               std::to_string(line) + "\n"});
+        code += "\n#endif";
+      }
       if (!add_kernel(std::move(k), line)) return;
     }
     insert_after(last, "\n" + code + "\n#line " + std::to_string(tokens_[last].line) + "\n");
