@@ -1,10 +1,11 @@
 """Generates a C++ source that embeds files into libetmetal as (path, contents, size) entries.
 
 usage: embed_files.py --root DIR --output FILE.cpp --include HEADER --namespace NS
-                      --symbol NAME [--directory SUBDIR ... --depfile FILE.d] [FILE ...]
+                      --symbol NAME [--directory SUBDIR ... --suffix .EXT ... --depfile FILE.d]
+                      [FILE ...]
 
-Embeds the FILEs given and every file under each DIR/SUBDIR, stored under its path relative
-to DIR. The generated source includes HEADER (which declares the two symbols) and defines
+Embeds the FILEs given and every file under each DIR/SUBDIR (with --suffix, only the files
+whose names end so), stored under its path relative to DIR. The generated source includes HEADER (which declares the two symbols) and defines
 `const EmbeddedFile NAME[]` and `const size_t NAME_count` in NS. With --depfile, the depfile
 names every embedded file and walked folder, so the build runs again when a file changes,
 appears or disappears. The output is rewritten only when it changes.
@@ -14,13 +15,16 @@ import os
 import sys
 
 
-def walk(directory):
-    """(files, folders) under `directory`, skipping editor and patch leftovers."""
+def walk(directory, suffixes):
+    """(files, folders) under `directory`, skipping editor and patch leftovers and, when
+    `suffixes` is not empty, files whose names end otherwise."""
     files, folders = [], []
     for parent, _, names in os.walk(directory):
         folders.append(parent)
         for name in names:
             if name.startswith(".") or name.endswith((".orig", ".rej", "~")):
+                continue
+            if suffixes and not name.endswith(tuple(suffixes)):
                 continue
             files.append(os.path.join(parent, name))
     return files, folders
@@ -64,13 +68,14 @@ def main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--symbol", required=True)
     parser.add_argument("--directory", action="append", default=[])
+    parser.add_argument("--suffix", action="append", default=[])
     parser.add_argument("--depfile")
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
     root = os.path.abspath(args.root)
     files, folders = [os.path.abspath(f) for f in args.files], []
     for directory in args.directory:
-        found, walked = walk(os.path.join(root, directory))
+        found, walked = walk(os.path.normpath(os.path.join(root, directory)), args.suffix)
         files += found
         folders += walked
     files = sorted(set(files))

@@ -3,8 +3,9 @@
 // triangular_solve: one thread per (right-hand-side column, batch) solves M x = b by forward
 //   (lower) or backward (upper) substitution, where M is A or, with `transpose`, A^T (so an upper
 //   A transposed solves as lower); `unit` takes M's diagonal as 1. With `identity_rhs` the
-//   right-hand side is the identity (cholesky_inverse). Results go to a contiguous [batch, n, k];
-//   a zero on the diagonal gives inf / NaN, as in torch.
+//   right-hand side is the identity (cholesky_inverse). Results go to [batch, n, k] with
+//   batches n * k apart and the rows and columns `x_strides` apart; a zero on the diagonal gives
+//   inf / NaN, as in torch.
 // copy_matrix: a contiguous copy of A broadcast to the batch (triangular_solve's second output).
 // lu_lower / lu_upper: L (unit lower, [m, min(m, n)]) and U (upper, [min(m, n), n]) from LU.
 // lu_permutation: one thread per batch applies the 1-based row swaps of `pivots` to 0 .. m - 1
@@ -34,7 +35,7 @@ kernel void triangular_solve(const device float* a [[buffer(0)]], const device f
   long a_offset, b_offset;
   batch_offsets(batch, p.batch_sizes, p.batch_dims, p.a_batch_strides, p.b_batch_strides, a_offset, b_offset);
   const device float* matrix = a + a_offset;
-  device float* solution = x + long(batch) * p.n * p.k + column;
+  device float* solution = x + long(batch) * p.n * p.k + long(column) * p.x_strides[1];
   const long row_stride = p.transpose ? p.a_strides[1] : p.a_strides[0];
   const long column_stride = p.transpose ? p.a_strides[0] : p.a_strides[1];
   const bool lower = (p.upper != 0) == (p.transpose != 0);
@@ -44,9 +45,9 @@ kernel void triangular_solve(const device float* a [[buffer(0)]], const device f
                                  : b[b_offset + long(i) * p.b_strides[0] + long(column) * p.b_strides[1]];
     const uint first = lower ? 0 : i + 1, last = lower ? i : p.n;
     for (uint j = first; j < last; ++j) {
-      value -= matrix[long(i) * row_stride + long(j) * column_stride] * solution[long(j) * p.k];
+      value -= matrix[long(i) * row_stride + long(j) * column_stride] * solution[long(j) * p.x_strides[0]];
     }
-    solution[long(i) * p.k] = p.unit ? value : value / matrix[long(i) * row_stride + long(i) * column_stride];
+    solution[long(i) * p.x_strides[0]] = p.unit ? value : value / matrix[long(i) * row_stride + long(i) * column_stride];
   }
 }
 

@@ -21,6 +21,16 @@ extern "C" AOTITorchError aoti_torch_mps_triangular_solve(AtenTensorHandle self,
   });
 }
 
+extern "C" AOTITorchError aoti_torch_mps_linalg_solve_triangular(AtenTensorHandle self, AtenTensorHandle B,
+                                                                 int32_t upper, int32_t left, int32_t unitriangular,
+                                                                 AtenTensorHandle* ret0) {
+  return guarded_encoding(__func__, [&] {
+    require_out(ret0, "ret0");
+    *ret0 = new_handle(etm::ops::linalg_solve_triangular(tensor_of(self), tensor_of(B), upper != 0, left != 0,
+                                                         unitriangular != 0));
+  });
+}
+
 extern "C" AOTITorchError aoti_torch_mps_cholesky_solve(AtenTensorHandle self, AtenTensorHandle input2,
                                                        int32_t upper, AtenTensorHandle* ret0) {
   return guarded_encoding(__func__, [&] {

@@ -24,41 +24,42 @@ constexpr int64_t kRowsPerGroup = 4 * kSimdgroups;
 std::unique_ptr<Tensor> gather_qmv(const Tensor& x, const Tensor& w, const Tensor& scales,
                                    const Tensor& biases, const Tensor& indices,
                                    int64_t group_size) {
-  require_device_tensor("X", x, 2);
-  const char* type_name = activation_type_name("X", x);
+  constexpr const char* op = "gather_qmv";
+  require_device_tensor(op, "X", x, 2);
+  const char* type_name = activation_type_name(op, "X", x);
   const int64_t P = x.sizes[0], K = x.sizes[1];
-  ETM_REQUIRE(P <= kMaxInt32Extent && K <= kMaxInt32Extent, "X is too large: ", P, " x ", K);
-  ETM_REQUIRE(K > 0 && K % 8 == 0, "K (X.size(1)) must be a positive multiple of 8, got ", K);
-  ETM_REQUIRE(is_supported_group_size(group_size),
+  ETM_REQUIRE(P <= kMaxInt32Extent && K <= kMaxInt32Extent, op, ": X is too large: ", P, " x ", K);
+  ETM_REQUIRE(K > 0 && K % 8 == 0, op, ": K (X.size(1)) must be a positive multiple of 8, got ", K);
+  ETM_REQUIRE(is_supported_group_size(group_size), op, ": ",
               "group_size must be 32, 64, 128 or 256, got ", group_size);
-  require_device_tensor("W", w, 3);
-  ETM_REQUIRE(w.dtype == static_cast<int32_t>(DType::uint8), "W must be uint8, got ",
+  require_device_tensor(op, "W", w, 3);
+  ETM_REQUIRE(w.dtype == static_cast<int32_t>(DType::uint8), op, ": W must be uint8, got ",
               dtype_name(w.dtype));
   const int64_t E = w.sizes[0], N = w.sizes[1];
-  ETM_REQUIRE(E <= kMaxInt32Extent && N <= kMaxInt32Extent, "W is too large");
-  ETM_REQUIRE(w.sizes[2] * 2 == K, "W must have K / 2 = ", K / 2, " bytes per row, got ",
+  ETM_REQUIRE(E <= kMaxInt32Extent && N <= kMaxInt32Extent, op, ": W is too large");
+  ETM_REQUIRE(w.sizes[2] * 2 == K, op, ": W must have K / 2 = ", K / 2, " bytes per row, got ",
               w.sizes[2]);
-  ETM_REQUIRE(w.strides[2] == 1, "W must be contiguous along its last dimension");
+  ETM_REQUIRE(w.strides[2] == 1, op, ": W must be contiguous along its last dimension");
   const int64_t groups = (K + group_size - 1) / group_size;
   using Named = std::pair<const char*, const Tensor*>;
   for (const auto& [what, t] : {Named{"S", &scales}, Named{"Z", &biases}}) {
-    require_device_tensor(what, *t, 3);
-    ETM_REQUIRE(t->dtype == x.dtype, what, " must have X's dtype ", dtype_name(x.dtype), ", got ",
+    require_device_tensor(op, what, *t, 3);
+    ETM_REQUIRE(t->dtype == x.dtype, op, ": ", what, " must have X's dtype ", dtype_name(x.dtype), ", got ",
                 dtype_name(t->dtype));
-    ETM_REQUIRE(t->sizes[0] == E && t->sizes[1] == N && t->sizes[2] == groups, what,
+    ETM_REQUIRE(t->sizes[0] == E && t->sizes[1] == N && t->sizes[2] == groups, op, ": ", what,
                 " must have shape [", E, ", ", N, ", ", groups, "], got [", t->sizes[0], ", ",
                 t->sizes[1], ", ", t->sizes[2], "]");
   }
-  require_device_tensor("ExpertIndices", indices, 1);
+  require_device_tensor(op, "ExpertIndices", indices, 1);
   const bool wide = indices.dtype == static_cast<int32_t>(DType::int64);
-  ETM_REQUIRE(wide || indices.dtype == static_cast<int32_t>(DType::int32),
+  ETM_REQUIRE(wide || indices.dtype == static_cast<int32_t>(DType::int32), op, ": ",
               "ExpertIndices must be int32 or int64, got ", dtype_name(indices.dtype));
-  ETM_REQUIRE(indices.sizes[0] == P, "ExpertIndices must have P = ", P, " elements, got ",
+  ETM_REQUIRE(indices.sizes[0] == P, op, ": ExpertIndices must have P = ", P, " elements, got ",
               indices.sizes[0]);
 
   auto out = Runtime::get().empty_tensor({P, N}, {N, 1}, x.dtype);
   if (P == 0 || N == 0) return out;
-  ETM_REQUIRE(E > 0, "W holds no experts, but ", P, " pairs index it");
+  ETM_REQUIRE(E > 0, op, ": W holds no experts, but ", P, " pairs index it");
   GatherQmvParams params{};
   params.P = static_cast<int32_t>(P);
   params.N = static_cast<int32_t>(N);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ops/kernel_launch.h"
@@ -69,11 +70,14 @@ void encode_solve(const Tensor& a, const Tensor& b, const Tensor& x, const Solve
   launch.threads(grid, default_group(grid, launch));
 }
 
+// The strides of A's and b's matrices, and a row-major solution (p.k set).
 void set_matrix_strides(SolveParams& p, const Tensor& a, const Tensor& b) {
   p.a_strides[0] = a.strides[a.dim() - 2];
   p.a_strides[1] = a.strides[a.dim() - 1];
   p.b_strides[0] = b.strides[b.dim() - 2];
   p.b_strides[1] = b.strides[b.dim() - 1];
+  p.x_strides[0] = p.k;
+  p.x_strides[1] = 1;
 }
 
 // Checks a square factor [*, n, n] and a right-hand side [*, n, k].
@@ -151,6 +155,45 @@ TriangularSolveOutputs triangular_solve(const Tensor& b, const Tensor& a, bool u
   const device::Size3 grid{p.n, p.n, static_cast<uint64_t>(batches)};
   launch.threads(grid, default_group(grid, launch));
   return result;
+}
+
+std::unique_ptr<Tensor> linalg_solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool left, bool unit) {
+  constexpr const char* op = "linalg_solve_triangular";
+  require_float32(op, "A", a);
+  require_float32(op, "B", b);
+  ETM_REQUIRE(a.dim() >= 2 && b.dim() >= 2, op, ": A and B must have at least 2 dimensions, got ",
+              shape_text(a.sizes), " and ", shape_text(b.sizes));
+  const int64_t n = a.sizes.back();
+  ETM_REQUIRE(a.sizes[a.dim() - 2] == n, op, ": A must be batches of square matrices, got ", shape_text(a.sizes));
+  // X A = B is A^T X^T = B^T: B's matrices are read transposed and X^T's written so.
+  const int64_t b_rows = b.sizes[b.dim() - 2], b_columns = b.sizes.back();
+  ETM_REQUIRE((left ? b_rows : b_columns) == n, op, ": incompatible shapes of A and B for the equation ",
+              left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", b_rows, "x", b_columns, ")");
+  SolveParams p{};
+  const std::vector<int64_t> batch = broadcast_batches(op, a, b, p);
+  const std::vector<int64_t> out_sizes = with_matrix(batch, b_rows, b_columns);
+  // Column-major matrices, as torch lays out this op's result.
+  std::vector<int64_t> out_strides = contiguous_strides(out_sizes);
+  out_strides[batch.size()] = 1;
+  out_strides[batch.size() + 1] = b_rows;
+  auto out = Runtime::get().empty_tensor(out_sizes, out_strides, a.dtype);
+  const int64_t batches = product(batch);
+  if (out->numel() == 0) return out;
+  p.n = checked_u32(op, n, "matrix size");
+  p.k = checked_u32(op, left ? b_columns : b_rows, "right-hand-side count");
+  checked_u32(op, batches, "batch count");
+  set_matrix_strides(p, a, b);
+  if (left) {
+    p.x_strides[0] = 1;
+    p.x_strides[1] = n;
+  } else {
+    std::swap(p.b_strides[0], p.b_strides[1]);
+  }
+  p.upper = upper ? 1 : 0;
+  p.transpose = left ? 0 : 1;
+  p.unit = unit ? 1 : 0;
+  encode_solve(a, b, *out, p, batches);
+  return out;
 }
 
 std::unique_ptr<Tensor> cholesky_solve(const Tensor& b, const Tensor& factor, bool upper) {

@@ -18,6 +18,11 @@ struct TriangularSolveOutputs {
 // `unit` its diagonal counts as 1) and b [*, n, k]; batch dimensions broadcast.
 TriangularSolveOutputs triangular_solve(const Tensor& b, const Tensor& a, bool upper, bool transpose, bool unit);
 
+// linalg.solve_triangular: X with A X = B (`left`) or X A = B for triangular A [*, n, n] and
+// B [*, n, k] (or [*, k, n]); batch dimensions broadcast. X's matrices are column-major, as
+// torch returns them.
+std::unique_ptr<Tensor> linalg_solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool left, bool unit);
+
 // Solves (L L^T) x = b, or (U^T U) x = b with `upper`, for the Cholesky factor [*, n, n] and
 // b [*, n, k]; batch dimensions broadcast.
 std::unique_ptr<Tensor> cholesky_solve(const Tensor& b, const Tensor& factor, bool upper);

@@ -128,15 +128,14 @@ void require_float_operand(const char* op, const char* name, const Tensor& t) {
               "; supported are float32, float16 and bfloat16");
 }
 
-const char* activation_type_name(const char* what, const Tensor& t) {
+const char* activation_type_name(const char* op, const char* what, const Tensor& t) {
   if (const char* name = msl_float_type_name(t.dtype)) return name;
-  fail(what, " must be float32, float16 or bfloat16, got ", dtype_name(t.dtype));
+  fail(op, ": ", what, " must be float32, float16 or bfloat16, got ", dtype_name(t.dtype));
 }
 
-void require_device_tensor(const char* what, const Tensor& t, int64_t dim) {
-  ETM_REQUIRE(t.device_type == kDeviceMps, what, " must be on the mps device, got device type ",
-              t.device_type);
-  ETM_REQUIRE(t.dim() == dim, what, " must have ", dim, " dimensions, got ", t.dim());
+void require_device_tensor(const char* op, const char* what, const Tensor& t, int64_t dim) {
+  require_mps(op, what, t);
+  ETM_REQUIRE(t.dim() == dim, op, ": ", what, " must have ", dim, " dimensions, got ", t.dim());
 }
 
 bool is_supported_group_size(int64_t group_size) {

@@ -89,12 +89,10 @@ Fault read_fault_record(const Tensor& record);
 // Throws unless t is on the mps device and floating (float32, float16 or bfloat16).
 void require_float_operand(const char* op, const char* name, const Tensor& t);
 
-// The quantized and recurrent ops name the argument only (the ABI layer prefixes the C
-// function's name):
 // MSL name of a floating activation dtype ("float", "half", "bfloat"); throws for others.
-const char* activation_type_name(const char* what, const Tensor& t);
+const char* activation_type_name(const char* op, const char* what, const Tensor& t);
 // Throws unless t lives on the mps device and has `dim` dimensions.
-void require_device_tensor(const char* what, const Tensor& t, int64_t dim);
+void require_device_tensor(const char* op, const char* what, const Tensor& t, int64_t dim);
 // Group sizes the quantized kernels implement: 32, 64, 128, 256.
 bool is_supported_group_size(int64_t group_size);
 

@@ -14,6 +14,7 @@ struct SolveParams {
   int64 b_batch_strides[kMaxBatchDims];
   int64 a_strides[2];  // row, column
   int64 b_strides[2];
+  int64 x_strides[2];  // of the solution's rows and columns (its batches are n * k apart)
   uint32 batch_sizes[kMaxBatchDims];
   uint32 batch_dims;
   uint32 n;
@@ -24,7 +25,7 @@ struct SolveParams {
   uint32 identity_rhs;
   uint32 pad;
 };
-ETM_PARAMS_LAYOUT(SolveParams, 184, pad, 180);
+ETM_PARAMS_LAYOUT(SolveParams, 200, pad, 196);
 
 struct LuParams {
   int64 lu_batch_strides[kMaxBatchDims];

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchgen.aoti.fallback_ops import inductor_fallback_ops
 
 import etmetal_py
 from aoti_testing import assert_outputs_close, load_runner, require_shader_compiler
@@ -199,8 +200,12 @@ def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
 
 def test_without_etmetal_ops_only_the_aten_shims_are_added(monkeypatch):
     shims = aten_op_c_shims()  # libetmetal's declarations of aten ops torch has no shim for
+    assert {"aten._fft_c2r.default", "aten.linalg_solve_triangular.default"} <= {str(op) for op in shims}
+    for op, (declaration,) in shims.items():  # each one torch's fallback-op list lacks
+        name = op.name().removeprefix("aten::")
+        assert str(op) == f"aten.{name}.default" and str(op) not in inductor_fallback_ops
+        assert f" aoti_torch_mps_{name}(" in declaration
     monkeypatch.setitem(sys.modules, "etmetal_py.ops", None)  # import fails: module absent
-    assert [str(op) for op in shims] == ["aten._fft_c2r.default"]
     assert build_inductor_configs(None, False)["aot_inductor.custom_ops_to_c_shims"] == shims
 
 

@@ -162,25 +162,26 @@ def failure(tensors, state):
 
 def test_argument_errors():
     (q, k, v, g, beta), state = inputs(1, 2, 2, 4, 64, 32, torch.float32)
-    assert "State must be float32 or Q's dtype float32, got bfloat16" in failure(
+    assert ("aoti_torch_mps_gated_delta_rule: gated_delta_rule: State must be float32 or Q's dtype float32, "
+            "got bfloat16") in failure(
         [q, k, v, g, beta], state.bfloat16())
     half = [t.half() for t in (q, k, v, g, beta)]
-    assert "State must be float32 or Q's dtype float16, got bfloat16" in failure(
+    assert "gated_delta_rule: State must be float32 or Q's dtype float16, got bfloat16" in failure(
         half, state.bfloat16())
     wide = [torch.zeros(1, 1, 1, 544).half(), torch.zeros(1, 1, 1, 544).half(),
             torch.zeros(1, 1, 1, 32).half(), torch.ones(1, 1, 1).half(),
             torch.ones(1, 1, 1).half()]
-    assert "a float16 State needs Dk <= 512 (got 544); pass a float32 State" in failure(
+    assert "gated_delta_rule: a float16 State needs Dk <= 512 (got 544); pass a float32 State" in failure(
         wide, torch.zeros(1, 1, 32, 544).half())
-    assert "Dk (Q.size(3)) must be a positive multiple of 32, got 48" in failure(
+    assert "gated_delta_rule: Dk (Q.size(3)) must be a positive multiple of 32, got 48" in failure(
         [q[..., :48], k[..., :48], v, g, beta], state[..., :48])
-    assert "Hk = 2 must divide the value heads Hv = 3" in failure(
+    assert "gated_delta_rule: the key heads Hk = 2 must divide the value heads Hv = 3" in failure(
         [q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3]], state[:, :3])
-    assert "K must have Q's dtype float32, got float16" in failure([q, k.half(), v, g, beta], state)
-    assert "G must have shape [1, 2, 4] (B, T, Hv), got [1, 2, 3]" in failure(
+    assert "gated_delta_rule: K must have Q's dtype float32, got float16" in failure([q, k.half(), v, g, beta], state)
+    assert "gated_delta_rule: G must have shape [1, 2, 4] (B, T, Hv), got [1, 2, 3]" in failure(
         [q, k, v, g[..., :3], beta], state)
-    assert "State must have shape [1, 4, 32, 64]" in failure([q, k, v, g, beta], state[:, :, :16])
-    assert "Q must be float32, float16 or bfloat16, got float64" in failure(
+    assert "gated_delta_rule: State must have shape [1, 4, 32, 64]" in failure([q, k, v, g, beta], state[:, :, :16])
+    assert "gated_delta_rule: Q must be float32, float16 or bfloat16, got float64" in failure(
         [q.double(), k, v, g, beta], state)
 
 

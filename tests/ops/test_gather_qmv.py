@@ -132,15 +132,16 @@ def test_argument_errors():
     q, w, s, z = experts(E, N, K, gs, torch.float32, seed=6)
     x = torch.randn(2, K)
     idx = torch.tensor([0, 1], dtype=torch.int32)
-    assert "group_size must be 32, 64, 128 or 256, got 16" in failure(x, w, s, z, idx, 16)
-    assert "ExpertIndices must be int32 or int64, got float32" in failure(x, w, s, z, idx.float(), gs)
-    assert "ExpertIndices must have P = 2 elements, got 1" in failure(x, w, s, z, idx[:1], gs)
-    assert "W must have K / 2 = 32 bytes per row, got 16" in failure(
+    assert "aoti_torch_mps_gather_qmv: gather_qmv: group_size must be 32, 64, 128 or 256, got 16" in failure(
+        x, w, s, z, idx, 16)
+    assert "gather_qmv: ExpertIndices must be int32 or int64, got float32" in failure(x, w, s, z, idx.float(), gs)
+    assert "gather_qmv: ExpertIndices must have P = 2 elements, got 1" in failure(x, w, s, z, idx[:1], gs)
+    assert "gather_qmv: W must have K / 2 = 32 bytes per row, got 16" in failure(
         x, w[:, :, :16].contiguous(), s, z, idx, gs)
-    assert "S must have X's dtype float32, got float16" in failure(x, w, s.half(), z, idx, gs)
-    assert "Z must have shape [2, 8, 2], got [2, 8, 1]" in failure(
+    assert "gather_qmv: S must have X's dtype float32, got float16" in failure(x, w, s.half(), z, idx, gs)
+    assert "gather_qmv: Z must have shape [2, 8, 2], got [2, 8, 1]" in failure(
         x, w, s, z[:, :, :1].contiguous(), idx, gs)
-    assert "positive multiple of 8" in failure(torch.randn(2, 12), w, s, z, idx, gs)
+    assert "gather_qmv: K (X.size(1)) must be a positive multiple of 8" in failure(torch.randn(2, 12), w, s, z, idx, gs)
 
 
 @pytest.mark.slow

@@ -1,14 +1,15 @@
-"""The linear-algebra fallbacks (triangular_solve, cholesky_solve, cholesky_inverse, lu_unpack)
-against torch eager on the CPU: upper / lower, transposed, unit-diagonal, broadcast batches,
-strided (transposed, sliced) operands, square and rectangular LU, empty batches, and bad input
-(including a pivot out of range, which only the kernel sees)."""
+"""The linear-algebra fallbacks (triangular_solve, linalg_solve_triangular, cholesky_solve,
+cholesky_inverse, lu_unpack) against torch eager on the CPU: upper / lower, transposed,
+unit-diagonal, left / right, broadcast batches, strided (transposed, sliced) operands, square and
+rectangular LU, empty batches, and bad input (including a pivot out of range, which only the
+kernel sees)."""
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, compile_and_load, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 
 def handles(count):
@@ -53,6 +54,37 @@ def test_triangular_solve_matches_torch():
                     assert torch.equal(coefficient, expected.cloned_coefficient)
 
 
+def test_linalg_solve_triangular_matches_torch():
+    generator = torch.Generator().manual_seed(4)
+    for upper in (False, True):
+        a = well_conditioned_triangular(2, 1, 5, 5, upper=upper, seed=5)
+        for left in (True, False):
+            b = torch.randn(3, 5, 4, generator=generator) if left else torch.randn(3, 4, 5, generator=generator)
+            for unit in (False, True):
+                for aa, bb in ((a, b), (a.transpose(-1, -2).contiguous().transpose(-1, -2), b.transpose(-1, -2)
+                                        .contiguous().transpose(-1, -2)[1:]),
+                               (a[1, 0], b[0, :, 1:] if left else b[0, 1:])):
+                    (got,) = results(*call("linalg_solve_triangular", (aa, bb), (upper, left, unit), 1))
+                    want = torch.linalg.solve_triangular(aa, bb, upper=upper, left=left, unitriangular=unit)
+                    assert got.shape == want.shape and got.stride() == want.stride()
+                    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    (got,) = results(*call("linalg_solve_triangular", (torch.eye(3), torch.randn(0, 3, 2)), (0, 1, 0), 1))
+    assert got.shape == (0, 3, 2)
+
+
+@pytest.mark.slow
+def test_compiled_model_reaches_linalg_solve_triangular(tmp_path):
+    # torch 2.13 has no C shim for it: without etmetal's, Inductor would call libtorch's proxy.
+    class Whitening(torch.nn.Module):
+        def forward(self, factor, x):
+            return torch.linalg.solve_triangular(factor, x.relu() + 1, upper=False, left=False) * 2
+
+    generator = torch.Generator().manual_seed(6)
+    args = (well_conditioned_triangular(4, 4, upper=False, seed=7), torch.randn(3, 4, generator=generator))
+    runner = compile_and_load(Whitening(), args, tmp_path, ["aoti_torch_mps_linalg_solve_triangular"])
+    torch.testing.assert_close(runner(*args), Whitening()(*args), rtol=1e-4, atol=1e-5)
+
+
 def test_cholesky_solve_and_inverse_match_torch():
     generator = torch.Generator().manual_seed(2)
     m = torch.randn(2, 5, 5, generator=generator)
@@ -91,6 +123,11 @@ def test_linear_algebra_bad_input():
     poisoning_failure(call("triangular_solve", (torch.randn(4, 2), a), (0, 0, 0), 2)[0], "Incompatible matrix sizes")
     poisoning_failure(call("triangular_solve", (b[0], a), (0, 0, 0), 2)[0], "Expected b to have at least 2 dimensions")
     poisoning_failure(call("triangular_solve", (b.half(), a.half()), (0, 0, 0), 2)[0], "take float32")
+    poisoning_failure(call("linalg_solve_triangular", (a, b), (0, 0, 0), 1)[0],
+                      "aoti_torch_mps_linalg_solve_triangular: linalg_solve_triangular: incompatible shapes of A and B "
+                      "for the equation XA = B (3x3 and 3x2)")
+    poisoning_failure(call("linalg_solve_triangular", (a[:2], b), (0, 1, 0), 1)[0], "A must be batches of square")
+    poisoning_failure(call("linalg_solve_triangular", (a, b[0]), (0, 1, 0), 1)[0], "at least 2 dimensions")
     poisoning_failure(call("cholesky_solve", (torch.randn(2, 3, 2), torch.eye(3).repeat(3, 1, 1)), (0,), 1)[0],
                       "aoti_torch_mps_cholesky_solve", "do not broadcast")
     poisoning_failure(call("cholesky_inverse", (a[:2],), (0,), 1)[0], "square matrices")

@@ -165,18 +165,19 @@ def test_lowbit_argument_errors():
     A, q, S, Z = random_lowbit(2, 64, 8, 4, 32, torch.float32)
     B = to_device(quantize.pack_lowbit(q, 4))
     fn = lib.aoti_torch_mps__linear_fp_act_4bit_weight
-    assert "group_size must be 32, 64, 128 or 256, got 48" in failure(
+    L = "_linear_fp_act_4bit_weight: "
+    assert f"aoti_torch_mps__linear_fp_act_4bit_weight: {L}group_size must be 32, 64, 128 or 256, got 48" in failure(
         fn, to_device(A), B, 48, to_device(S), to_device(Z))
-    assert "bytes per row" in failure(
+    assert "_linear_fp_act_3bit_weight: B must have 3 * K / 8 = 24 bytes per row" in failure(
         lib.aoti_torch_mps__linear_fp_act_3bit_weight, to_device(A), B, 32,
         to_device(S), to_device(Z))
-    assert "multiple of 8" in failure(fn, to_device(A[:, :60]), B, 32, to_device(S),
+    assert L + "K (A.size(1)) must be a multiple of 8" in failure(fn, to_device(A[:, :60]), B, 32, to_device(S),
                                       to_device(Z))
-    assert "S must have the activation dtype float32" in failure(
+    assert L + "S must have the activation dtype float32" in failure(
         fn, to_device(A), B, 32, to_device(S.half()), to_device(Z))
-    assert "Z must have shape [8, 2]" in failure(
+    assert L + "Z must have shape [8, 2]" in failure(
         fn, to_device(A), B, 32, to_device(S), to_device(Z[:, :1]))
-    assert "A must be float32, float16 or bfloat16" in failure(
+    assert L + "A must be float32, float16 or bfloat16" in failure(
         fn, to_device(A.double()), B, 32, to_device(S), to_device(Z))
 
 
@@ -214,11 +215,11 @@ def test_weight_int4pack_mm_errors():
     mat2, sz = quantize.quantize_int4pack(torch.randn(8, 64), 32)
     A = to_device(torch.randn(1, 64))
     fn = lib.aoti_torch_mps__weight_int4pack_mm
-    assert "mat2 must be int32" in failure(fn, A, to_device(mat2.view(torch.float32)), 32,
-                                           to_device(sz))
-    assert "qScaleAndZeros must have shape [2, 8, 2]" in failure(
+    assert "aoti_torch_mps__weight_int4pack_mm: _weight_int4pack_mm: mat2 must be int32" in failure(
+        fn, A, to_device(mat2.view(torch.float32)), 32, to_device(sz))
+    assert "_weight_int4pack_mm: qScaleAndZeros must have shape [2, 8, 2]" in failure(
         fn, A, to_device(mat2), 32, to_device(sz[:, :4]))
-    assert "holds" in failure(fn, to_device(torch.randn(1, 32)), to_device(mat2), 32,
+    assert "_weight_int4pack_mm: mat2 holds" in failure(fn, to_device(torch.randn(1, 32)), to_device(mat2), 32,
                               to_device(sz))
 
 
@@ -243,9 +244,9 @@ def test_weight_int8pack_mm_errors():
     A = to_device(torch.randn(2, 16))
     mat2, scales = quantize.quantize_int8pack(torch.randn(4, 16))
     fn = lib.aoti_torch_mps__weight_int8pack_mm
-    assert "mat2 must have K = 16 columns, got 8" in failure(
+    assert "aoti_torch_mps__weight_int8pack_mm: _weight_int8pack_mm: mat2 must have K = 16 columns, got 8" in failure(
         fn, A, to_device(mat2[:, :8].contiguous()), to_device(scales))
-    assert "scales must have N = 4 elements, got 3" in failure(fn, A, to_device(mat2),
+    assert "_weight_int8pack_mm: scales must have N = 4 elements, got 3" in failure(fn, A, to_device(mat2),
                                                                 to_device(scales[:3]))
     args = [A, to_device(mat2), to_device(scales)]
     assert fn(*handles(args), ffi.NULL) == 1

@@ -3,7 +3,8 @@
  * at::cholesky_inverse, at::lu_unpack). float32 tensors (as torch's MPS backend), any strides,
  * batch dimensions (at most 6) broadcast between the operands of a solve. Each right-hand-side
  * column is solved by substitution on one GPU thread: correct, not fast. A zero on a factor's
- * diagonal gives inf / NaN, as in torch; *ret* outputs are new contiguous tensors.
+ * diagonal gives inf / NaN, as in torch; *ret* outputs are new contiguous tensors (except
+ * linalg_solve_triangular's, laid out as torch lays them out).
  *
  * The work is encoded on the calling thread's stream and runs in stream order: the call
  * returns before it has run, and inputs must stay alive until the stream has finished. A
@@ -21,6 +22,15 @@ ETMETAL_BEGIN_DECLS
 ETMETAL_API AOTITorchError aoti_torch_mps_triangular_solve(AtenTensorHandle self, AtenTensorHandle A, int32_t upper,
                                                            int32_t transpose, int32_t unitriangular,
                                                            AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+/* torch.linalg.solve_triangular: *ret0 X with self X = B (left != 0) or X self = B, for triangular
+ * self [*, n, n] (upper != 0: upper triangular; unitriangular != 0: diagonal taken as 1) and B
+ * [*, n, k] (or [*, k, n]); X has column-major matrices, as torch returns them. Not in torch
+ * 2.13's C shims (etmetal_py registers it with Inductor, which calls it with the signature
+ * it derives from the op's schema). */
+ETMETAL_API AOTITorchError aoti_torch_mps_linalg_solve_triangular(AtenTensorHandle self, AtenTensorHandle B,
+                                                                  int32_t upper, int32_t left, int32_t unitriangular,
+                                                                  AtenTensorHandle* ret0);
 
 /* Solves (L L^T) X = self, or (U^T U) X = self when upper != 0, for the Cholesky factor input2
  * [*, n, n] and self [*, n, k]: *ret0 X. */
