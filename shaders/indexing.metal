@@ -31,7 +31,7 @@ using namespace metal;
 #include "params/indexing.h"
 
 struct IndexBuffers {
-  const device int* at[kMaxDims];
+  const device int* at[kIndexingMaxDims];
 };
 
 inline long read_index(const device int* index, bool is_long, long offset) {
@@ -62,7 +62,7 @@ inline bool locate(constant IndexParams& p, thread const IndexBuffers& buffers, 
     self_offset += c * p.plain_self_strides[d];
     other_offset += c * p.plain_other_strides[d];
   }
-  uint coordinates[kMaxDims];
+  uint coordinates[kIndexingMaxDims];
   for (int j = int(p.broadcast_dims) - 1; j >= 0; --j) {
     coordinates[j] = position % p.broadcast_sizes[j];
     position /= p.broadcast_sizes[j];

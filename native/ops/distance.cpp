@@ -45,7 +45,7 @@ std::unique_ptr<Tensor> cdist(const Tensor& x1, const Tensor& x2, double p, std:
   ETM_REQUIRE(!compute_mode || (*compute_mode >= 0 && *compute_mode <= 2), op,
               ": possible modes: None, 1, 2, but was: ", compute_mode ? *compute_mode : 0);
   const int64_t batch_dims = std::max(x1.dim(), x2.dim()) - 2;
-  ETM_REQUIRE(batch_dims <= kMaxBatchDims, op, ": at most ", kMaxBatchDims, " batch dimensions are supported, got ",
+  ETM_REQUIRE(batch_dims <= kCdistMaxBatchDims, op, ": at most ", kCdistMaxBatchDims, " batch dimensions are supported, got ",
               batch_dims);
   CdistParams params{};
   std::vector<int64_t> out_sizes;

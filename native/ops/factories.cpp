@@ -89,7 +89,7 @@ DropoutOutputs native_dropout(const Tensor& input, double p, bool train) {
   const char* type = msl_float_type_name(input.dtype);
   ETM_REQUIRE(type, op, ": dtype ", dtype_name(input.dtype), " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(p >= 0 && p <= 1, op, ": dropout probability has to be between 0 and 1, but got ", p);
-  ETM_REQUIRE(input.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, got ", input.dim());
+  ETM_REQUIRE(input.dim() <= kFactoriesMaxDims, op, ": at most ", kFactoriesMaxDims, " dimensions are supported, got ", input.dim());
   Runtime& runtime = Runtime::get();
   const std::vector<int64_t> strides = contiguous_strides(input.sizes);
   DropoutOutputs result;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,6 +143,30 @@ float scale_for(const char* op, int64_t normalization, double n) {
   fail(op, ": normalization ", normalization, " is not one of 0 (none), 1 (by root n), 2 (by n)");
 }
 
+struct CheckedTransform {
+  std::vector<int64_t> dims;  // wrapped, in the caller's order
+  float scale;                // what `normalization` asks for
+};
+
+// The checks every transform starts with: `dim` against self, self's dtype, and each signal
+// size (self's along dims; along the last one `last_signal_size` instead, when c2r gives it).
+CheckedTransform check_transform(const char* op, const Tensor& self, const std::vector<int64_t>& dim,
+                                 int32_t dtype, int64_t normalization, bool needs_dims,
+                                 std::optional<int64_t> last_signal_size = std::nullopt) {
+  CheckedTransform checked{transformed_dims(op, self, dim), 1.0f};
+  require_dtype(op, self, dtype);
+  ETM_REQUIRE(!needs_dims || !checked.dims.empty(), op, ": dim must name at least one dimension");
+  double signal = 1;
+  for (size_t i = 0; i < checked.dims.size(); ++i) {
+    const bool last = i + 1 == checked.dims.size();
+    const int64_t n = last && last_signal_size ? *last_signal_size : self.sizes[checked.dims[i]];
+    require_points(op, n);
+    signal *= static_cast<double>(n);
+  }
+  checked.scale = scale_for(op, normalization, signal);
+  return checked;
+}
+
 // `dims` with all but (when exclude_last) the last ordered by decreasing stride of `strides`,
 // equal strides keeping their order (torch's _sort_dims).
 std::vector<int64_t> sorted_by_stride(std::vector<int64_t> dims, const std::vector<int64_t>& strides,
@@ -197,15 +222,7 @@ void transform_complex(const char* op, const Tensor& source, const Tensor& out, 
 std::unique_ptr<Tensor> fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
                                 bool onesided) {
   constexpr const char* op = "_fft_r2c";
-  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
-  require_dtype(op, self, kFloat32);
-  ETM_REQUIRE(!dims.empty(), op, ": dim must name at least one dimension");
-  double signal = 1;
-  for (int64_t d : dims) {
-    require_points(op, self.sizes[d]);
-    signal *= static_cast<double>(self.sizes[d]);
-  }
-  const float scale = scale_for(op, normalization, signal);
+  const auto [dims, scale] = check_transform(op, self, dim, kFloat32, normalization, true);
   const int64_t last = dims.back();
   const int64_t n = self.sizes[last];
   std::vector<int64_t> out_sizes = self.sizes;
@@ -222,14 +239,7 @@ std::unique_ptr<Tensor> fft_r2c(const Tensor& self, const std::vector<int64_t>& 
 std::unique_ptr<Tensor> fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
                                 bool forward) {
   constexpr const char* op = "_fft_c2c";
-  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
-  require_dtype(op, self, kComplex64);
-  double signal = 1;
-  for (int64_t d : dims) {
-    require_points(op, self.sizes[d]);
-    signal *= static_cast<double>(self.sizes[d]);
-  }
-  const float scale = scale_for(op, normalization, signal);
+  const auto [dims, scale] = check_transform(op, self, dim, kComplex64, normalization, false);
   if (dims.empty()) {  // torch's result is a clone
     auto copy = new_tensor(self.sizes, contiguous_strides(self.sizes), kComplex64);
     if (copy->numel() > 0) Runtime::get().copy_tensor(*copy, self);
@@ -245,21 +255,12 @@ std::unique_ptr<Tensor> fft_c2c(const Tensor& self, const std::vector<int64_t>& 
 std::unique_ptr<Tensor> fft_c2r(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization,
                                 int64_t last_dim_size) {
   constexpr const char* op = "_fft_c2r";
-  const std::vector<int64_t> dims = transformed_dims(op, self, dim);
-  require_dtype(op, self, kComplex64);
-  ETM_REQUIRE(!dims.empty(), op, ": dim must name at least one dimension");
-  require_points(op, last_dim_size);
+  const auto [dims, scale] = check_transform(op, self, dim, kComplex64, normalization, true, last_dim_size);
   const int64_t last = dims.back();
   ETM_REQUIRE(self.sizes[last] >= last_dim_size / 2 + 1, op, ": a real signal of ", last_dim_size,
               " points needs ", last_dim_size / 2 + 1, " input elements along dim ", last, ", got ",
               self.sizes[last]);
-  double signal = static_cast<double>(last_dim_size);
   const std::vector<int64_t> rest(dims.begin(), dims.end() - 1);
-  for (int64_t d : rest) {
-    require_points(op, self.sizes[d]);
-    signal *= static_cast<double>(self.sizes[d]);
-  }
-  const float scale = scale_for(op, normalization, signal);
   std::vector<int64_t> out_sizes = self.sizes;
   out_sizes[last] = last_dim_size;
   // torch's layout: that of a c2c over the other dims, then that of a 1-D transform of its result.

@@ -31,7 +31,7 @@ std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, doub
   ETM_REQUIRE(suffix, kOp, ": input dtype ", dtype_name(self.dtype),
               " is not supported (float32, float16, bfloat16)");
   ETM_REQUIRE(bins > 0, kOp, ": bins must be > 0, got ", bins);
-  ETM_REQUIRE(self.dim() <= kMaxDims, kOp, ": at most ", kMaxDims, " dimensions are supported, not ",
+  ETM_REQUIRE(self.dim() <= kHistogramMaxDims, kOp, ": at most ", kHistogramMaxDims, " dimensions are supported, not ",
               self.dim());
   const bool data_range = min == max;
   if (!data_range) {

@@ -62,7 +62,7 @@ int64_t add_entries(const char* op, const Tensor& self, int64_t dim, const Tenso
   }
   ETM_REQUIRE(index.dtype == static_cast<int32_t>(DType::int64) || index.dtype == static_cast<int32_t>(DType::int32),
               op, ": tensors used as indices must be long, int, byte or bool tensors, got ", dtype_name(index.dtype));
-  ETM_REQUIRE(index.dim() <= kMaxDims, op, ": index tensors have at most ", kMaxDims, " dimensions, not ", index.dim());
+  ETM_REQUIRE(index.dim() <= kIndexingMaxDims, op, ": index tensors have at most ", kIndexingMaxDims, " dimensions, not ", index.dim());
   entries.push_back({dim, &index, nullptr});
   return 1;
 }
@@ -89,7 +89,7 @@ std::vector<int64_t> broadcast_shape(const char* op, const std::vector<IndexEntr
 
 IndexPlan plan_indexing(const char* op, const Tensor& self, const std::vector<const Tensor*>& indices) {
   require_mps(op, "self", self);
-  ETM_REQUIRE(self.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", self.dim());
+  ETM_REQUIRE(self.dim() <= kIndexingMaxDims, op, ": at most ", kIndexingMaxDims, " dimensions are supported, not ", self.dim());
   ETM_REQUIRE(static_cast<int64_t>(indices.size()) <= self.dim(), op, ": too many indices for tensor of dimension ",
               self.dim(), " (got ", indices.size(), ")");
   IndexPlan plan;
@@ -178,7 +178,7 @@ void run_indexing(const char* op, const std::string& kernel, const Tensor& self,
   }
   KernelLaunch launch(shader_kernel(kShaderFile, kernel));
   launch.tensor(0, self).tensor(1, other).tensor(2, *fault).value(3, plan.params);
-  for (size_t k = 0; k < kMaxDims; ++k) {
+  for (size_t k = 0; k < kIndexingMaxDims; ++k) {
     launch.tensor(static_cast<unsigned>(4 + k), k < plan.entries.size() ? *plan.entries[k].tensor : self);
   }
   // The masks' coordinate columns stay alive until the kernel has run.

@@ -34,7 +34,7 @@ int64_t batch_stride(const Tensor& t, int64_t d, int64_t batch_dims, int64_t mat
 // the broadcast batch shape.
 std::vector<int64_t> broadcast_batches(const char* op, const Tensor& a, const Tensor& b, SolveParams& p) {
   const int64_t dims = std::max(a.dim(), b.dim()) - 2;
-  ETM_REQUIRE(dims <= kMaxBatchDims, op, ": at most ", kMaxBatchDims, " batch dimensions are supported");
+  ETM_REQUIRE(dims <= kLinalgMaxBatchDims, op, ": at most ", kLinalgMaxBatchDims, " batch dimensions are supported");
   std::vector<int64_t> shape;
   for (int64_t d = 0; d < dims; ++d) {
     const int64_t own_a = d - (dims - (a.dim() - 2)), own_b = d - (dims - (b.dim() - 2));
@@ -227,7 +227,7 @@ LuUnpackOutputs lu_unpack(const Tensor& lu, const Tensor& pivots, bool unpack_da
   pivot_sizes.push_back(k);
   ETM_REQUIRE(pivots.sizes == pivot_sizes, op, ": LU_pivots of shape ", shape_text(pivots.sizes),
               " does not match LU_data of shape ", shape_text(lu.sizes), " (expected ", shape_text(pivot_sizes), ")");
-  ETM_REQUIRE(batch.size() <= static_cast<size_t>(kMaxBatchDims), op, ": at most ", kMaxBatchDims,
+  ETM_REQUIRE(batch.size() <= static_cast<size_t>(kLinalgMaxBatchDims), op, ": at most ", kLinalgMaxBatchDims,
               " batch dimensions are supported");
   Runtime& runtime = Runtime::get();
   LuUnpackOutputs result;

@@ -49,7 +49,7 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
                 ": normalized_shape does not match the input's trailing sizes (dimension ",
                 leading + d, ": ", normalized_shape[d], " vs ", input.sizes[leading + d], ")");
   }
-  ETM_REQUIRE(leading <= kMaxDims, kOp, ": at most ", kMaxDims, " leading dimensions are supported");
+  ETM_REQUIRE(leading <= kNormalizationMaxDims, kOp, ": at most ", kNormalizationMaxDims, " leading dimensions are supported");
   if (weight) {
     require_mps(kOp, "weight", *weight);
     ETM_REQUIRE(weight->sizes == normalized_shape, kOp, ": weight must have shape normalized_shape");
@@ -82,7 +82,7 @@ RmsNormOutputs fused_rms_norm(const Tensor& input, const std::vector<int64_t>& n
       p.weight_column_strides[last - 1] = weight_stride;
       continue;
     }
-    ETM_REQUIRE(last < kMaxDims, kOp, ": too many non-mergeable normalized dimensions");
+    ETM_REQUIRE(last < kNormalizationMaxDims, kOp, ": too many non-mergeable normalized dimensions");
     p.column_sizes[last] = checked_u32(kOp, size, "size");
     p.input_column_strides[last] = input.strides[d];
     p.weight_column_strides[last] = weight_stride;

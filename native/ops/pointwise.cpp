@@ -105,7 +105,7 @@ void require_operand(const char* op, const PointwiseOperand& operand) {
   require_mps(op, "operand", *operand.tensor);
   ETM_REQUIRE(is_supported(operand.tensor->dtype), op, ": dtype ", dtype_name(operand.tensor->dtype),
               " is not supported (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, complex64)");
-  ETM_REQUIRE(operand.tensor->dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, got ",
+  ETM_REQUIRE(operand.tensor->dim() <= kPointwiseMaxDims, op, ": at most ", kPointwiseMaxDims, " dimensions are supported, got ",
               operand.tensor->dim());
 }
 
@@ -174,7 +174,7 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   }
   const PointwiseOperand& second = unary ? a : b;
   const std::vector<int64_t> shape = broadcast_shape(name, a, second);
-  ETM_REQUIRE(shape.size() <= static_cast<size_t>(kMaxDims), name, ": at most ", kMaxDims, " dimensions are supported");
+  ETM_REQUIRE(shape.size() <= static_cast<size_t>(kPointwiseMaxDims), name, ": at most ", kPointwiseMaxDims, " dimensions are supported");
   std::vector<int64_t> a_strides(shape.size()), b_strides(shape.size());
   if (a.tensor) broadcast_strides(*a.tensor, shape, a_strides.data());
   if (second.tensor) broadcast_strides(*second.tensor, shape, b_strides.data());

@@ -54,7 +54,7 @@ DefaultGenerator& generator() {
 // Parameters for out's elements; draws their counters from the generator.
 RandomParams params_for(const char* op, const Tensor& out) {
   require_mps(op, "self", out);
-  ETM_REQUIRE(out.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", out.dim());
+  ETM_REQUIRE(out.dim() <= kRandomMaxDims, op, ": at most ", kRandomMaxDims, " dimensions are supported, not ", out.dim());
   RandomParams p{};
   p.dims = static_cast<uint32_t>(out.dim());
   p.numel = checked_u32(op, out.numel(), "number of elements");

@@ -34,7 +34,7 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
   const char* input_name = msl_element_type_name(self.dtype);
   const int64_t n = self.dim();
   dim = wrap_dim(kOp, dim, n);
-  ETM_REQUIRE(n <= kMaxDims + 1, kOp, ": at most ", kMaxDims + 1, " dimensions are supported, not ", n);
+  ETM_REQUIRE(n <= kScanMaxDims + 1, kOp, ": at most ", kScanMaxDims + 1, " dimensions are supported, not ", n);
 
   const std::vector<int64_t> out_strides = contiguous_strides(self.sizes);
   Runtime& runtime = Runtime::get();

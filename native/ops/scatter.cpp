@@ -41,7 +41,7 @@ void check_operands(const char* op, const Tensor& out, const Tensor& self, int64
               op, ": Expected dtype int64 or int32 for index, got ", dtype_name(index.dtype));
   ETM_REQUIRE(!(reduction == ScatterReduction::mean && self.dtype == static_cast<int32_t>(DType::bool_)), op,
               ": reduce 'mean' is not supported for bool");
-  ETM_REQUIRE(self.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", self.dim());
+  ETM_REQUIRE(self.dim() <= kIndexingMaxDims, op, ": at most ", kIndexingMaxDims, " dimensions are supported, not ", self.dim());
   const auto dims = sizes_of(self).size();
   ETM_REQUIRE(sizes_of(index).size() == dims, op,
               ": Index tensor must have the same number of dimensions as self tensor");

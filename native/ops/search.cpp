@@ -71,7 +71,7 @@ std::unique_ptr<Tensor> searchsorted(const Tensor& sequence_in, const Tensor& va
   }
   const int64_t n = values.dim();
   ETM_REQUIRE(sequence.dim() >= 1, kOp, ": boundaries tensor must have at least 1 dimension");
-  ETM_REQUIRE(n <= kMaxDims, kOp, ": at most ", kMaxDims, " dimensions are supported, not ", n);
+  ETM_REQUIRE(n <= kSearchMaxDims, kOp, ": at most ", kSearchMaxDims, " dimensions are supported, not ", n);
   const bool rows = sequence.dim() > 1;
   if (rows) {
     bool leading_match = sequence.dim() == n;

@@ -19,7 +19,7 @@ constexpr const char* kShaderFile = "selection.metal";
 constexpr uint32_t kChunk = 1024;
 
 SelectionParams layout(const char* op, const Tensor& t) {
-  ETM_REQUIRE(t.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", t.dim());
+  ETM_REQUIRE(t.dim() <= kSelectionMaxDims, op, ": at most ", kSelectionMaxDims, " dimensions are supported, not ", t.dim());
   SelectionParams p{};
   p.dims = static_cast<uint32_t>(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -109,7 +109,7 @@ const char* check_masked_operands(const char* op, const Tensor& self, const Tens
 // self and mask broadcast to one shape, aligned at the last dimension.
 MaskedParams masked_layout(const char* op, const Tensor& self, const Tensor& mask) {
   const int64_t dims = std::max(self.dim(), mask.dim());
-  ETM_REQUIRE(dims <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ", dims);
+  ETM_REQUIRE(dims <= kSelectionMaxDims, op, ": at most ", kSelectionMaxDims, " dimensions are supported, not ", dims);
   MaskedParams p{};
   p.dims = static_cast<uint32_t>(dims);
   int64_t numel = 1;

@@ -29,7 +29,7 @@ void pad_copy(const char* op, const Tensor& dst, const Tensor& src, const std::v
   const size_t item = dst.itemsize();
   ETM_REQUIRE(item == 1 || item == 2 || item == 4 || item == 8, op, ": dtype ", dtype_name(dst.dtype),
               " is not supported (elements of 1, 2, 4 or 8 bytes)");
-  ETM_REQUIRE(dst.dim() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ",
+  ETM_REQUIRE(dst.dim() <= kShapeMaxDims, op, ": at most ", kShapeMaxDims, " dimensions are supported, not ",
               dst.dim());
   PadParams p{};
   p.dims = static_cast<uint32_t>(dst.dim());

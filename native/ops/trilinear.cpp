@@ -62,7 +62,7 @@ std::unique_ptr<Tensor> trilinear(const Tensor& i1, const Tensor& i2, const Tens
                 dtype_name(t->dtype));
   }
   const int64_t rank = i1.dim() + static_cast<int64_t>(expand1.size());
-  ETM_REQUIRE(rank <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, got ", rank);
+  ETM_REQUIRE(rank <= kTrilinearMaxDims, op, ": at most ", kTrilinearMaxDims, " dimensions are supported, got ", rank);
   ETM_REQUIRE(unroll_dim >= 0 && unroll_dim < rank, op, ": unroll_dim must be in [0,", rank - 1, "]");
   const Unsqueezed views[3] = {unsqueeze_at(op, i1, expand1, rank), unsqueeze_at(op, i2, expand2, rank),
                                unsqueeze_at(op, i3, expand3, rank)};

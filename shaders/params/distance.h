@@ -7,14 +7,14 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxBatchDims = 6;
+ETM_PARAMS_CONSTANT uint32 kCdistMaxBatchDims = 6;
 
 struct CdistParams {
-  int64 x1_batch_strides[kMaxBatchDims];
-  int64 x2_batch_strides[kMaxBatchDims];
+  int64 x1_batch_strides[kCdistMaxBatchDims];
+  int64 x2_batch_strides[kCdistMaxBatchDims];
   int64 x1_strides[2];  // row, column
   int64 x2_strides[2];
-  uint32 batch_sizes[kMaxBatchDims];
+  uint32 batch_sizes[kCdistMaxBatchDims];
   uint32 batch_dims;
   uint32 rows1;         // P
   uint32 rows2;         // R

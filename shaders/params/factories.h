@@ -7,11 +7,11 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
+ETM_PARAMS_CONSTANT uint32 kFactoriesMaxDims = 8;
 
 struct DropoutParams {
-  int64 strides[kMaxDims];
-  uint32 sizes[kMaxDims];
+  int64 strides[kFactoriesMaxDims];
+  uint32 sizes[kFactoriesMaxDims];
   uint32 dims;
   float scale;
 };

@@ -7,11 +7,11 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kHistogramMaxDims = 9;
 
 struct HistcParams {
-  int64 strides[kMaxDims];
-  uint32 sizes[kMaxDims];
+  int64 strides[kHistogramMaxDims];
+  uint32 sizes[kHistogramMaxDims];
   uint32 dims;
   uint32 numel;
   uint32 bins;

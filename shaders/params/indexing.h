@@ -8,17 +8,17 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kIndexingMaxDims = 9;
 
 struct IndexParams {
-  int64 plain_self_strides[kMaxDims];       // self strides of the plain dimensions
-  int64 plain_other_strides[kMaxDims];      // result / values strides of the same dimensions
-  int64 broadcast_other_strides[kMaxDims];
-  int64 index_strides[kMaxDims][kMaxDims];  // [index k][broadcast dimension j], 0 where broadcast
-  int64 indexed_self_strides[kMaxDims];     // self stride of index k's dimension
-  int64 indexed_sizes[kMaxDims];            // self size of index k's dimension
-  uint32 plain_sizes[kMaxDims];
-  uint32 broadcast_sizes[kMaxDims];
+  int64 plain_self_strides[kIndexingMaxDims];       // self strides of the plain dimensions
+  int64 plain_other_strides[kIndexingMaxDims];      // result / values strides of the same dimensions
+  int64 broadcast_other_strides[kIndexingMaxDims];
+  int64 index_strides[kIndexingMaxDims][kIndexingMaxDims];  // [index k][broadcast dimension j], 0 where broadcast
+  int64 indexed_self_strides[kIndexingMaxDims];     // self stride of index k's dimension
+  int64 indexed_sizes[kIndexingMaxDims];            // self size of index k's dimension
+  uint32 plain_sizes[kIndexingMaxDims];
+  uint32 broadcast_sizes[kIndexingMaxDims];
   uint32 plain_dims;
   uint32 broadcast_dims;
   uint32 indices;
@@ -29,12 +29,12 @@ struct IndexParams {
 ETM_PARAMS_LAYOUT(IndexParams, 1104, plain_numel, 1100);
 
 struct ScatterParams {
-  int64 out_strides[kMaxDims];
-  int64 index_strides[kMaxDims];
-  int64 src_strides[kMaxDims];
-  int64 count_strides[kMaxDims];
+  int64 out_strides[kIndexingMaxDims];
+  int64 index_strides[kIndexingMaxDims];
+  int64 src_strides[kIndexingMaxDims];
+  int64 count_strides[kIndexingMaxDims];
   uint64 value_bits;            // a scalar src, as the bytes of one T (with scalar_src)
-  uint32 line_sizes[kMaxDims];  // index sizes, 1 along dim
+  uint32 line_sizes[kIndexingMaxDims];  // index sizes, 1 along dim
   uint32 dims;
   uint32 dim;
   uint32 length;                // index.size(dim)

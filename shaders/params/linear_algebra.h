@@ -7,15 +7,15 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxBatchDims = 6;
+ETM_PARAMS_CONSTANT uint32 kLinalgMaxBatchDims = 6;
 
 struct SolveParams {
-  int64 a_batch_strides[kMaxBatchDims];
-  int64 b_batch_strides[kMaxBatchDims];
+  int64 a_batch_strides[kLinalgMaxBatchDims];
+  int64 b_batch_strides[kLinalgMaxBatchDims];
   int64 a_strides[2];  // row, column
   int64 b_strides[2];
   int64 x_strides[2];  // of the solution's rows and columns (its batches are n * k apart)
-  uint32 batch_sizes[kMaxBatchDims];
+  uint32 batch_sizes[kLinalgMaxBatchDims];
   uint32 batch_dims;
   uint32 n;
   uint32 k;
@@ -28,11 +28,11 @@ struct SolveParams {
 ETM_PARAMS_LAYOUT(SolveParams, 200, pad, 196);
 
 struct LuParams {
-  int64 lu_batch_strides[kMaxBatchDims];
-  int64 pivot_batch_strides[kMaxBatchDims];
+  int64 lu_batch_strides[kLinalgMaxBatchDims];
+  int64 pivot_batch_strides[kLinalgMaxBatchDims];
   int64 lu_strides[2];
   int64 pivot_stride;
-  uint32 batch_sizes[kMaxBatchDims];
+  uint32 batch_sizes[kLinalgMaxBatchDims];
   uint32 batch_dims;
   uint32 m;
   uint32 n;

@@ -7,15 +7,15 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
+ETM_PARAMS_CONSTANT uint32 kNormalizationMaxDims = 8;
 
 // the leading dimensions, columns over the normalized ones (last fastest in both).
 struct RmsNormParams {
-  int64 input_row_strides[kMaxDims];
-  int64 input_column_strides[kMaxDims];
-  int64 weight_column_strides[kMaxDims];
-  uint32 row_sizes[kMaxDims];
-  uint32 column_sizes[kMaxDims];
+  int64 input_row_strides[kNormalizationMaxDims];
+  int64 input_column_strides[kNormalizationMaxDims];
+  int64 weight_column_strides[kNormalizationMaxDims];
+  uint32 row_sizes[kNormalizationMaxDims];
+  uint32 column_sizes[kNormalizationMaxDims];
   uint32 row_dims;
   uint32 column_dims;
   uint32 rows;

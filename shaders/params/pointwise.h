@@ -7,7 +7,7 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
+ETM_PARAMS_CONSTANT uint32 kPointwiseMaxDims = 8;
 
 // PointwiseParams::math: the arithmetic the kernel does.
 ETM_PARAMS_CONSTANT uint32 kFloatMath = 0;
@@ -15,11 +15,11 @@ ETM_PARAMS_CONSTANT uint32 kIntegerMath = 1;
 ETM_PARAMS_CONSTANT uint32 kComplexMath = 2;
 
 struct PointwiseParams {
-  int64 a_strides[kMaxDims];
-  int64 b_strides[kMaxDims];
+  int64 a_strides[kPointwiseMaxDims];
+  int64 b_strides[kPointwiseMaxDims];
   int64 alpha_integer;
   int64 scalar_integer;
-  uint32 sizes[kMaxDims];
+  uint32 sizes[kPointwiseMaxDims];
   uint32 dims;
   uint32 op;
   uint32 a_dtype;

@@ -7,12 +7,12 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kRandomMaxDims = 9;
 
 struct RandomParams {
-  int64 strides[kMaxDims];    // of the output
-  int64 p_strides[kMaxDims];  // of bernoulli's probability tensor (when it has one)
-  uint32 sizes[kMaxDims];
+  int64 strides[kRandomMaxDims];    // of the output
+  int64 p_strides[kRandomMaxDims];  // of bernoulli's probability tensor (when it has one)
+  uint32 sizes[kRandomMaxDims];
   uint32 dims;
   uint32 numel;
   uint64 seed;

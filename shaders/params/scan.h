@@ -7,15 +7,15 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
+ETM_PARAMS_CONSTANT uint32 kScanMaxDims = 8;
 
 // dimensions (last fastest).
 struct ScanParams {
-  int64 input_outer[kMaxDims];
-  int64 output_outer[kMaxDims];
+  int64 input_outer[kScanMaxDims];
+  int64 output_outer[kScanMaxDims];
   int64 input_stride;  // along the scanned dimension
   int64 output_stride;
-  uint32 outer_sizes[kMaxDims];
+  uint32 outer_sizes[kScanMaxDims];
   uint32 outer_dims;
   uint32 length;       // elements per line
   uint32 lines;

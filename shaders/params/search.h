@@ -7,13 +7,13 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kSearchMaxDims = 9;
 
 struct SearchParams {
-  int64 value_strides[kMaxDims];
-  int64 row_strides[kMaxDims];  // the sequence's strides over the leading dims (0 when 1-D)
-  int64 sorter_row_strides[kMaxDims];
-  uint32 sizes[kMaxDims];       // the values' sizes
+  int64 value_strides[kSearchMaxDims];
+  int64 row_strides[kSearchMaxDims];  // the sequence's strides over the leading dims (0 when 1-D)
+  int64 sorter_row_strides[kSearchMaxDims];
+  uint32 sizes[kSearchMaxDims];       // the values' sizes
   uint32 dims;
   uint32 right;
   uint32 has_sorter;

@@ -7,11 +7,11 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kSelectionMaxDims = 9;
 
 struct SelectionParams {
-  int64 strides[kMaxDims];  // of the input, in elements
-  uint32 sizes[kMaxDims];
+  int64 strides[kSelectionMaxDims];  // of the input, in elements
+  uint32 sizes[kSelectionMaxDims];
   uint32 dims;
   uint32 numel;
   uint32 chunk;             // elements per chunk
@@ -23,9 +23,9 @@ ETM_PARAMS_LAYOUT(SelectionParams, 144, fill_value, 136);
 
 // masked_select: self and mask broadcast to one shape (stride 0 where broadcast).
 struct MaskedParams {
-  int64 self_strides[kMaxDims];
-  int64 mask_strides[kMaxDims];
-  uint32 sizes[kMaxDims];
+  int64 self_strides[kSelectionMaxDims];
+  int64 mask_strides[kSelectionMaxDims];
+  uint32 sizes[kSelectionMaxDims];
   uint32 dims;
   uint32 numel;
   uint32 chunk;

@@ -7,14 +7,14 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 9;
+ETM_PARAMS_CONSTANT uint32 kShapeMaxDims = 9;
 
 struct PadParams {
-  int64 src_strides[kMaxDims];
-  int64 dst_strides[kMaxDims];
-  int64 before[kMaxDims];  // padding before each dimension (negative: cropped)
-  uint32 src_sizes[kMaxDims];
-  uint32 dst_sizes[kMaxDims];
+  int64 src_strides[kShapeMaxDims];
+  int64 dst_strides[kShapeMaxDims];
+  int64 before[kShapeMaxDims];  // padding before each dimension (negative: cropped)
+  uint32 src_sizes[kShapeMaxDims];
+  uint32 dst_sizes[kShapeMaxDims];
   uint64 fill;             // the fill value's bits, in the low bytes
   uint32 dims;
   uint32 numel;

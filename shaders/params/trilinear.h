@@ -7,13 +7,13 @@
 namespace etm::ops {
 #endif
 
-ETM_PARAMS_CONSTANT uint32 kMaxDims = 8;
+ETM_PARAMS_CONSTANT uint32 kTrilinearMaxDims = 8;
 
 struct TrilinearParams {
-  int64 kept_strides[3][kMaxDims];
-  int64 sum_strides[3][kMaxDims];
-  uint32 kept_sizes[kMaxDims];
-  uint32 sum_sizes[kMaxDims];
+  int64 kept_strides[3][kTrilinearMaxDims];
+  int64 sum_strides[3][kTrilinearMaxDims];
+  uint32 kept_sizes[kTrilinearMaxDims];
+  uint32 sum_sizes[kTrilinearMaxDims];
   uint32 kept_dims;
   uint32 sum_dims;
 };

@@ -181,6 +181,17 @@ kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_i
   if (lid < 1000) threadgroup_barrier(mem_flags::mem_threadgroup);
   out[lid] = shared[(lid + 1) % size];
 }
+
+// A loop around a barrier whose header steps a per-thread variable: each thread flips its own.
+kernel void stepped_parity(device int* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup uint slots[2][4];
+  uint parity = 0;
+  for (uint block = 0; block < 6; block += 1, parity ^= 1) {
+    slots[parity][lid] = block * 10 + lid;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[block * 4 + lid] = int(slots[parity][(lid + 1) % 4] * 2 + parity);
+  }
+}
 """
 
 
@@ -253,6 +264,18 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     assert "'simd_any' after a ?:, && or || in its statement" in err
     assert "kernel 'guarded_barrier' runs as fibers: line" in err
     assert "a barrier or 'threadgroup_barrier' under an if on per-thread values" in err
+    library.kernel("stepped_parity")
+    err = capfd.readouterr().err
+    assert "kernel 'stepped_parity' runs as fibers: line" in err
+    assert "the header of a loop around a barrier changes the per-thread variable 'parity'" in err
+
+
+def test_a_loop_header_stepping_per_thread_variables(msl, path):
+    kernel = msl(SOURCE).kernel("stepped_parity")
+    out = Tensor.empty([24], np.int32)
+    kernel.run({0: out}, 4, 4)
+    block, lid = np.divmod(np.arange(24), 4)
+    np.testing.assert_array_equal(out.numpy(), (block * 10 + (lid + 1) % 4) * 2 + block % 2)
 
 
 def test_loop_bound_from_a_per_thread_variable(msl, path):

@@ -3,6 +3,8 @@ is checked by building libetmetal; these check the MSL side on the active device
 check fires there too, and the kernels' strided-index helper indexes as numpy does."""
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,8 @@ import pytest
 import etmetal_py
 from etmetal_py.kernels import compile_library
 
-COMMON = Path(__file__).resolve().parents[2] / "shaders" / "params" / "common.h"
+SHADERS = Path(__file__).resolve().parents[2] / "shaders"
+COMMON = SHADERS / "params" / "common.h"
 
 
 def source(layout: str) -> str:
@@ -61,3 +64,16 @@ def test_element_offset_walks_any_strides():
     with compile_library(source("ETM_PARAMS_LAYOUT(Probe, 56, dims, 48);")) as library:
         library.function("gather")(base.reshape(-1)[offset:], out, probe.view(np.uint8), threads=out.size)
     np.testing.assert_array_equal(out, view.reshape(-1))
+
+
+def test_every_header_fits_one_translation_unit(tmp_path):
+    # Host code may need two ops' parameters in one file (a fused path, a layout check): no two
+    # headers may declare the same name.
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.fail("no host C++ compiler: libetmetal could not have been built either")
+    unit = tmp_path / "all_params.cpp"
+    unit.write_text("".join(f'#include "params/{header.name}"\n' for header in sorted((SHADERS / "params").glob("*.h"))))
+    result = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", f"-I{SHADERS}", str(unit)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

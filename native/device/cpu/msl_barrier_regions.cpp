@@ -676,6 +676,15 @@ class RegionWriter {
       fail(begin, "a loop around a barrier whose condition depends on per-thread values");
       return;
     }
+    // The leader's frame would take every thread's step: `i += 1, parity ^= 1` on a per-thread
+    // `parity` would change only the leader's copy.
+    for (size_t k = open + 1; leader_header && k < close; ++k) {
+      const Name* n = t_.identifier(k) ? find(t_.spell(k)) : nullptr;
+      if (n && n->per_thread && writes(open + 1, close, n->name)) {
+        fail(k, "the header of a loop around a barrier changes the per-thread variable '" + n->name + "'");
+        return;
+      }
+    }
     close_region();
     if (leader_header) {
       body_ += "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; " + aliases();
