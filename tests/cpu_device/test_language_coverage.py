@@ -339,3 +339,71 @@ def test_aten_instantiation_spellings_enum_class_parameters_and_array_references
         out = np.zeros(3, dtype=np.float32)
         library.function("reduce_rows_float_4")(rows, out, threads=3)
         np.testing.assert_array_equal(out, rows.sum(axis=1) + rows.max(axis=1))
+
+
+def test_bfloat_conditional_with_an_integer_operand_and_mixed_compound_assignment():
+    # PyTorch's HistogramKernel: `weight_stride >= 0 ? weight[i] : 1` with bfloat weights. Metal
+    # converts the int to bfloat; with bfloat a class that also converted implicitly to int
+    # (through float), C++ found conversions both ways and rejected the conditional.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        [[kernel]] void weigh(device const bfloat* weight [[buffer(0)]], device float* out [[buffer(1)]],
+                              device int* whole [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          const bfloat w = i % 2 == 0 ? weight[i] : 1;
+          const auto other = i % 2 == 0 ? 0 : weight[i];
+          float sum = 0.5f;
+          sum += w;
+          sum *= other > 1 ? bfloat(2) : bfloat(1);
+          int count = int(w);
+          count += weight[i];
+          out[i] = sum + (w <= 2 && !(other != other) ? 100.0f : 0.0f);
+          whole[i] = count;
+        }
+        """)
+    weights = np.float32([3.5, 2.25, -1.5, 0.5])
+    bits = (weights.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat
+    with compile_library(source) as library:
+        out = np.zeros(4, dtype=np.float32)
+        whole = np.zeros(4, dtype=np.int32)
+        library.function("weigh")(bits, out, whole, threads=4)
+    w = np.where(np.arange(4) % 2 == 0, weights, 1)
+    other = np.where(np.arange(4) % 2 == 0, 0, weights)
+    expected_sum = (0.5 + w) * np.where(other > 1, 2, 1) + np.where(w <= 2, 100, 0)
+    np.testing.assert_array_equal(out, expected_sum.astype(np.float32))
+    # int += bfloat computes int + bfloat in bfloat, then truncates: 3 + 3.5 -> 6, -1 - 1.5 -> -2.
+    np.testing.assert_array_equal(whole, np.trunc(np.trunc(w) + weights).astype(np.int32))
+
+
+def test_kernel_template_with_a_function_pointer_parameter_instantiated_with_closing_angles():
+    # PyTorch's Indexing/ScatterGather: `template <typename T, T (*Reduce)(T, T)>` kernels,
+    # instantiated as `fold<T, Op::amax<T>>` where the lexer's `>>` closes both lists.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        struct Op {
+          template <typename T> static T amax(T a, T b) { return max(a, b); }
+          template <typename T> static T prod(T a, T b) { return a * b; }
+        };
+        template <typename T, T (*Reduce)(T, T)>
+        kernel void fold(device T* out [[buffer(0)]], constant T* in [[buffer(1)]],
+                         uint i [[thread_position_in_grid]]) {
+          out[i] = Reduce(out[i], in[i]);
+        }
+        #define INSTANTIATE(NAME, T) \\
+          template [[host_name("fold_" #NAME "_" #T)]] kernel void fold<T, Op::NAME<T>>( \\
+              device T*, constant T*, uint);
+        INSTANTIATE(amax, float)
+        INSTANTIATE(prod, int)
+        """)
+    with compile_library(source) as library:
+        floats = np.float32([1, 5, -2, 7])
+        out = np.float32([3, 3, 3, 3])
+        library.function("fold_amax_float")(out, floats, threads=4)
+        ints = np.int32([2, -3, 4, 0])
+        products = np.int32([5, 5, 5, 5])
+        library.function("fold_prod_int")(products, ints, threads=4)
+    np.testing.assert_array_equal(out, np.maximum(np.float32(3), floats))
+    np.testing.assert_array_equal(products, ints * 5)

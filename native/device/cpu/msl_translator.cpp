@@ -558,7 +558,9 @@ class Translator {
     // `decltype(f<T>) f<T>;` spelling.
     const size_t stop = parameters_open != SIZE_MAX ? parameters_open : end - 1;
     size_t close_angle = stop - 1;
-    if (!is(close_angle, ">")) {
+    // `f<T, Op::g<T>>`: the lexer's `>>` closes both lists.
+    const bool closes_two = is(close_angle, ">>");
+    if (!is(close_angle, ">") && !closes_two) {
       return deduced_instantiation(begin, end, parameters_open, host_name, max_threads, line);
     }
     size_t open_angle = SIZE_MAX;
@@ -592,7 +594,8 @@ class Translator {
       }
     }
     const std::string arguments =
-        text_.substr(tokens_[open_angle + 1].begin, tokens_[close_angle].begin - tokens_[open_angle + 1].begin);
+        text_.substr(tokens_[open_angle + 1].begin, tokens_[close_angle].begin - tokens_[open_angle + 1].begin) +
+        (closes_two ? ">" : "");
 
     const KernelTemplate* found = find_template(base, qualifier);
     if (!found) return fail(line, "instantiation of unknown kernel template '" + base + "'");
@@ -718,6 +721,13 @@ class Translator {
           const size_t m = match_angle(k, item_end + 1);
           if (m == SIZE_MAX) return false;
           k = m;
+          continue;
+        }
+        if (is(k, "(") && partner(k) != SIZE_MAX) {
+          // `T (*Reduce)(T, T)`: the parenthesised declarator names the parameter; the
+          // parameter list after it names nothing.
+          if ((is(k + 1, "*") || is(k + 1, "&")) && is_identifier(k + 2)) name = spell(k + 2);
+          k = partner(k);
           continue;
         }
         if (is(k, "...")) pack = true;

@@ -61,7 +61,18 @@ struct bfloat {
     return result;
   }
 
-  constexpr operator float() const { return etm_msl::bfloat_bits_to_float(bits); }
+  // Implicitly bfloat converts only to float; to other scalars only explicitly. Metal's
+  // `cond ? bf : 1` converts the int to bfloat: were bfloat -> int (through float) implicit too,
+  // C++ would find conversions both ways and reject the conditional as ambiguous.
+  template <class T, std::enable_if_t<std::is_same<T, float>::value, int> = 0>
+  constexpr operator T() const {
+    return etm_msl::bfloat_bits_to_float(bits);
+  }
+  template <class T, std::enable_if_t<etm_msl::is_host_arithmetic_v<T> && !std::is_same<T, float>::value,
+                                      int> = 0>
+  constexpr explicit operator T() const {
+    return T(etm_msl::bfloat_bits_to_float(bits));
+  }
 
   constexpr bfloat& operator+=(float rhs) { return *this = bfloat(float(*this) + rhs); }
   constexpr bfloat& operator-=(float rhs) { return *this = bfloat(float(*this) - rhs); }
@@ -107,6 +118,39 @@ struct bfloat {
   ETM_BFLOAT_ARITHMETIC(*)
   ETM_BFLOAT_ARITHMETIC(/)
 #undef ETM_BFLOAT_ARITHMETIC
+
+  // The conversion to float is a template, which the built-in comparison candidates do not
+  // consider: comparisons are spelled out, in float as Metal compares bfloat.
+#define ETM_BFLOAT_COMPARISON(op)                                                     \
+  friend constexpr bool operator op(bfloat lhs, bfloat rhs) { return float(lhs) op float(rhs); } \
+  template <class S, std::enable_if_t<etm_msl::is_host_arithmetic_v<S>, int> = 0>    \
+  friend constexpr bool operator op(bfloat lhs, S rhs) {                             \
+    return float(lhs) op float(rhs);                                                  \
+  }                                                                                   \
+  template <class S, std::enable_if_t<etm_msl::is_host_arithmetic_v<S>, int> = 0>    \
+  friend constexpr bool operator op(S lhs, bfloat rhs) {                             \
+    return float(lhs) op float(rhs);                                                  \
+  }
+  ETM_BFLOAT_COMPARISON(==)
+  ETM_BFLOAT_COMPARISON(!=)
+  ETM_BFLOAT_COMPARISON(<)
+  ETM_BFLOAT_COMPARISON(<=)
+  ETM_BFLOAT_COMPARISON(>)
+  ETM_BFLOAT_COMPARISON(>=)
+#undef ETM_BFLOAT_COMPARISON
+
+  // Likewise a built-in scalar compound-assigned a bfloat (`sum += bf`): computed as
+  // `sum = sum op bf` would be.
+#define ETM_BFLOAT_COMPOUND_ASSIGNMENT(op)                                             \
+  template <class S, std::enable_if_t<etm_msl::is_host_arithmetic_v<S>, int> = 0>     \
+  friend constexpr S& operator op##=(S& lhs, bfloat rhs) {                            \
+    return lhs = S(lhs op rhs);                                                        \
+  }
+  ETM_BFLOAT_COMPOUND_ASSIGNMENT(+)
+  ETM_BFLOAT_COMPOUND_ASSIGNMENT(-)
+  ETM_BFLOAT_COMPOUND_ASSIGNMENT(*)
+  ETM_BFLOAT_COMPOUND_ASSIGNMENT(/)
+#undef ETM_BFLOAT_COMPOUND_ASSIGNMENT
 };
 
 static_assert(sizeof(bfloat) == 2 && alignof(bfloat) == 2, "bfloat must be 2 bytes");

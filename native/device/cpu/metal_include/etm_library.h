@@ -33,7 +33,9 @@
 //   - `constant` expands to nothing; the translator rewrites it in the MSL it translates.
 //   - simd_vote is 16 bytes (it keeps the active mask for all()).
 //   - In C++17 mode two collectives on one source line share a call site.
-//   - `cond ? bfloat_value : float_value` is ambiguous (bfloat is a class).
+//   - `cond ? bfloat_value : float_value` is ambiguous (bfloat is a class); with an integer
+//     operand the result is bfloat, as in Metal. A bfloat converts implicitly only to float:
+//     `int i = bf;` needs `int(bf)`.
 //   - Math is at least as accurate as Metal's precise math; fast:: is the same code.
 #pragma once
 
