@@ -4,8 +4,11 @@
 // input channel per group); an implicit GEMM on simdgroup matrices over 2-D blocks of output
 // pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
 // 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
-// channels per group and reduction depth); else, like transposed problems, a direct kernel with
-// one thread per output element. Products accumulate in float for every element type. Input,
+// channels per group and reduction depth); else a direct kernel with one thread per output
+// element. Transposed problems run as one forward problem per output phase (outputs whose index
+// has the same residue modulo the stride; native/ops/convolution.cpp), the weight bound at its
+// phase's first tap with negative tap strides; those with more phases than that is worth take
+// the direct transposed kernel. Products accumulate in float for every element type. Input,
 // weight, bias and output are bound at their first element and indexed through the strides in
 // ConvParams, so channels-last and other non-contiguous layouts need no copies.
 #include <metal_stdlib>
@@ -33,6 +36,7 @@ kernel void convolution(device T* output [[buffer(0)]],
 
   const long group = co / p.out_channels_per_group;
   const long first_in_channel = group * p.in_channels_per_group;
+  const long column = co - group * p.out_channels_per_group;
   const device T* input_batch = input + n * p.input_strides[0];
 
   float sum = 0.0f;
@@ -40,8 +44,8 @@ kernel void convolution(device T* output [[buffer(0)]],
     const long channel = first_in_channel + ci;
     const device T* input_channel = input_batch + channel * p.input_strides[1];
     const device T* weight_channel = Transposed
-        ? weight + channel * p.weight_strides[0] + (co - group * p.out_channels_per_group) * p.weight_strides[1]
-        : weight + co * p.weight_strides[0] + ci * p.weight_strides[1];
+        ? weight + channel * p.weight_strides[0] + column * p.weight_strides[1]
+        : weight + group * p.weight_group_stride + column * p.weight_strides[0] + ci * p.weight_strides[1];
     for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
       long id;
       if (Transposed) {
@@ -157,7 +161,7 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
         const long kh = (r / p.kernel_sizes[2]) % p.kernel_sizes[1];
         const long kd = (r / (p.kernel_sizes[2] * p.kernel_sizes[1])) % p.kernel_sizes[0];
         const long ci = r / taps;
-        value = float(weight[(first_out_channel + column) * p.weight_strides[0] + ci * p.weight_strides[1] +
+        value = float(weight[group * p.weight_group_stride + column * p.weight_strides[0] + ci * p.weight_strides[1] +
                              kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
       }
       weight_tile[i] = value;
@@ -286,7 +290,7 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
           const long kw = i / (kChannels * kTiledChunk);
           float value = 0.0f;
           if (plane_inside && c0 + c < p.in_channels_per_group && column0 + out < p.out_channels_per_group) {
-            value = float(weight[(first_out_channel + column0 + out) * p.weight_strides[0] +
+            value = float(weight[group * p.weight_group_stride + (column0 + out) * p.weight_strides[0] +
                                  (c0 + c) * p.weight_strides[1] + kd * p.weight_strides[2] +
                                  kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
           }
@@ -379,7 +383,8 @@ kernel void convolution_depthwise(device T* output [[buffer(0)]],
     const long kw = i % p.kernel_sizes[2];
     const long kh = (i / p.kernel_sizes[2]) % p.kernel_sizes[1];
     const long kd = i / (p.kernel_sizes[2] * p.kernel_sizes[1]);
-    kernel_taps[i] = float(weight[co * p.weight_strides[0] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
+    kernel_taps[i] = float(weight[channel * p.weight_group_stride + (co - channel * p.out_channels_per_group) *
+                                  p.weight_strides[0] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
                                   kw * p.weight_strides[4]]);
   }
   float sum = 0.0f;

@@ -124,6 +124,34 @@ def conv_case(batch, cin, cout, size, kernel, stride, groups, dtype, channels_la
     return run, minimum
 
 
+def conv_transpose_case(batch, cin, cout, size, kernel, stride, padding, output_padding, dilation, groups,
+                        dtype, spatial=2, channels_last=False):
+    x = torch.randn(batch, cin, *[size] * spatial).to(dtype)
+    w = torch.randn(cin, cout // groups, *[kernel] * spatial).to(dtype)
+    dx, dw = device(x), device(w)
+    if channels_last:  # the same values in an NHWC buffer, seen as NCHW
+        storage = device(x.permute(0, 2, 3, 1))
+        view = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+            storage.handle, 4, ffi.new("int64_t[]", list(x.shape)),
+            ffi.new("int64_t[]", [size * size * cin, 1, size * cin, cin]), 0, view))
+        dx = Tensor(view[0], keepalive=storage)
+    out_size = (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+    minimum = nbytes(x, w) + batch * cout * out_size ** spatial * x.element_size()
+
+    def ints(value):
+        return ffi.new("int64_t[]", [value] * spatial), spatial
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_convolution(
+            dx.handle, dw.handle, ffi.NULL, *ints(stride), *ints(padding), *ints(dilation), 1,
+            *ints(output_padding), groups, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def linear_4bit_case(m, k, n, group_size, dtype):
     g = torch.Generator().manual_seed(0)
     groups = k // group_size
@@ -247,6 +275,27 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv2d", "resnet 512->512 3x3 7x7 f32", conv_case, (1, 512, 512, 7, 3, 1, 1, F32)),
     ("conv2d", "resnet 256->64 1x1 56x56 f32", conv_case, (1, 256, 64, 56, 1, 1, 1, F32)),
     ("conv2d", "depthwise 96 5x5/2 112x112 f16", conv_case, (1, 96, 96, 112, 5, 2, 96, F16)),
+    # (batch, C_in, C_out, size, kernel, stride, padding, output_padding, dilation, groups, dtype[, spatial, channels-last])
+    ("conv_transpose", "unet up 256->128 2x2/2 32x32 f32", conv_transpose_case,
+     (1, 256, 128, 32, 2, 2, 0, 0, 1, 1, F32)),
+    ("conv_transpose", "unet up 128->64 2x2/2 64x64 f16 channels-last", conv_transpose_case,
+     (1, 128, 64, 64, 2, 2, 0, 0, 1, 1, F16, 2, True)),
+    ("conv_transpose", "decoder 128->64 4x4/2 p1 32x32 f32", conv_transpose_case,
+     (1, 128, 64, 32, 4, 2, 1, 0, 1, 1, F32)),
+    ("conv_transpose", "decoder 64->64 4x4/2 p1 64x64 f16", conv_transpose_case,
+     (1, 64, 64, 64, 4, 2, 1, 0, 1, 1, F16)),
+    ("conv_transpose", "64->64 3x3/2 p1 op1 32x32 f32", conv_transpose_case,
+     (1, 64, 64, 32, 3, 2, 1, 1, 1, 1, F32)),
+    ("conv_transpose", "64->64 3x3/2 p2 op1 dil2 32x32 f32", conv_transpose_case,
+     (1, 64, 64, 32, 3, 2, 2, 1, 2, 1, F32)),
+    ("conv_transpose", "128->128 4x4/2 p1 g4 32x32 f32", conv_transpose_case,
+     (1, 128, 128, 32, 4, 2, 1, 0, 1, 4, F32)),
+    ("conv_transpose", "depthwise 64 4x4/2 p1 32x32 f32", conv_transpose_case,
+     (1, 64, 64, 32, 4, 2, 1, 0, 1, 64, F32)),
+    ("conv_transpose", "3-D 64->32 2x2x2/2 16^3 f32", conv_transpose_case,
+     (1, 64, 32, 16, 2, 2, 0, 0, 1, 1, F32, 3)),
+    ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
+     (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
 ]
 
 

@@ -1,7 +1,9 @@
 #include "ops/convolution.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
+#include <utility>
 
 #include "ops/graph_fallbacks.h"
 #include "ops/kernel_launch.h"
@@ -73,7 +75,152 @@ uint64_t depthwise_memory(const ConvParams& p) {
          sizeof(float);
 }
 
+// Transposed convolution runs as one forward convolution per output phase (the outputs o
+// with o % stride == residue in every dimension): o + padding = i * stride + k * dilation, so
+// only the taps k with k * dilation == o + padding (mod stride) reach a phase, every output in
+// it reads the input at stride 1, and the forward kernels' block machinery applies. Beyond this
+// many phases (large strides: a dispatch for a few outputs each) the direct transposed kernel
+// runs instead, in one dispatch.
+constexpr int64_t kMaxTransposedPhases = 64;
+
+// One spatial dimension of a phase as a forward problem of stride 1: its output q (original
+// output residue + q * stride) applies its taps in forward order j = 0 .. taps - 1 to input
+// q - padding + j * dilation with weight tap first_tap - j * tap_step.
+struct PhaseAxis {
+  int64_t outputs = 0;
+  int64_t taps = 0;
+  int64_t first_tap = 0;
+  int64_t tap_step = 1;
+  int64_t dilation = 1;
+  int64_t padding = 0;
+};
+
+PhaseAxis phase_axis(int64_t residue, int64_t output_size, int64_t stride, int64_t padding, int64_t dilation,
+                     int64_t kernel) {
+  PhaseAxis axis;
+  axis.outputs = (output_size - residue + stride - 1) / stride;
+  const int64_t common = std::gcd(stride, dilation);
+  axis.tap_step = stride / common;
+  axis.dilation = dilation / common;
+  // Taps reaching the phase are lowest + m * tap_step, where lowest * dilation == target.
+  const int64_t target = (residue + padding) % stride;
+  const int64_t candidates = std::min(kernel, axis.tap_step);
+  int64_t lowest = 0;
+  while (lowest < candidates && lowest * dilation % stride != target) ++lowest;
+  if (lowest == candidates) return axis;  // no tap: the phase's outputs are bias only
+  axis.taps = (kernel - 1 - lowest) / axis.tap_step + 1;
+  axis.first_tap = lowest + (axis.taps - 1) * axis.tap_step;
+  // Tap `lowest` reads input q + (residue + padding - lowest * dilation) / stride.
+  axis.padding = (lowest * dilation - (residue + padding)) / stride + (axis.taps - 1) * axis.dilation;
+  return axis;
+}
+
 uint64_t blocks(uint64_t extent, uint64_t block) { return (extent + block - 1) / block; }
+
+// The operands of one forward problem as its kernels bind them. Empty operands may have no
+// buffer, so the output stands in for any the kernel does not read.
+struct ForwardOperands {
+  const Tensor& output;
+  size_t output_offset;  // elements past the output's first element
+  const Tensor& input;
+  const Tensor& weight;
+  size_t weight_offset;
+  const Tensor* bias;
+};
+
+int64_t reduction_depth(const ConvParams& p) {
+  return p.in_channels_per_group * p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
+}
+
+// With no taps, no input channels or an empty input a kernel reads nothing but its bias.
+bool reads_input(const ConvParams& p, const ForwardOperands& operands) {
+  return reduction_depth(p) > 0 && operands.input.numel() > 0;
+}
+
+KernelLaunch& bind(KernelLaunch& launch, const ConvParams& p, const ForwardOperands& operands) {
+  const bool reads = reads_input(p, operands);
+  return launch.tensor(0, operands.output, operands.output_offset)
+      .tensor(1, reads ? operands.input : operands.output)
+      .tensor(2, reads ? operands.weight : operands.output, reads ? operands.weight_offset : 0)
+      .tensor(3, operands.bias ? *operands.bias : operands.output)
+      .value(4, p);
+}
+
+// One thread per output element: convolution_<type> or convolution_transposed_<type>.
+void encode_direct(const ConvParams& p, const ForwardOperands& operands, const std::string& name) {
+  const uint64_t grid_x = uint64_t(p.output_sizes[2]);
+  const uint64_t grid_y = uint64_t(p.output_sizes[0] * p.output_sizes[1]);
+  const uint64_t grid_z = uint64_t(p.batch * p.out_channels);
+  for (uint64_t extent : {grid_x, grid_y, grid_z})
+    ETM_REQUIRE(extent <= UINT32_MAX, kOp, ": the output has ", extent,
+                " elements along one dispatch dimension, more than 2^32 - 1");
+  KernelLaunch launch(shader_kernel("convolution.metal", name));
+  bind(launch, p, operands);
+  const uint64_t group_x = std::min<uint64_t>(grid_x, 32);
+  const uint64_t group_y = std::min<uint64_t>(grid_y, std::max<uint64_t>(1, 128 / group_x));
+  launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
+}
+
+// Encodes forward convolution `p` with the first kernel that takes it: depthwise, pixel-block
+// implicit GEMM, flattened implicit GEMM, direct.
+void encode_forward(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
+  const int64_t depth = reduction_depth(p);
+  const bool reads = reads_input(p, operands);
+  const int64_t groups = p.out_channels / p.out_channels_per_group;
+  const uint64_t pixels = uint64_t(p.batch) * uint64_t(p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2]);
+  const int64_t plane = p.output_sizes[1] * p.output_sizes[2];
+  const uint64_t planes = uint64_t(p.batch) * uint64_t(p.output_sizes[0]);
+  const std::vector<int64_t> output_sizes = {p.batch, p.out_channels, p.output_sizes[0], p.output_sizes[1],
+                                             p.output_sizes[2]};
+  uint64_t column_fragments = p.output_sizes[2] > 8 ? 2 : 1;
+  uint64_t channel_fragments = p.out_channels_per_group > 32 ? 8 : 4;
+  if (reads && tiled_memory(p, column_fragments, channel_fragments) > kThreadgroupMemoryLimit)
+    column_fragments = 1;
+  if (reads && tiled_memory(p, column_fragments, channel_fragments) > kThreadgroupMemoryLimit)
+    channel_fragments = 4;
+  const uint64_t tiled_bytes = reads ? tiled_memory(p, column_fragments, channel_fragments) : 0;
+
+  // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
+  const std::string tiled_name = "convolution_tiled_" + std::to_string(column_fragments) + "x" +
+                                 std::to_string(channel_fragments) + "_" + suffix;
+  const std::string depthwise_name = "convolution_depthwise_" + suffix;
+  auto takes_threads = [](const std::string& name, uint64_t threads) {
+    return shader_kernel("convolution.metal", name).max_threads_per_group() >= threads;
+  };
+  if (reads && p.in_channels_per_group == 1 && depthwise_memory(p) <= kThreadgroupMemoryLimit &&
+      takes_threads(depthwise_name, kDepthwiseRows * kDepthwiseColumns)) {
+    const uint64_t pixel_blocks = blocks(uint64_t(p.output_sizes[1]), kDepthwiseRows) *
+                                  blocks(uint64_t(p.output_sizes[2]), kDepthwiseColumns);
+    const uint64_t channel_planes = planes * uint64_t(p.out_channels);
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && channel_planes <= UINT32_MAX, kOp, ": the output of shape ",
+                shape_text(output_sizes), " exceeds the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", depthwise_name));
+    bind(launch, p, operands).threadgroup_memory(0, depthwise_memory(p));
+    launch.threadgroups({pixel_blocks, 1, channel_planes}, {kDepthwiseColumns, kDepthwiseRows, 1});
+  } else if (reads && plane >= kTiledMinimumPlane && p.output_sizes[1] >= kTiledMinimumRows &&
+             tiled_bytes <= kThreadgroupMemoryLimit && takes_threads(tiled_name, kTiledThreads)) {
+    const uint64_t pixel_blocks = blocks(uint64_t(p.output_sizes[1]), kTiledRows) *
+                                  blocks(uint64_t(p.output_sizes[2]), 8 * column_fragments);
+    const uint64_t group_planes = planes * uint64_t(groups);
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
+                shape_text(output_sizes), " exceeds the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
+    bind(launch, p, operands).threadgroup_memory(0, tiled_bytes);
+    launch.threadgroups({pixel_blocks, blocks(uint64_t(p.out_channels_per_group), 8 * channel_fragments),
+                         group_planes},
+                        {kTiledThreads, 1, 1});
+  } else if (reads && pixels >= kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
+             depth >= kGemmMinimumDepth) {
+    const uint64_t pixel_blocks = blocks(pixels, kGemmBlock);
+    ETM_REQUIRE(pixel_blocks <= UINT32_MAX, kOp, ": ", pixels, " output pixels exceed the dispatch limit");
+    KernelLaunch launch(shader_kernel("convolution.metal", "convolution_gemm_" + suffix));
+    bind(launch, p, operands).threadgroup_memory(0, 2 * kGemmBlock * kGemmDepth * sizeof(float));
+    launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
+                        {kGemmThreads, 1, 1});
+  } else {
+    encode_direct(p, operands, "convolution_" + suffix);
+  }
+}
 
 }  // namespace
 
@@ -188,83 +335,42 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   spread_strides(output->strides, params.output_strides);
   params.has_bias = bias != nullptr;
   params.bias_stride = bias ? bias->strides[0] : 0;
-
-  // With no input channels or an empty input the kernel reads nothing but its bias; the
-  // empty operands may have no buffer, so the output stands in for them.
-  const bool reads_input = input.numel() > 0 && weight.numel() > 0;
-  const Tensor& input_bound = reads_input ? input : *output;
-  const Tensor& weight_bound = reads_input ? weight : *output;
-  const Tensor& bias_bound = bias ? *bias : *output;
   const std::string suffix = msl_float_type_name(input.dtype);
-
-  const uint64_t pixels =
-      uint64_t(batch) * uint64_t(params.output_sizes[0] * params.output_sizes[1] * params.output_sizes[2]);
-  const int64_t depth = params.in_channels_per_group * params.kernel_sizes[0] * params.kernel_sizes[1] *
-                        params.kernel_sizes[2];
-  const int64_t plane = params.output_sizes[1] * params.output_sizes[2];
-  const uint64_t planes = uint64_t(batch) * uint64_t(params.output_sizes[0]);
-  uint64_t column_fragments = params.output_sizes[2] > 8 ? 2 : 1;
-  uint64_t channel_fragments = params.out_channels_per_group > 32 ? 8 : 4;
-  if (tiled_memory(params, column_fragments, channel_fragments) > kThreadgroupMemoryLimit) column_fragments = 1;
-  if (tiled_memory(params, column_fragments, channel_fragments) > kThreadgroupMemoryLimit) channel_fragments = 4;
-  const uint64_t tiled_bytes = tiled_memory(params, column_fragments, channel_fragments);
-
-  // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
-  const std::string tiled_name = "convolution_tiled_" + std::to_string(column_fragments) + "x" +
-                                 std::to_string(channel_fragments) + "_" + suffix;
-  const std::string depthwise_name = "convolution_depthwise_" + suffix;
-  auto takes_threads = [](const std::string& name, uint64_t threads) {
-    return shader_kernel("convolution.metal", name).max_threads_per_group() >= threads;
-  };
-  if (!options.transposed && reads_input && params.in_channels_per_group == 1 &&
-      depthwise_memory(params) <= kThreadgroupMemoryLimit &&
-      takes_threads(depthwise_name, kDepthwiseRows * kDepthwiseColumns)) {
-    const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kDepthwiseRows) *
-                                  blocks(uint64_t(params.output_sizes[2]), kDepthwiseColumns);
-    const uint64_t channel_planes = planes * uint64_t(out_channels);
-    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && channel_planes <= UINT32_MAX, kOp, ": the output of shape ",
-                shape_text(output_sizes), " exceeds the dispatch limit");
-    KernelLaunch launch(shader_kernel("convolution.metal", depthwise_name));
-    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
-        .threadgroup_memory(0, depthwise_memory(params));
-    launch.threadgroups({pixel_blocks, 1, channel_planes}, {kDepthwiseColumns, kDepthwiseRows, 1});
-  } else if (!options.transposed && reads_input && plane >= kTiledMinimumPlane &&
-             params.output_sizes[1] >= kTiledMinimumRows && tiled_bytes <= kThreadgroupMemoryLimit &&
-             takes_threads(tiled_name, kTiledThreads)) {
-    const uint64_t pixel_blocks = blocks(uint64_t(params.output_sizes[1]), kTiledRows) *
-                                  blocks(uint64_t(params.output_sizes[2]), 8 * column_fragments);
-    const uint64_t group_planes = planes * uint64_t(groups);
-    ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
-                shape_text(output_sizes), " exceeds the dispatch limit");
-    KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
-    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
-        .threadgroup_memory(0, tiled_bytes);
-    launch.threadgroups({pixel_blocks, blocks(uint64_t(params.out_channels_per_group), 8 * channel_fragments),
-                         group_planes},
-                        {kTiledThreads, 1, 1});
-  } else if (!options.transposed && pixels >= kGemmMinimumPixels &&
-      params.out_channels_per_group >= kGemmMinimumChannels && depth >= kGemmMinimumDepth) {
-    const uint64_t pixel_blocks = (pixels + kGemmBlock - 1) / kGemmBlock;
-    ETM_REQUIRE(pixel_blocks <= UINT32_MAX, kOp, ": ", pixels, " output pixels exceed the dispatch limit");
-    KernelLaunch launch(shader_kernel("convolution.metal", "convolution_gemm_" + suffix));
-    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params)
-        .threadgroup_memory(0, 2 * kGemmBlock * kGemmDepth * sizeof(float));
-    launch.threadgroups({(uint64_t(params.out_channels_per_group) + kGemmBlock - 1) / kGemmBlock, pixel_blocks,
-                         uint64_t(groups)},
-                        {kGemmThreads, 1, 1});
-  } else {
-    const uint64_t grid_x = static_cast<uint64_t>(params.output_sizes[2]);
-    const uint64_t grid_y = static_cast<uint64_t>(params.output_sizes[0] * params.output_sizes[1]);
-    const uint64_t grid_z = static_cast<uint64_t>(batch * out_channels);
-    for (uint64_t extent : {grid_x, grid_y, grid_z})
-      ETM_REQUIRE(extent <= UINT32_MAX, kOp, ": the output has ", extent,
-                  " elements along one dispatch dimension, more than 2^32 - 1");
-    KernelLaunch launch(shader_kernel(
-        "convolution.metal", (options.transposed ? "convolution_transposed_" : "convolution_") + suffix));
-    launch.tensor(0, *output).tensor(1, input_bound).tensor(2, weight_bound).tensor(3, bias_bound).value(4, params);
-    const uint64_t group_x = std::min<uint64_t>(grid_x, 32);
-    const uint64_t group_y = std::min<uint64_t>(grid_y, std::max<uint64_t>(1, 128 / group_x));
-    launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
+  if (!options.transposed) {
+    params.weight_group_stride = params.out_channels_per_group * params.weight_strides[0];
+    encode_forward(params, {*output, 0, input, weight, 0, bias}, suffix);
+    return output;
+  }
+  params.weight_group_stride = params.in_channels_per_group * params.weight_strides[0];
+  int64_t phases = 1;
+  for (size_t d = lead; d < 3; ++d) phases *= std::min(params.stride[d], params.output_sizes[d]);
+  if (phases > kMaxTransposedPhases) {
+    encode_direct(params, {*output, 0, input, weight, 0, bias}, "convolution_transposed_" + suffix);
+    return output;
+  }
+  // One forward problem per output phase (every phase has outputs: a residue below the output
+  // size), with the weight's input and output channel strides swapped.
+  ConvParams forward = params;
+  std::swap(forward.weight_strides[0], forward.weight_strides[1]);
+  for (int64_t phase = 0; phase < phases; ++phase) {
+    size_t output_offset = 0, weight_offset = 0;
+    for (size_t d = 3, rest = size_t(phase); d-- > lead;) {
+      const int64_t extent = std::min(params.stride[d], params.output_sizes[d]);
+      const int64_t residue = int64_t(rest % size_t(extent));
+      rest /= size_t(extent);
+      const PhaseAxis axis = phase_axis(residue, params.output_sizes[d], params.stride[d], params.padding[d],
+                                        params.dilation[d], params.kernel_sizes[d]);
+      forward.output_sizes[d] = axis.outputs;
+      forward.kernel_sizes[d] = axis.taps;
+      forward.stride[d] = 1;
+      forward.padding[d] = axis.padding;
+      forward.dilation[d] = axis.dilation;
+      forward.output_strides[2 + d] = params.output_strides[2 + d] * params.stride[d];
+      forward.weight_strides[2 + d] = -params.weight_strides[2 + d] * axis.tap_step;
+      output_offset += size_t(residue * params.output_strides[2 + d]);
+      weight_offset += size_t(axis.first_tap * params.weight_strides[2 + d]);
+    }
+    encode_forward(forward, {*output, output_offset, input, weight, weight_offset, bias}, suffix);
   }
   return output;
 }

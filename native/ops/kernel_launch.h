@@ -26,9 +26,10 @@ class KernelLaunch {
   KernelLaunch(const KernelLaunch&) = delete;
   KernelLaunch& operator=(const KernelLaunch&) = delete;
 
-  // Binds the tensor's first element (its storage offset applied).
-  KernelLaunch& tensor(unsigned index, const Tensor& t) {
-    stream_.set_argument_buffer(&kernel_, index, t.storage->buffer, t.buffer_offset());
+  // Binds the tensor's first element (its storage offset applied), or the element
+  // `element_offset` past it.
+  KernelLaunch& tensor(unsigned index, const Tensor& t, size_t element_offset = 0) {
+    stream_.set_argument_buffer(&kernel_, index, t.storage->buffer, t.buffer_offset() + element_offset * t.itemsize());
     return *this;
   }
 

@@ -19,13 +19,17 @@ struct ConvParams {
   int64 padding[3];
   int64 dilation[3];
   int64 input_strides[5];   // batch, channel, depth, height, width
-  int64 weight_strides[5];  // dim 0, dim 1, depth, height, width
+  // Forward kernels: output channel in group, input channel in group, depth, height, width
+  // (transposed problems run as forward ones with the weight's first two strides swapped);
+  // convolution_transposed: the weight's own order, input channel first.
+  int64 weight_strides[5];
+  int64 weight_group_stride;  // from one group's weights to the next
   int64 output_strides[5];
   int64 bias_stride;
   int32 has_bias;
   int32 reserved;           // keeps the struct's size a multiple of 8 on both sides
 };
-ETM_PARAMS_LAYOUT(ConvParams, 312, reserved, 308);
+ETM_PARAMS_LAYOUT(ConvParams, 320, reserved, 316);
 
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops

@@ -116,6 +116,21 @@ TRANSPOSED_CASES = [
     ((1, 6, 4, 7), (6, 2, 2, 3), [1, 3], [0, 2], [2, 1], [1, 2], 3),
     ((1, 4, 6, 6), (4, 1, 3, 3), [2, 2], [1, 1], [1, 1], [0, 1], 4),  # depthwise
     ((1, 2, 3, 4, 5), (2, 3, 2, 3, 2), [2, 1, 3], [0, 1, 1], [1, 2, 1], [1, 0, 2], 1),
+    # One forward problem per output phase, through the block kernels: pixel-block GEMM (odd
+    # sizes, partial blocks, 2 taps per phase and dimension), with groups, in 3-D;
+    ((1, 8, 9, 11), (8, 20, 4, 4), [2, 2], [1, 1], [1, 1], [0, 0], 1),
+    ((2, 6, 7, 9), (6, 18, 3, 3), [2, 2], [1, 1], [1, 1], [1, 1], 2),
+    ((1, 4, 5, 6, 7), (4, 8, 3, 3, 2), [2, 2, 1], [1, 0, 1], [1, 1, 2], [1, 1, 0], 1),
+    # flattened GEMM (a 1-D problem), depthwise (one input channel per group);
+    ((2, 16, 20), (16, 32, 3), [2], [1], [1], [1], 1),
+    ((1, 4, 10, 9), (4, 2, 3, 3), [2, 2], [1, 1], [1, 1], [1, 0], 4),
+    # phases no tap reaches (bias only), dilation sharing a factor with the stride, padding past
+    # the kernel (the phases' forward padding is negative);
+    ((1, 3, 5, 6), (3, 4, 1, 1), [3, 2], [0, 0], [1, 1], [2, 1], 1),
+    ((1, 4, 6, 5), (4, 16, 3, 3), [4, 2], [2, 1], [2, 2], [3, 1], 1),
+    ((1, 8, 11, 10), (8, 16, 5, 5), [2, 3], [4, 3], [1, 1], [1, 2], 1),
+    # more phases than one dispatch each is worth: the direct kernel.
+    ((1, 2, 3, 3), (2, 3, 2, 2), [9, 9], [0, 0], [1, 1], [0, 0], 1),
 ]
 
 
@@ -142,7 +157,8 @@ def test_single_value_parameter_lists_apply_to_every_dimension(no_leaks):
 def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_leaks):
     # Contiguous is what Inductor compiles for this call's result (see the e2e test below).
     input = random(2, 6, 9, 7, dtype=dtype).contiguous(memory_format=torch.channels_last)
-    # Forward takes the implicit GEMM (16 output channels per group), transposed the direct kernel.
+    # Forward takes the implicit GEMM (16 output channels per group), transposed the pixel-block
+    # GEMM per output phase.
     weight = random(6, 4, 3, 3, dtype=dtype) if transposed else random(32, 3, 3, 3, dtype=dtype)
     bias = random(8 if transposed else 32, dtype=dtype)
     args = ([2, 1], [1, 1], [1, 2], transposed, [1, 0] if transposed else [0, 0], 2)
@@ -179,6 +195,14 @@ def test_strided_offset_input_and_permuted_weight(out_channels, no_leaks):
     assert input.storage_offset() > 0 and not input.is_contiguous() and not weight.is_contiguous()
     bias = random(2 * out_channels)[::2]
     check(input, weight, bias, [1, 2], [1, 0], [1, 1])
+
+
+def test_transposed_strided_offset_input_and_permuted_weight(no_leaks):
+    input = random(3, 8, 15, 21)[1:, ::2, 2:, ::2]  # [2, 4, 13, 11]
+    weight = random(3, 3, 20, 4).permute(3, 2, 0, 1)  # [C_in 4, C_out 20, 3, 3], non-contiguous
+    assert input.storage_offset() > 0 and not input.is_contiguous() and not weight.is_contiguous()
+    bias = random(40)[::2]
+    check(input, weight, bias, [2, 2], [1, 0], [1, 1], True, [1, 1])
 
 
 def test_empty_batch_gives_empty_output(no_leaks):
