@@ -14,7 +14,8 @@
 //                unnormalised output row; with a single split (prefill), the output row
 //                itself and the row's log-sum-exp instead.
 //   sdpa_finish  one threadgroup per query row: merges the splits into the output (with more
-//                than one) and rescales the stored probabilities in place into the weights
+//                than one), writes the row's log-sum-exp (-inf for a fully masked row) and
+//                rescales the stored probabilities in place into the weights
 //                exp(score - log_sum_exp).
 // Splitting the keys gives decode (one query row, thousands of keys) as many threadgroups as
 // prefill. A fully masked row (every score -inf) has output 0 and weights 0.
@@ -272,6 +273,7 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
                         device T* out [[buffer(2)]],
                         device T* weights [[buffer(3)]],
                         constant SdpaParams& p [[buffer(4)]],
+                        device float* log_sum_exp [[buffer(5)]],
                         uint3 group_id [[threadgroup_position_in_grid]],
                         uint t [[thread_index_in_threadgroup]]) {
   threadgroup float split_factor[kMaxSplits];  // exp(max_s - row max) / total, per split
@@ -296,6 +298,7 @@ kernel void sdpa_finish(device const float* partial [[buffer(0)]],
     row_log_sum_exp = total > 0.0f ? row_max + log(total) : -INFINITY;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) log_sum_exp[row_index] = row_log_sum_exp;
   for (uint column = t; p.splits > 1 && column < p.value_dim; column += kFinishThreads) {
     float value = 0.0f;
     for (uint s = 0; s < p.splits; ++s) {

@@ -90,3 +90,110 @@ kernel void histc_store(constant uint* counts [[buffer(0)]], device T* out [[buf
 HISTC_KERNELS(float, float)
 HISTC_KERNELS(half, half)
 HISTC_KERNELS(bfloat, bfloat)
+
+// torch.histogram / histogramdd with bin counts (ATen's histogramdd_bin_edges and its
+// LINEAR_INTERPOLATION_WITH_LOCAL_SEARCH kernel), float32, in three kernels:
+//   histogram_edges    one threadgroup per coordinate: its range (the given one, or the data's
+//                      [min, max], NaN propagating; [0, 1] without data; a point widened by
+//                      0.5 each side) and its edges linspace(lo, hi, bins + 1);
+//   histogram_count    one thread per point: its bin in every coordinate (interpolated, then
+//                      corrected against the edges), skipped when any coordinate is outside
+//                      its edges or NaN; adds its weight (or 1) with a relaxed atomic add;
+//   histogram_density  one threadgroup: each bin divided by the total, then by its length in
+//                      every coordinate, in torch's order.
+kernel void histogram_edges(constant float* self [[buffer(0)]], device float* edges [[buffer(1)]],
+                            constant HistogramParams& p [[buffer(2)]],
+                            uint k [[threadgroup_position_in_grid]],
+                            uint t [[thread_index_in_threadgroup]],
+                            uint n [[threads_per_threadgroup]]) {
+  threadgroup float low[kRangeThreads];
+  threadgroup float high[kRangeThreads];
+  if (p.data_range) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (uint i = t; i < p.rows; i += n) {
+      const float v = self[element_offset(i, p.sizes, p.strides, p.dims) + long(k) * p.column_stride];
+      lo = min_nan(lo, v);
+      hi = max_nan(hi, v);
+    }
+    low[t] = lo;
+    high[t] = hi;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t == 0) {
+      for (uint j = 1; j < n; ++j) {
+        lo = min_nan(lo, low[j]);
+        hi = max_nan(hi, high[j]);
+      }
+      if (p.rows == 0) {
+        lo = 0.0f;
+        hi = 1.0f;
+      }
+      if (lo == hi) {
+        lo -= 0.5f;
+        hi += 0.5f;
+      }
+      low[0] = lo;
+      high[0] = hi;
+    }
+  } else if (t == 0) {
+    low[0] = p.low[k];
+    high[0] = p.high[k];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float lo = low[0], hi = high[0];
+  device float* row = edges + p.edge_offsets[k];
+  for (uint i = t; i <= p.bins[k]; i += n) row[i] = bin_edge(lo, hi, p.bins[k], long(i));
+}
+
+kernel void histogram_count(constant float* self [[buffer(0)]], constant float* weight [[buffer(1)]],
+                            constant float* edges [[buffer(2)]], device atomic_float* hist [[buffer(3)]],
+                            constant HistogramParams& p [[buffer(4)]],
+                            uint i [[thread_position_in_grid]]) {
+  const long row = element_offset(i, p.sizes, p.strides, p.dims);
+  uint index = 0;
+  for (uint k = 0; k < p.columns; ++k) {
+    constant float* e = edges + p.edge_offsets[k];
+    const long bins = long(p.bins[k]);
+    const float lo = e[0], hi = e[bins];
+    if (!isfinite(lo) || !isfinite(hi)) return;  // reported by the host's check
+    const float v = self[row + long(k) * p.column_stride];
+    if (!(v >= lo && v <= hi)) return;
+    const long pos = long((v - lo) * float(bins) / (hi - lo));
+    // The first edge greater than v, among edges [pos - 1, pos + 2), minus one.
+    long edge = max(pos - 1, 0L);
+    const long end = min(pos + 2, bins + 1);
+    while (edge < end && e[edge] <= v) ++edge;
+    const long bin = min(edge - 1, bins - 1);
+    index = index * p.bins[k] + uint(bin);
+  }
+  const float w = p.weighted ? weight[element_offset(i, p.weight_sizes, p.weight_strides, p.weight_dims)] : 1.0f;
+  atomic_fetch_add_explicit(&hist[index], w, memory_order_relaxed);
+}
+
+kernel void histogram_density(device float* hist [[buffer(0)]], constant float* edges [[buffer(1)]],
+                              constant HistogramParams& p [[buffer(2)]],
+                              uint t [[thread_index_in_threadgroup]],
+                              uint n [[threads_per_threadgroup]]) {
+  threadgroup float partial[kRangeThreads];
+  float sum = 0.0f;
+  for (uint j = t; j < p.hist_numel; j += n) sum += hist[j];
+  partial[t] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) {
+    for (uint j = 1; j < n; ++j) sum += partial[j];
+    partial[0] = sum;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float total = partial[0];
+  for (uint j = t; j < p.hist_numel; j += n) {
+    float value = hist[j] / total;
+    uint rest = j, stride = p.hist_numel;
+    for (uint k = 0; k < p.columns; ++k) {
+      stride /= p.bins[k];
+      const uint bin = rest / stride;
+      rest %= stride;
+      constant float* e = edges + p.edge_offsets[k];
+      value /= e[bin + 1] - e[bin];
+    }
+    hist[j] = value;
+  }
+}

@@ -66,11 +66,12 @@ def torch_declarations():
     pattern = re.compile(r"AOTI_TORCH_EXPORT\s+([\w\s\*]+?)\s*\b(\w+)\s*\(([^;{]*?)\)\s*;", re.S)
     for ret, name, params in pattern.findall(text):
         types = []
-        for param in params.split(","):
+        for param in re.split(r",(?![^(]*\))", params):  # not the commas of a function pointer's
             param = " ".join(param.split())
             if not param or param == "void":
                 continue
             param = re.sub(r"\s*//.*", "", param)
+            param = re.sub(r"\(\s*\*\s*\w+\s*\)", "(*)", param)  # a function pointer's name
             # Drop the parameter name: the last identifier unless the type ends in '*'.
             param = re.sub(r"\s*\b\w+$", "", param) if not param.endswith("*") else param
             types.append(param)
@@ -91,19 +92,34 @@ TYPE_ALIASES = {
     "DeviceGuardHandle": "struct DeviceGuardOpaque *",
     "StreamHandle": "struct StreamOpaque *",
     "StableIValue": "uint64_t",
+    "C10IValueHandle": "struct C10IValueOpaque *",
+    "IValueMapHandle": "struct IValueMapOpaque *",
+    "AtenRecordFunctionHandle": "struct AtenRecordFunctionOpaque *",
+    "TorchLibraryHandle": "struct TorchLibraryOpaque *",
+    "CUDAGuardHandle": "struct CUDAGuardOpaque *",
+    "CUDAStreamGuardHandle": "struct CUDAStreamGuardOpaque *",
     "aoti_torch_mps_command_block_callback_t":
         "void(*)(struct AOTIMetalKernelFunctionOpaque *, void *)",
+}
+
+
+# c10::complex<T> is two Ts, real part first (etmetal/aoti_shim.h says why the structs agree).
+COMPLEX_ALIASES = {
+    "c10::complex<float>": "etmetal_complex64",
+    "c10::complex<double>": "etmetal_complex128",
 }
 
 
 def normalize(ctype: str) -> str:
     # cffi reports types without const qualifiers; const does not change the ABI.
     ctype = re.sub(r"\bconst\b", "", ctype).replace("_Bool", "bool")
+    for alias, real in COMPLEX_ALIASES.items():
+        ctype = ctype.replace(alias, real)
     ctype = re.sub(r"\bunsigned\b(?! int)", "unsigned int", ctype)
     for alias, real in TYPE_ALIASES.items():
         ctype = re.sub(rf"\b{alias}\b", real, ctype)
     ctype = ctype.replace("*", " * ")
-    return " ".join(ctype.split())
+    return re.sub(r"\s+\(", "(", " ".join(ctype.split()))
 
 
 def test_signatures_match_torch_headers():

@@ -6,8 +6,12 @@ Reads the declarations of the installed torch's `c/shim.h`, `c/shim_mps.h` and
 `custom_ops.h` among them), and asks the loaded libetmetal which of them it exports.
 
     python3 tools/abi_coverage.py               # the table
-    python3 tools/abi_coverage.py --missing     # ... and the missing names per header
+    python3 tools/abi_coverage.py --missing     # ... and the missing (and refusing) names per header
     python3 tools/abi_coverage.py --json        # machine-readable
+
+A covered function is either implemented or exported only to fail with a clear error (it
+cannot exist without libtorch, CUDA or fbgemm): those are the functions etmetal's
+`aoti_shim_unavailable.h` declares, and each row says how many of its functions they are.
 
 For `c_shim_mps.h` the "forward" row leaves out what an inference runtime is not asked for:
 `*_backward` functions, sparse ones, and the training-only
@@ -54,6 +58,14 @@ def etmetal_header_functions() -> dict[str, list[str]]:
             for path in sorted(folder.glob("*.h"))}
 
 
+UNAVAILABLE_HEADER = "aoti_shim_unavailable.h"
+
+
+def refusing_functions() -> set[str]:
+    """The functions etmetal exports only to fail with a clear error."""
+    return set(etmetal_header_functions().get(UNAVAILABLE_HEADER, []))
+
+
 def is_forward(name: str) -> bool:
     return not _NOT_FORWARD.search(name)
 
@@ -70,17 +82,21 @@ def exported(library: ctypes.CDLL, names: list[str]) -> list[str]:
 
 
 def coverage(library: ctypes.CDLL) -> dict[str, dict]:
-    """{row name: {"total", "covered", "missing"}} for each torch header (and the forward part
-    of c_shim_mps.h) and for etmetal's custom ops."""
+    """{row name: {"total", "covered", "implemented", "refused", "missing"}} for each torch
+    header (and the forward part of c_shim_mps.h) and for etmetal's custom ops; "refused" lists
+    the covered functions that only fail with a clear error, "implemented" counts the rest."""
     rows: dict[str, list[str]] = {}
     for header in TORCH_HEADERS:
         rows[header.split("/")[-1]] = torch_functions(header)
     rows["c_shim_mps.h (forward)"] = [n for n in rows["c_shim_mps.h"] if is_forward(n)]
     rows["etmetal custom ops"] = etmetal_header_functions().get("custom_ops.h", [])
+    refusing = refusing_functions()
     result = {}
     for row, names in rows.items():
         have = set(exported(library, names))
+        refused = [n for n in names if n in have and n in refusing]
         result[row] = {"total": len(names), "covered": len(have),
+                       "implemented": len(have) - len(refused), "refused": refused,
                        "missing": [n for n in names if n not in have]}
     return result
 
@@ -105,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(row) for row in rows)
     for row, data in rows.items():
         percent = 100.0 * data["covered"] / data["total"] if data["total"] else 100.0
-        print(f"{row:<{width}}  {data['covered']:>4} / {data['total']:<4} {percent:5.1f}%")
+        split = (f"  ({data['implemented']} implemented, {len(data['refused'])} exported, fail with a clear error)"
+                 if data["refused"] else "")
+        print(f"{row:<{width}}  {data['covered']:>4} / {data['total']:<4} {percent:5.1f}%{split}")
+        if args.missing and data["refused"]:
+            print("    fail with a clear error: " + ", ".join(data["refused"]))
         if args.missing and data["missing"]:
             print("    missing: " + ", ".join(data["missing"]))
     if claimed:

@@ -164,7 +164,7 @@ KERNEL_SHIM_FUNCTIONS = frozenset({
 # shim.h functions that compute (rather than create, view or free tensors).
 SHIM_FALLBACK_FUNCTIONS = frozenset({
     "aoti_torch_index_put_out", "aoti_torch_scatter_out", "aoti_torch_scatter_reduce_out",
-    "aoti_torch_zero_", "aoti_torch_proxy_executor_call_function",
+    "aoti_torch_zero_", "aoti_torch_proxy_executor_call_function", "aoti_torch__mm_plus_mm_out",
 })
 
 

@@ -1,4 +1,5 @@
-// aoti_torch_mps_{mm,addmm,bmm,baddbmm}_out and aoti_torch_mps__grouped_mm (etmetal/fallback_matmul.h).
+// aoti_torch_mps_{mm,addmm,bmm,baddbmm}_out and aoti_torch_mps__grouped_mm (etmetal/fallback_matmul.h),
+// and shim.h's aoti_torch__mm_plus_mm_out (etmetal/aoti_shim.h).
 #include <optional>
 
 #include "abi/guard.h"
@@ -13,6 +14,17 @@ extern "C" AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle out, AtenTensor
                                                 AtenTensorHandle mat2) {
   return guarded_encoding(__func__, [&] {
     etm::ops::mm_out(tensor_of(out), tensor_of(self), tensor_of(mat2));
+  });
+}
+
+// torch's _mm_plus_mm_out: mm into out, then out += c @ d.
+extern "C" AOTITorchError aoti_torch__mm_plus_mm_out(AtenTensorHandle out, AtenTensorHandle a,
+                                                     AtenTensorHandle b, AtenTensorHandle c,
+                                                     AtenTensorHandle d) {
+  return guarded_encoding(__func__, [&] {
+    const etm::Tensor& result = tensor_of(out);
+    etm::ops::mm_out(result, tensor_of(a), tensor_of(b));
+    etm::ops::addmm_out(result, result, tensor_of(c), tensor_of(d), 1.0, 1.0);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "abi/guard.h"
 #include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
+#include "etmetal/aoti_shim_unavailable.h"
 #include "runtime/dtype.h"
 
 using namespace etm;
@@ -41,6 +42,8 @@ AOTITorchError scalar_to_tensor(const char* function, T value, DType dtype, Aten
     return scalar_to_tensor(__func__, value, DType::dtype, ret);                                 \
   }
 ETM_ABI_SCALAR_TYPES(SCALAR_TO_TENSOR)
+SCALAR_TO_TENSOR(complex64, etmetal_complex64, complex64)
+SCALAR_TO_TENSOR(complex128, etmetal_complex128, complex128)
 #undef SCALAR_TO_TENSOR
 
 // torch's as_strided: a view of self's storage with self's dim() sizes and strides, starting

@@ -82,6 +82,17 @@ extern "C" size_t aoti_torch_dtype_element_size(int32_t dtype) {
 }
 
 extern "C" int32_t aoti_torch_layout_strided(void) { return 0; }
+extern "C" int32_t aoti_torch_layout_sparse_coo(void) { return 1; }
+extern "C" int32_t aoti_torch_layout_sparse_csr(void) { return 2; }
+extern "C" int32_t aoti_torch_layout__mkldnn(void) { return 3; }
+extern "C" int32_t aoti_torch_layout_sparse_csc(void) { return 4; }
+extern "C" int32_t aoti_torch_layout_sparse_bsr(void) { return 5; }
+extern "C" int32_t aoti_torch_layout_sparse_bsc(void) { return 6; }
+extern "C" int32_t aoti_torch_layout_jagged(void) { return 7; }
+
+extern "C" uint64_t aoti_torch_abi_version(void) {
+  return (uint64_t{2} << 56) | (uint64_t{13} << 48) | (uint64_t{0} << 40);
+}
 
 namespace {
 thread_local bool grad_mode_enabled = true;
@@ -102,6 +113,18 @@ extern "C" AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* 
         std::vector<int64_t>(sizes_ptr, sizes_ptr + ndim),
         abi::layout_strides(ndim, sizes_ptr, strides_ptr), dtype, device_type));
   });
+}
+
+extern "C" AOTITorchError aoti_torch_empty_strided_pinned(int64_t ndim, const int64_t* sizes_ptr,
+                                                          const int64_t* strides_ptr, int32_t dtype,
+                                                          int32_t device_type, int32_t device_index,
+                                                          AtenTensorHandle* ret_new_tensor) {
+  if (device_type != kDeviceCpu) {
+    return guarded(__func__, [&] {
+      throw Error(concat("pinned memory is host memory: device_type must be cpu (0), not ", device_type));
+    });
+  }
+  return aoti_torch_empty_strided(ndim, sizes_ptr, strides_ptr, dtype, device_type, device_index, ret_new_tensor);
 }
 
 extern "C" AOTITorchError aoti_torch_create_tensor_from_blob(
@@ -234,6 +257,10 @@ extern "C" AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHand
                                            int32_t non_blocking) {
   (void)non_blocking;  // copies are always ordered on the stream; host copies wait for it
   return guarded(__func__, [&] { Runtime::get().copy_tensor(tensor_of(self), tensor_of(src)); });
+}
+
+extern "C" AOTITorchError aoti_torch_tensor_copy_(AtenTensorHandle src, AtenTensorHandle dst) {
+  return guarded(__func__, [&] { Runtime::get().copy_tensor(tensor_of(dst), tensor_of(src)); });
 }
 
 extern "C" AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr) {
@@ -381,6 +408,7 @@ AOTITorchError read_item(const char* function, AtenTensorHandle handle, DType dt
 ITEM_GETTER(float16, uint16_t, float16)
 ITEM_GETTER(bfloat16, uint16_t, bfloat16)
 ETM_ABI_SCALAR_TYPES(ITEM_GETTER)
+ITEM_GETTER(complex64, etmetal_complex64, complex64)
 
 extern "C" void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg) {
   try {

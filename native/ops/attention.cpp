@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,9 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   AttentionOutputs result;
   result.output = runtime.empty_tensor(output_sizes, contiguous_strides(output_sizes), dtype);
   result.weights = runtime.empty_tensor(weight_sizes, contiguous_strides(weight_sizes), dtype);
+  const std::vector<int64_t> row_sizes(output_sizes.begin(), output_sizes.end() - 1);
+  result.log_sum_exp = runtime.empty_tensor(row_sizes, contiguous_strides(row_sizes),
+                                            static_cast<int32_t>(DType::float32));
   const int64_t batch_heads = batch * heads;
   if (batch_heads == 0 || rows == 0) return result;
   checked_u32(kOp, batch_heads, "batch * heads");
@@ -191,9 +195,14 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   const Tensor& v_bound = keys > 0 ? value : query;
   const Tensor& mask_bound = mask ? *mask : query;
 
-  // Per (row, split): max, sum and unnormalised output; a single split: the log-sum-exp.
-  const int64_t partial_length = splits == 1 ? row_count : row_count * splits * (value_dim + 2);
-  auto partial = runtime.empty_tensor({partial_length}, {1}, static_cast<int32_t>(DType::float32));
+  // Per (row, split): max, sum and unnormalised output; a single split: the log-sum-exp,
+  // written where the result keeps it.
+  std::unique_ptr<Tensor> split_records;
+  if (splits > 1) {
+    split_records = runtime.empty_tensor({row_count * splits * (value_dim + 2)}, {1},
+                                         static_cast<int32_t>(DType::float32));
+  }
+  const Tensor* partial = splits > 1 ? split_records.get() : result.log_sum_exp.get();
   // The running maximum behind each (row, key block)'s stored probabilities.
   const int64_t key_blocks = (keys + block_keys - 1) / block_keys;
   std::unique_ptr<Tensor> block_max;
@@ -213,7 +222,47 @@ AttentionOutputs scaled_dot_product_attention(const Tensor& query, const Tensor&
   {
     KernelLaunch launch(shader_kernel(kShaderFile, std::string("sdpa_finish_") + type_name));
     launch.tensor(0, *partial).tensor(1, block_max_bound).tensor(2, *result.output).tensor(3, weights_bound).value(4, p)
+        .tensor(5, *result.log_sum_exp)
         .threadgroups({static_cast<uint64_t>(rows), static_cast<uint64_t>(batch_heads), 1}, {kFinishThreads, 1, 1});
+  }
+  return result;
+}
+
+FusedAttentionOutputs scaled_dot_product_fused_attention(const Tensor& query, const Tensor& key,
+                                                         const Tensor& value, const Tensor* attn_bias,
+                                                         double dropout_p, bool is_causal,
+                                                         std::optional<double> scale) {
+  constexpr const char* op = "_scaled_dot_product_fused_attention_overrideable";
+  ETM_REQUIRE(query.dim() == 3 || query.dim() == 4, op, ": query must be 3D or 4D, not ", query.dim(), "D");
+  ETM_REQUIRE(dropout_p == 0.0, op, ": dropout_p = ", dropout_p,
+              " is not supported (inference without dropout; torch has no reference kernel for it)");
+  AttentionOutputs attention = scaled_dot_product_attention(query, key, value, attn_bias, dropout_p,
+                                                            is_causal, scale);
+  FusedAttentionOutputs result;
+  result.log_sum_exp = std::move(attention.log_sum_exp);
+  if (query.dim() == 3) {
+    result.log_sum_exp->sizes.insert(result.log_sum_exp->sizes.begin(), 1);
+    result.log_sum_exp->strides = contiguous_strides(result.log_sum_exp->sizes);
+  }
+  // torch's meta function: strides in the order of the query's, largest first (ties: earlier
+  // dimension outer).
+  const std::vector<int64_t>& sizes = attention.output->sizes;
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return query.strides[a] > query.strides[b]; });
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    strides[*d] = stride;
+    stride *= sizes[*d];
+  }
+  if (strides == attention.output->strides) {
+    result.output = std::move(attention.output);
+  } else {
+    Runtime& runtime = Runtime::get();
+    result.output = runtime.empty_tensor(sizes, strides, query.dtype);
+    runtime.copy_tensor(*result.output, *attention.output);
   }
   return result;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "ops/kernel_launch.h"
@@ -23,7 +24,161 @@ std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
 }
 
+// A histogram's points: `rows` of `columns` coordinates, and the optional weight per point.
+struct Points {
+  const Tensor& self;
+  std::vector<int64_t> row_sizes;
+  std::vector<int64_t> row_strides;
+  int64_t column_stride;
+  int64_t columns;
+  const Tensor* weight;
+};
+
+void pack_dims(const char* op, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+               uint32_t* packed_sizes, int64* packed_strides, uint32_t& dims) {
+  ETM_REQUIRE(sizes.size() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ",
+              sizes.size());
+  dims = static_cast<uint32_t>(sizes.size());
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    packed_sizes[d] = checked_u32(op, sizes[d], "size");
+    packed_strides[d] = strides[d];
+  }
+}
+
+HistogramOutputs histogram_of_points(const char* op, const Points& points, const std::vector<int64_t>& bins,
+                                     const std::optional<std::vector<double>>& range, bool density) {
+  const Tensor& self = points.self;
+  const int64_t columns = points.columns;
+  ETM_REQUIRE(self.dtype == static_cast<int32_t>(DType::float32), op, ": input dtype ",
+              dtype_name(self.dtype), " is not supported (float32)");
+  if (points.weight) {
+    require_mps(op, "weight", *points.weight);
+    ETM_REQUIRE(points.weight->dtype == self.dtype, op, ": input tensor and weight tensor should have the ",
+                "same dtype, but got input ", dtype_name(self.dtype), " and weight ",
+                dtype_name(points.weight->dtype));
+  }
+  ETM_REQUIRE(static_cast<int64_t>(bins.size()) == columns, op, ": expected ", columns,
+              " bin counts for a ", columns, "-dimensional histogram but got ", bins.size());
+  ETM_REQUIRE(columns <= kMaxDims, op, ": at most ", kMaxDims, " coordinates are supported, not ", columns);
+  HistogramParams p{};
+  int64_t hist_numel = 1, edge_count = 0;
+  for (int64_t k = 0; k < columns; ++k) {
+    ETM_REQUIRE(bins[k] > 0, op, ": bins must be > 0, but got ", bins[k], " for dimension ", k);
+    p.bins[k] = checked_u32(op, bins[k], "bins");
+    p.edge_offsets[k] = checked_u32(op, edge_count, "number of edges");
+    edge_count += bins[k] + 1;
+    hist_numel *= bins[k];
+    checked_u32(op, hist_numel, "number of bins");
+  }
+  if (range) {
+    ETM_REQUIRE(static_cast<int64_t>(range->size()) == 2 * columns, op, ": for a ", columns,
+                "-dimensional histogram range should have ", 2 * columns, " elements, but got ",
+                range->size());
+    for (int64_t k = 0; k < columns; ++k) {
+      double low = (*range)[2 * k], high = (*range)[2 * k + 1];
+      ETM_REQUIRE(std::isfinite(low) && std::isfinite(high), op, ": dimension ", k, "'s range ",
+                  range_text(low, high), " is not finite");
+      ETM_REQUIRE(low <= high, op, ": min should not exceed max, but got min ", low, " max ", high,
+                  " for dimension ", k);
+      if (low == high) {
+        low -= 0.5;
+        high += 0.5;
+      }
+      p.low[k] = static_cast<float>(low);
+      p.high[k] = static_cast<float>(high);
+      ETM_REQUIRE(p.low[k] < p.high[k], op, ": dimension ", k, "'s range ", range_text(low, high),
+                  " is empty in float32");
+    }
+  }
+  p.data_range = range ? 0 : 1;
+  p.column_stride = points.column_stride;
+  p.columns = static_cast<uint32_t>(columns);
+  p.hist_numel = static_cast<uint32_t>(hist_numel);
+  pack_dims(op, points.row_sizes, points.row_strides, p.sizes, p.strides, p.dims);
+  const int64_t rows = std::accumulate(points.row_sizes.begin(), points.row_sizes.end(), int64_t{1},
+                                       std::multiplies<int64_t>());
+  p.rows = checked_u32(op, rows, "number of points");
+  if (points.weight) {
+    p.weighted = 1;
+    pack_dims(op, points.weight->sizes, points.weight->strides, p.weight_sizes, p.weight_strides,
+              p.weight_dims);
+  }
+
+  Runtime& runtime = Runtime::get();
+  Stream& stream = runtime.current_stream();
+  HistogramOutputs out;
+  out.hist = runtime.empty_tensor(bins, contiguous_strides(bins), self.dtype);
+  out.edges = runtime.empty_tensor({edge_count}, {1}, self.dtype);
+  stream.fill_buffer(out.hist->storage->buffer, out.hist->buffer_offset(),
+                     static_cast<size_t>(hist_numel) * out.hist->itemsize(), 0);
+  // A histogram of no coordinates is one bin that nothing falls into (torch's 0-D result).
+  const bool has_edges = columns > 0;
+  if (has_edges) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histogram_edges"));
+    // Without points the kernel reads no element of self, which may have no buffer.
+    launch.tensor(0, p.rows > 0 ? self : *out.edges).tensor(1, *out.edges).value(2, p);
+    if (p.data_range) {
+      // The edges' storage outlives this call: the check reads it once the kernels ran.
+      launch.completion_check([op, storage = out.edges->storage, first = out.edges->storage_offset, p]() {
+        const float* edges = reinterpret_cast<const float*>(storage->data()) + first;
+        for (uint32_t k = 0; k < p.columns; ++k) {
+          const float low = edges[p.edge_offsets[k]], high = edges[p.edge_offsets[k] + p.bins[k]];
+          if (!std::isfinite(low) || !std::isfinite(high)) {
+            return std::string(op) + ": dimension " + std::to_string(k) + "'s range " +
+                   range_text(low, high) + " is not finite";
+          }
+        }
+        return std::string();
+      });
+    }
+    launch.threads({kRangeThreads * static_cast<uint64_t>(columns), 1, 1}, {kRangeThreads, 1, 1});
+  }
+  if (p.rows > 0 && has_edges) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histogram_count"));
+    const device::Size3 grid{p.rows, 1, 1};
+    launch.tensor(0, self).tensor(1, points.weight ? *points.weight : self).tensor(2, *out.edges)
+        .tensor(3, *out.hist).value(4, p).threads(grid, default_group(grid, launch));
+  }
+  if (density) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histogram_density"));
+    launch.tensor(0, *out.hist).tensor(1, has_edges ? *out.edges : *out.hist).value(2, p)
+        .threads({kRangeThreads, 1, 1}, {kRangeThreads, 1, 1});
+  }
+  return out;
+}
+
 }  // namespace
+
+HistogramOutputs histogram(const Tensor& self, int64_t bins, const std::optional<std::vector<double>>& range,
+                           const Tensor* weight, bool density) {
+  constexpr const char* op = "histogram";
+  require_mps(op, "self", self);
+  if (weight) {
+    ETM_REQUIRE(weight->numel() == self.numel(), op, ": weight should have as many elements as the ",
+                "input (", self.numel(), "), but got weight with shape ", shape_text(weight->sizes));
+  }
+  // The flat list of self's elements: one coordinate per point, read with self's own layout.
+  const Points points{self, self.sizes, self.strides, 0, 1, weight};
+  return histogram_of_points(op, points, {bins}, range, density);
+}
+
+std::unique_ptr<Tensor> histogramdd_from_bin_cts(const Tensor& self, const std::vector<int64_t>& bins,
+                                                 const std::optional<std::vector<double>>& range,
+                                                 const Tensor* weight, bool density) {
+  constexpr const char* op = "_histogramdd_from_bin_cts";
+  require_mps(op, "self", self);
+  ETM_REQUIRE(self.dim() >= 2, op, ": input tensor should have at least 2 dimensions, but got ", self.dim());
+  std::vector<int64_t> row_sizes(self.sizes.begin(), self.sizes.end() - 1);
+  std::vector<int64_t> row_strides(self.strides.begin(), self.strides.end() - 1);
+  if (weight) {
+    const std::vector<int64_t> weight_sizes = weight->dim() == 0 ? std::vector<int64_t>{1} : weight->sizes;
+    ETM_REQUIRE(weight_sizes == row_sizes, op, ": if weight tensor is provided it should have the same ",
+                "shape as the input tensor excluding its innermost dimension, but got input with shape ",
+                shape_text(self.sizes), " and weight with shape ", shape_text(weight->sizes));
+  }
+  const Points points{self, row_sizes, row_strides, self.strides.back(), self.sizes.back(), weight};
+  return histogram_of_points(op, points, bins, range, density).hist;
+}
 
 std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, double max) {
   require_mps(kOp, "self", self);

@@ -18,6 +18,30 @@ struct HistcParams {
 };
 ETM_PARAMS_LAYOUT(HistcParams, 120, bins, 116);
 
+// histogram / histogramdd over `rows` points of `columns` coordinates each: coordinate k of
+// row i is at element_offset(i, sizes, strides, dims) + k * column_stride of self. The edges
+// of coordinate k are edges[edge_offsets[k] .. edge_offsets[k] + bins[k]]; hist is row-major
+// over bins[0..columns).
+struct HistogramParams {
+  int64 strides[kMaxDims];
+  int64 weight_strides[kMaxDims];
+  int64 column_stride;
+  uint32 sizes[kMaxDims];
+  uint32 weight_sizes[kMaxDims];
+  uint32 bins[kMaxDims];
+  uint32 edge_offsets[kMaxDims];
+  float low[kMaxDims];    // the given range (widened when a point), unless data_range
+  float high[kMaxDims];
+  uint32 dims;
+  uint32 weight_dims;
+  uint32 rows;
+  uint32 columns;
+  uint32 hist_numel;
+  uint32 data_range;      // 1: each coordinate's range is its data's [min, max]
+  uint32 weighted;
+};
+ETM_PARAMS_LAYOUT(HistogramParams, 400, weighted, 392);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif

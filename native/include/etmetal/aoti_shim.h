@@ -49,6 +49,19 @@ ETMETAL_API int32_t aoti_torch_dtype_complex128(void);
 ETMETAL_API size_t aoti_torch_dtype_element_size(int32_t dtype);
 
 ETMETAL_API int32_t aoti_torch_layout_strided(void);
+/* The other c10::Layout codes (1 to 7, torch's enum order). etmetal's tensors are all strided;
+ * these exist for code that compares layouts. */
+ETMETAL_API int32_t aoti_torch_layout_sparse_coo(void);
+ETMETAL_API int32_t aoti_torch_layout_sparse_csr(void);
+ETMETAL_API int32_t aoti_torch_layout__mkldnn(void);
+ETMETAL_API int32_t aoti_torch_layout_sparse_csc(void);
+ETMETAL_API int32_t aoti_torch_layout_sparse_bsr(void);
+ETMETAL_API int32_t aoti_torch_layout_sparse_bsc(void);
+ETMETAL_API int32_t aoti_torch_layout_jagged(void);
+
+/* TORCH_ABI_VERSION of the torch whose C shim this library implements (2.13.0):
+ * major << 56 | minor << 48 | patch << 40 | ABI tag. */
+ETMETAL_API uint64_t aoti_torch_abi_version(void);
 
 ETMETAL_API bool aoti_torch_grad_mode_is_enabled(void);
 ETMETAL_API void aoti_torch_grad_mode_set_enabled(bool enabled);
@@ -56,6 +69,13 @@ ETMETAL_API void aoti_torch_grad_mode_set_enabled(bool enabled);
 /* A new tensor with fresh storage. device_type cpu (0) gives host memory, mps (13) device
  * memory; the storage holds exactly what the sizes and strides reach. */
 ETMETAL_API AOTITorchError aoti_torch_empty_strided(
+    int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr, int32_t dtype,
+    int32_t device_type, int32_t device_index, AtenTensorHandle* ret_new_tensor);
+
+/* empty_strided with pinned host memory: device_type must be cpu (0), as torch requires.
+ * Every host allocation here is already memory the device reads in place (unified memory, or
+ * the CPU device itself), so this is aoti_torch_empty_strided on the cpu device. */
+ETMETAL_API AOTITorchError aoti_torch_empty_strided_pinned(
     int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr, int32_t dtype,
     int32_t device_type, int32_t device_index, AtenTensorHandle* ret_new_tensor);
 
@@ -94,6 +114,15 @@ ETMETAL_API AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle se
  * thread's stream. */
 ETMETAL_API AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
                                             int32_t non_blocking);
+
+/* dst <- src (torch's dst.copy_(src)); as aoti_torch_copy_(dst, src, 0). */
+ETMETAL_API AOTITorchError aoti_torch_tensor_copy_(AtenTensorHandle src, AtenTensorHandle dst);
+
+/* out = a @ b + c @ d (2-D float32, float16 or bfloat16 mps tensors, out [M, N]): torch's
+ * mm_out(out, a, b) then out.addmm_(c, d). */
+ETMETAL_API AOTITorchError aoti_torch__mm_plus_mm_out(AtenTensorHandle out, AtenTensorHandle a,
+                                                      AtenTensorHandle b, AtenTensorHandle c,
+                                                      AtenTensorHandle d);
 
 ETMETAL_API AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr);
 ETMETAL_API AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle tensor, int64_t* ret_size);
@@ -142,6 +171,20 @@ ETMETAL_API AOTITorchError aoti_torch_item_int32(AtenTensorHandle tensor, int32_
 ETMETAL_API AOTITorchError aoti_torch_item_int64(AtenTensorHandle tensor, int64_t* ret_value);
 ETMETAL_API AOTITorchError aoti_torch_item_bool(AtenTensorHandle tensor, bool* ret_value);
 
+/* c10::complex<float> and c10::complex<double>: real part, then imaginary part. c10 aligns them
+ * to 8 and 16 bytes, these structs to 4 and 8; passed by value the two travel alike (x86-64
+ * System V: one or two SSE eightbytes, in xmm registers; AAPCS64: a homogeneous floating-point
+ * aggregate, in s/d registers), and through a pointer only the layout matters. */
+typedef struct etmetal_complex64 {
+  float real;
+  float imag;
+} etmetal_complex64;
+typedef struct etmetal_complex128 {
+  double real;
+  double imag;
+} etmetal_complex128;
+ETMETAL_API AOTITorchError aoti_torch_item_complex64(AtenTensorHandle tensor, etmetal_complex64* ret_value);
+
 /* Logs msg as a warning, naming the caller. */
 ETMETAL_API void aoti_torch_warn(const char* func, const char* file, uint32_t line,
                                  const char* msg);
@@ -168,6 +211,10 @@ ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int16(int16_t value, Aten
 ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int32(int32_t value, AtenTensorHandle* ret_new_tensor);
 ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_int64(int64_t value, AtenTensorHandle* ret_new_tensor);
 ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_bool(bool value, AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_complex64(etmetal_complex64 value,
+                                                                 AtenTensorHandle* ret_new_tensor);
+ETMETAL_API AOTITorchError aoti_torch_scalar_to_tensor_complex128(etmetal_complex128 value,
+                                                                  AtenTensorHandle* ret_new_tensor);
 
 /* A view of self's storage with self's number of dimensions, the given sizes and strides
  * (non-negative), starting at self's storage offset; it must stay inside the storage. */
@@ -200,19 +247,6 @@ ETMETAL_API AOTITorchError aoti_torch_get_current_device_index(int32_t* ret_devi
 ETMETAL_API AOTITorchError aoti_torch_get_current_stream(int32_t device_index, StreamHandle* ret_stream);
 ETMETAL_API AOTITorchError aoti_torch_stream_id(StreamHandle stream, int64_t* ret_stream_id);
 ETMETAL_API AOTITorchError aoti_torch_delete_stream(StreamHandle stream);
-
-/* Always fails (and poisons the calling thread's stream): etmetal has no proxy executor for
- * ops without a C shim. The message names the extern node index the op has in the package. */
-struct AOTIProxyExecutorOpaque;
-ETMETAL_API AOTITorchError aoti_torch_proxy_executor_call_function(
-    struct AOTIProxyExecutorOpaque* proxy_executor, int extern_node_index, int num_ints,
-    int64_t* flatten_int_args, int num_tensors, AtenTensorHandle* flatten_tensor_args);
-
-/* Always fails (and poisons the calling thread's stream): etmetal has no ATen dispatcher. The
- * message names the op ("opName.overloadName") the caller asked for. */
-typedef uint64_t StableIValue;
-ETMETAL_API AOTITorchError aoti_torch_call_dispatcher(const char* opName, const char* overloadName,
-                                                      StableIValue* stack);
 
 ETMETAL_END_DECLS
 

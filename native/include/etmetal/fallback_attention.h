@@ -39,6 +39,23 @@ ETMETAL_API AOTITorchError aoti_torch_mps__scaled_dot_product_attention_math_for
     AtenTensorHandle* dropout_mask, double* scale, int32_t enable_gqa, AtenTensorHandle* ret0,
     AtenTensorHandle* ret1);
 
+/* _scaled_dot_product_fused_attention_overrideable (the fused SDPA op torch leaves to
+ * out-of-tree backends), for inference: query 3-D [heads, rows, head_dim] or 4-D [batch, heads,
+ * rows, head_dim], key/value, attn_bias (optional mask: bool, or additive of the query's dtype
+ * or float32), is_causal and scale as above. dropout_p must be 0 (torch itself has no kernel
+ * for this op, so no reference to follow); return_debug_mask changes nothing. Returns as
+ * torch's meta function shapes them: *ret0 the output (query's shape, last dimension value's,
+ * strides in the query's dimension order), *ret1 the log-sum-exp of each row's scores
+ * [batch, heads, rows] float32 (batch 1 for a 3-D query; -inf where a row sees no key);
+ * *ret4 = rows and *ret5 = keys; *ret6, *ret7 (philox seed and offset) 0-D int64 zeros. The
+ * outputs torch's meta function leaves None (cum_seq_q, cum_seq_k, debug_attn_mask) get NULL
+ * where their pointers are not NULL (AOTInductor passes NULL for them). */
+ETMETAL_API AOTITorchError aoti_torch_mps__scaled_dot_product_fused_attention_overrideable(
+    AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, AtenTensorHandle* attn_bias,
+    double dropout_p, int32_t is_causal, int32_t return_debug_mask, double* scale, AtenTensorHandle* ret0,
+    AtenTensorHandle* ret1, AtenTensorHandle* ret2, AtenTensorHandle* ret3, int64_t* ret4, int64_t* ret5,
+    AtenTensorHandle* ret6, AtenTensorHandle* ret7, AtenTensorHandle* ret8);
+
 ETMETAL_END_DECLS
 
 #endif

@@ -78,6 +78,30 @@ ETMETAL_API AOTITorchError aoti_torch_mps__fused_rms_norm(AtenTensorHandle input
 ETMETAL_API AOTITorchError aoti_torch_mps_histc(AtenTensorHandle self, int64_t bins, double min,
                                                 double max, AtenTensorHandle* ret0);
 
+/* histogram.bin_ct: torch.histogram(self, bins, range, weight, density) over self's elements
+ * (float32, any shape and strides). range: NULL, or *range holding {min, max} (range_len_ 2);
+ * without it the data's [min, max] ([0, 1] for no data); a one-point range is widened by 0.5
+ * each side. weight: NULL or a float32 tensor with self's number of elements. *ret0: hist
+ * [bins], *ret1: bin edges [bins + 1] = linspace(min, max, bins + 1), both float32; with
+ * density != 0 each bin is divided by the total and its width. Elements outside the edges and
+ * NaN are not counted; the last bin includes its right edge. A data range that is not finite
+ * poisons the stream. */
+ETMETAL_API AOTITorchError aoti_torch_mps_histogram_bin_ct(AtenTensorHandle self, int64_t bins,
+                                                          const double** range, int64_t range_len_,
+                                                          AtenTensorHandle* weight, int32_t density,
+                                                          AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+
+/* _histogramdd_from_bin_cts: the D-dimensional histogram of self [..., D] (float32, at least 2
+ * dimensions: points of D coordinates) with bins[k] bins in coordinate k (bins_len_ == D).
+ * range: NULL or *range holding {min0, max0, min1, max1, ...} (2 * D); weight: NULL or float32
+ * of self's shape without its last dimension. *ret0: hist [bins...], float32; each coordinate
+ * follows histogram_bin_ct's rules, and a point falling outside any coordinate's edges is not
+ * counted. */
+ETMETAL_API AOTITorchError aoti_torch_mps__histogramdd_from_bin_cts(AtenTensorHandle self, const int64_t* bins,
+                                                                   int64_t bins_len_, const double** range,
+                                                                   int64_t range_len_, AtenTensorHandle* weight,
+                                                                   int32_t density, AtenTensorHandle* ret0);
+
 /* searchsorted: for every element of self, its insertion position in sorted_sequence along
  * the last dimension (the first position whose element is >= the value, or > it when right
  * != 0 or *side is "right"; side, when not NULL, must not contradict right). sorted_sequence
