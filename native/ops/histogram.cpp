@@ -36,7 +36,7 @@ struct Points {
 
 void pack_dims(const char* op, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                uint32_t* packed_sizes, int64* packed_strides, uint32_t& dims) {
-  ETM_REQUIRE(sizes.size() <= kMaxDims, op, ": at most ", kMaxDims, " dimensions are supported, not ",
+  ETM_REQUIRE(sizes.size() <= kHistogramMaxDims, op, ": at most ", kHistogramMaxDims, " dimensions are supported, not ",
               sizes.size());
   dims = static_cast<uint32_t>(sizes.size());
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -59,7 +59,7 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
   }
   ETM_REQUIRE(static_cast<int64_t>(bins.size()) == columns, op, ": expected ", columns,
               " bin counts for a ", columns, "-dimensional histogram but got ", bins.size());
-  ETM_REQUIRE(columns <= kMaxDims, op, ": at most ", kMaxDims, " coordinates are supported, not ", columns);
+  ETM_REQUIRE(columns <= kHistogramMaxDims, op, ": at most ", kHistogramMaxDims, " coordinates are supported, not ", columns);
   HistogramParams p{};
   int64_t hist_numel = 1, edge_count = 0;
   for (int64_t k = 0; k < columns; ++k) {

@@ -23,15 +23,15 @@ ETM_PARAMS_LAYOUT(HistcParams, 120, bins, 116);
 // of coordinate k are edges[edge_offsets[k] .. edge_offsets[k] + bins[k]]; hist is row-major
 // over bins[0..columns).
 struct HistogramParams {
-  int64 strides[kMaxDims];
-  int64 weight_strides[kMaxDims];
+  int64 strides[kHistogramMaxDims];
+  int64 weight_strides[kHistogramMaxDims];
   int64 column_stride;
-  uint32 sizes[kMaxDims];
-  uint32 weight_sizes[kMaxDims];
-  uint32 bins[kMaxDims];
-  uint32 edge_offsets[kMaxDims];
-  float low[kMaxDims];    // the given range (widened when a point), unless data_range
-  float high[kMaxDims];
+  uint32 sizes[kHistogramMaxDims];
+  uint32 weight_sizes[kHistogramMaxDims];
+  uint32 bins[kHistogramMaxDims];
+  uint32 edge_offsets[kHistogramMaxDims];
+  float low[kHistogramMaxDims];    // the given range (widened when a point), unless data_range
+  float high[kHistogramMaxDims];
   uint32 dims;
   uint32 weight_dims;
   uint32 rows;
