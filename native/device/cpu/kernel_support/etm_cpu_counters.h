@@ -32,7 +32,12 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     state.pending_atomic = 0;
   }
   // Most accesses are settled here, without a call into the checker (etm_cpu_kernel_abi.h):
-  // inside a binding or the launch data, or far from every binding and threadgroup memory.
+  // reads of the launch data (every entry makes some), accesses inside a binding, and those far
+  // from every binding and threadgroup memory.
+  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
+    return;
+  }
   bool near = address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span;
   for (uint32_t i = 0; i < table->range_count; ++i) {
     const etm_cpu_range& range = table->ranges[i];
@@ -40,11 +45,7 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     if (offset < range.length && size <= range.length - offset) return;
     near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
   }
-  if (!near || address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
-      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
-    return;
-  }
-  table->check(table->state, address, size, kind, site);
+  if (near) table->check(table->state, address, size, kind, site);
 }
 #endif
 
