@@ -189,8 +189,18 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
   }
   for (const auto& block : threadgroup_blocks) mark(block.first, block.second);
 
+  for (const Binding& binding : bindings_)
+    ranges_.push_back(etm_cpu_range{binding.begin, binding.length, binding.reach});
+  table_.threadgroup_span = kThreadgroupMemoryLimit + kValidationArenaSlack;
   table_.state = this;
   table_.check = &DispatchValidation::check;
+  allow_reads(buffers_.data(), buffers_.size() * sizeof(void*));
+}
+
+void DispatchValidation::allow_reads(const void* data, uint64_t length) {
+  ranges_.push_back(etm_cpu_range{reinterpret_cast<uintptr_t>(data), length, 0});
+  table_.ranges = ranges_.data();
+  table_.range_count = static_cast<uint32_t>(ranges_.size());
 }
 
 void DispatchValidation::begin_group(const etm_cpu_group& group) {
@@ -228,15 +238,12 @@ void DispatchValidation::report(const std::string& what, const etm_cpu_group* gr
 
 void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site) {
   auto* self = static_cast<DispatchValidation*>(state);
-  // Most accesses are inside a binding: settled before anything else is looked up.
-  for (const Binding& binding : self->bindings_) {
-    const uint64_t offset = address - binding.begin;
-    if (offset < binding.length && size <= binding.length - offset) return;
-  }
+  // Accesses inside a binding never get here, nor most that are far from every binding and the
+  // arena: the kernel settles them (etm_cpu_counters.h).
   const WorkerShadow& shadow = tl_shadow;
   if (shadow.owner != self || !shadow.group) return;
   const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
-  if (address - arena < kThreadgroupMemoryLimit + kValidationArenaSlack) {
+  if (address - arena < self->table_.threadgroup_span) {
     self->check_threadgroup(address - arena, size, kind, site);
     return;
   }

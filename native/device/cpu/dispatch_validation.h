@@ -52,6 +52,9 @@ class DispatchValidation {
                      uint64_t threadgroup_bytes);
 
   etm_cpu_validation* table() { return &table_; }
+  // Launch data the kernel's entry reads (the dynamic threadgroup offsets): no kernel memory,
+  // so its reads pass unchecked, like those of the argument table.
+  void allow_reads(const void* data, uint64_t length);
   // The argument table the kernel gets: set_bytes data is replaced by padded copies.
   void* const* buffers() const { return buffers_.data(); }
 
@@ -88,6 +91,7 @@ class DispatchValidation {
 
   std::string kernel_;
   std::vector<Binding> bindings_;
+  std::vector<etm_cpu_range> ranges_;  // what the kernel lets pass: bindings, launch data
   std::vector<void*> buffers_;
   std::vector<unsigned char> constant_copies_;
   std::vector<uint8_t> threadgroup_valid_;  // per byte of the layout: 1 inside a variable or block

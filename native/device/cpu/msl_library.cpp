@@ -277,6 +277,7 @@ class CpuKernelPipeline : public CpuPipeline {
       validation = std::make_unique<DispatchValidation>(kernel_.name, checked, object_->static_threadgroup_ranges(),
                                                         dynamic_blocks, threadgroup_bytes);
       launch.buffers = validation->buffers();
+      validation->allow_reads(dynamic_offsets, sizeof dynamic_offsets);
       launch.validation = validation->table();
     }
 

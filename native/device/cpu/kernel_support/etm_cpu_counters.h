@@ -13,9 +13,10 @@
 // once as a read and once as a write (etm_atomic.h adds the read the instrumentation does not
 // see).
 //
-// With access checks every hook first hands the access to the dispatch's checker
-// (dispatch_validation.h), which judges it against the bindings, the threadgroup variables
-// and the other threads of the group.
+// With access checks every hook settles what it can itself (an access inside a binding, or far
+// from the bindings and threadgroup memory) and hands the rest to the dispatch's checker
+// (dispatch_validation.h), which judges it against the bindings, the threadgroup variables and
+// the other threads of the group.
 #pragma once
 
 namespace etm_cpu_kernel {
@@ -24,12 +25,27 @@ namespace etm_cpu_kernel {
 __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   ValidationState& state = validation_state;
-  if (!state.table) return;
+  const etm_cpu_validation* table = state.table;
+  if (!table) return;
   if (state.pending_atomic && address == state.pending_atomic) {
     kind = ETM_CPU_ACCESS_ATOMIC;
     state.pending_atomic = 0;
   }
-  state.table->check(state.table->state, address, size, kind, site);
+  // Most accesses are settled here, without a call into the checker (etm_cpu_kernel_abi.h):
+  // reads of the launch data (every entry makes some), accesses inside a binding, and those far
+  // from every binding and threadgroup memory.
+  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
+    return;
+  }
+  bool near = address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span;
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    const etm_cpu_range& range = table->ranges[i];
+    const uint64_t offset = address - range.begin;
+    if (offset < range.length && size <= range.length - offset) return;
+    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
+  }
+  if (near) table->check(table->state, address, size, kind, site);
 }
 #endif
 

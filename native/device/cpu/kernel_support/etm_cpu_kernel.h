@@ -42,14 +42,18 @@ inline thread_local unsigned char* group_arena = nullptr;
 inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 #endif
 #if ETM_CPU_VALIDATE
-// The access checks of the dispatch the calling OS thread runs now, and the address of an
-// atomic object the next instrumented access goes to (etm_atomic.h sets it just before the
-// builtin, so that access is checked as atomic). One variable: one TLS lookup per access.
+// The access checks of the dispatch the calling OS thread runs now, the launch and group data
+// its entry reads (no kernel memory: etm_cpu_counters.h lets those reads pass unchecked), and
+// the address of an atomic object the next instrumented access goes to (etm_atomic.h sets it
+// just before the builtin, so that access is checked as atomic). One variable: one TLS lookup
+// per access.
 struct ValidationState {
   etm_cpu_validation* table;
+  const etm_cpu_launch* launch;
+  const etm_cpu_group* group;
   uintptr_t pending_atomic;
 };
-inline thread_local ValidationState validation_state = {nullptr, 0};
+inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0};
 #endif
 
 // Called first by every kernel entry: the group's arena (and the dispatch's counters or
@@ -65,7 +69,10 @@ __attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cp
   dispatch_counters = launch->counters;
 #endif
 #if ETM_CPU_VALIDATE
-  validation_state.table = launch->validation;
+  ValidationState& state = validation_state;
+  state.table = launch->validation;
+  state.launch = launch;
+  state.group = group;
 #endif
 }
 #else

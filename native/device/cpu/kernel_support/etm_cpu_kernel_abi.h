@@ -25,13 +25,25 @@ typedef struct etm_cpu_counters {
   uint32_t binding_count;
 } etm_cpu_counters;
 
-// Access checks of one dispatch (ETMETAL_VALIDATE=1; see etm_cpu_counters.h): the kernel
-// hands every instrumented load and store to `check` before it happens, with the address of
-// the code that makes it (`site`, 0 when unknown). Atomic accesses are marked, since they
-// never race.
+// Access checks of one dispatch (ETMETAL_VALIDATE=1; see etm_cpu_counters.h). The kernel
+// settles most instrumented loads and stores itself: one wholly inside one of `ranges` (the
+// bindings, and launch data the entry reads) is fine, and so is one neither in the group's
+// threadgroup memory (`threadgroup_span` bytes from the group's arena) nor within `reach` bytes
+// of a range (the stack, the kernel's constants). Every other one goes to `check` before it
+// happens, with the address of the code that makes it (`site`, 0 when unknown). Atomic accesses
+// are marked, since they never race.
 enum { ETM_CPU_ACCESS_LOAD = 0, ETM_CPU_ACCESS_STORE = 1, ETM_CPU_ACCESS_ATOMIC = 2 };
 
+typedef struct etm_cpu_range {
+  uintptr_t begin;
+  uint64_t length;
+  uint64_t reach;  // bytes on either side where an access is out of this range's bounds
+} etm_cpu_range;
+
 typedef struct etm_cpu_validation {
+  const etm_cpu_range* ranges;
+  uint32_t range_count;
+  uint64_t threadgroup_span;
   void* state;
   void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
 } etm_cpu_validation;

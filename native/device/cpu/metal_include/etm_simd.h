@@ -14,6 +14,15 @@
 
 namespace etm_msl {
 
+// The lane functions read only the lanes' published values, no kernel memory: builds
+// instrumented for counters or access checks keep them out of the instrumentation (one call
+// per collective instead of a checked access per lane).
+#if ETM_CPU_COUNTERS || ETM_CPU_VALIDATE
+#define ETM_CPU_UNINSTRUMENTED __attribute__((no_sanitize_address))
+#else
+#define ETM_CPU_UNINSTRUMENTED
+#endif
+
 // What a collective computes from: every lane's published value (lane i at values + i *
 // stride) and the lanes that took part. The fiber path gets it from the executor's exchange;
 // the barrier-region path (etm_barrier_regions.h) from lane arrays it filled before.
@@ -33,12 +42,12 @@ struct lane_range {
 inline lane_range simdgroup_range(const lane_values& view) { return {0u, view.width}; }
 inline lane_range quad_range(const lane_values& view) { return {view.lane & ~3u, 4u}; }
 
-inline bool is_active(const lane_values& view, uint32_t lane) {
+ETM_CPU_UNINSTRUMENTED inline bool is_active(const lane_values& view, uint32_t lane) {
   return lane < 64 && ((view.active >> lane) & 1u) != 0;
 }
 
 // Lanes that did not take part read as zero bits.
-template <class T> inline T lane_value(const lane_values& view, uint32_t lane) {
+template <class T> ETM_CPU_UNINSTRUMENTED inline T lane_value(const lane_values& view, uint32_t lane) {
   T value;
   if (is_active(view, lane)) {
     __builtin_memcpy(static_cast<void*>(&value), view.values + size_t(lane) * view.stride, sizeof(T));
@@ -54,7 +63,7 @@ template <class T> inline lane_values publish(const call_site& site, const T& va
   return {view.values, sizeof(T), view.active, view.lane, view.width};
 }
 
-template <class T, class Combine> inline T reduce_lanes(const lane_values& view, bool quad, Combine combine) {
+template <class T, class Combine> ETM_CPU_UNINSTRUMENTED inline T reduce_lanes(const lane_values& view, bool quad, Combine combine) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   T result = lane_value<T>(view, view.lane);  // the caller is active, so at least one lane contributes
   bool first = true;
@@ -73,7 +82,7 @@ inline T reduce(const call_site& site, const T& data, bool quad, Combine combine
 
 // Scan over the active lanes below (exclusive) or up to (inclusive) the caller.
 template <class T, class Combine>
-inline T scan_lanes(const lane_values& view, bool quad, bool inclusive, T identity, Combine combine) {
+ETM_CPU_UNINSTRUMENTED inline T scan_lanes(const lane_values& view, bool quad, bool inclusive, T identity, Combine combine) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   T result = identity;
   const uint32_t end = inclusive ? view.lane + 1 : view.lane;
@@ -91,7 +100,7 @@ enum class shuffle_kind { index, up, down, exclusive_or, rotate_up, rotate_down 
 // Shuffles whose source lies outside the lane range keep the caller's value (up, down, xor);
 // rotations wrap around; an index shuffle takes the index modulo the range.
 template <class T>
-inline T shuffle_lanes(const lane_values& view, bool quad, shuffle_kind kind, uint32_t amount) {
+ETM_CPU_UNINSTRUMENTED inline T shuffle_lanes(const lane_values& view, bool quad, shuffle_kind kind, uint32_t amount) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   const uint32_t position = view.lane - range.base;
   uint32_t source = 0;
@@ -133,7 +142,7 @@ template <class T> struct data_and_fill {
   T fill;
 };
 template <class T>
-inline T shuffle_and_fill_lanes(const lane_values& view, bool quad, bool down, uint32_t delta, uint32_t modulo) {
+ETM_CPU_UNINSTRUMENTED inline T shuffle_and_fill_lanes(const lane_values& view, bool quad, bool down, uint32_t delta, uint32_t modulo) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   const uint32_t width = (modulo == 0 || modulo > range.size) ? range.size : modulo;
   const uint32_t position = view.lane - range.base;
@@ -152,7 +161,7 @@ inline T shuffle_and_fill(const call_site& site, const T& data, const T& filling
   return shuffle_and_fill_lanes<T>(publish(site, data_and_fill<T>{data, filling_data}), quad, down, delta, modulo);
 }
 
-template <class T> inline T broadcast_first_lanes(const lane_values& view, bool quad) {
+template <class T> ETM_CPU_UNINSTRUMENTED inline T broadcast_first_lanes(const lane_values& view, bool quad) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane)
     if (is_active(view, lane)) return lane_value<T>(view, lane);
@@ -163,7 +172,7 @@ template <class T> inline T broadcast_first(const call_site& site, const T& data
 }
 
 // Bit i of the result: lane range.base + i is active and voted true.
-inline uint64_t ballot_lanes(const lane_values& view, bool quad, uint64_t* active_mask) {
+ETM_CPU_UNINSTRUMENTED inline uint64_t ballot_lanes(const lane_values& view, bool quad, uint64_t* active_mask) {
   const lane_range range = quad ? quad_range(view) : simdgroup_range(view);
   uint64_t bits = 0, active = 0;
   for (uint32_t lane = range.base; lane < range.base + range.size; ++lane) {
