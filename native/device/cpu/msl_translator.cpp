@@ -107,6 +107,7 @@ struct AttributeItem {
 struct Parameter {
   std::string type;   // as written, attributes removed, address spaces kept (macros)
   std::string name;   // may be empty
+  std::string address_space;  // the MSL address space written before the declarator, or empty
   bool is_array = false;
   bool is_pointer = false;
   bool is_reference = false;
@@ -787,6 +788,10 @@ class Translator {
         if (is(t, "&") || is(t, "&&")) parameter.is_reference = true;
         const bool before_declarator = !parameter.is_pointer && !parameter.is_reference;
         if (before_declarator && (is(t, "constant") || is(t, "const"))) parameter.read_only = true;
+        if (before_declarator && parameter.address_space.empty() &&
+            (is(t, "device") || is(t, "constant") || is(t, "threadgroup") || is(t, "thread"))) {
+          parameter.address_space = spell(t);
+        }
         if (is(t, "constant")) {
           parameter.type += declaration_has_const(t) ? "" : "const ";
           continue;
@@ -813,6 +818,8 @@ class Translator {
     for (const Parameter& p : parameters) {
       KernelArgument argument;
       argument.name = p.name;
+      argument.type = p.type.substr(0, p.type.find_last_not_of(' ') + 1) + (p.is_array ? " *" : "");
+      argument.address_space = p.address_space;
       const std::string label = "kernel '" + k->name + "' parameter '" + p.name + "'";
       const AttributeItem* binding = nullptr;
       for (const AttributeItem& a : p.attributes) {
@@ -834,7 +841,6 @@ class Translator {
         }
         argument.index = attribute_integer(binding->arguments[0]);
         argument.kind = binding->name == "buffer" ? KernelArgumentKind::buffer : KernelArgumentKind::threadgroup_memory;
-        argument.writable = !p.read_only;
         if (argument.index >= 31) {
           fail(line, label + ": " + binding->name + " index " + binding->arguments[0] +
                          " is out of range (0..30)");
@@ -856,6 +862,7 @@ class Translator {
         fail(line, label + " has no [[buffer(n)]] or thread attribute and is not a pointer or reference");
         return false;
       }
+      if (argument.kind != KernelArgumentKind::thread_attribute) argument.writable = !p.read_only;
       argument.by_reference = argument.kind == KernelArgumentKind::buffer && p.is_reference && !p.is_pointer;
       for (const AttributeItem& a : p.attributes) {
         if (a.name == "function_constant") argument.optional = argument.kind == KernelArgumentKind::buffer;
