@@ -126,12 +126,10 @@ struct KernelTemplate {
 
 class Translator {
  public:
-  Translator(const std::string& text, const MslTranslationOptions& options)
-      : text_(text), options_(options) {}
+  Translator(const std::string& text, const std::vector<Token>& tokens, const MslTranslationOptions& options)
+      : text_(text), tokens_(tokens), options_(options) {}
 
   Status run(MslTranslation* out) {
-    std::string error;
-    if (!lex_msl(text_, &tokens_, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
     match_brackets();
     synchronising_ = synchronising_functions(text_, tokens_, partner_);
     strip_attributes_and_constant();
@@ -182,6 +180,7 @@ class Translator {
   bool is_directive(size_t i) const {
     return i < tokens_.size() && tokens_[i].kind == TokenKind::directive;
   }
+  int angle_change(size_t i) const { return i < tokens_.size() ? angle_depth_change(text_, tokens_[i]) : 0; }
   // `[[` that opens an attribute specifier (not a lambda in a subscript).
   bool opens_attribute(size_t i) const {
     return is(i, "[") && is(i + 1, "[") && (is_identifier(i + 2) || is(i + 2, "]"));
@@ -226,9 +225,7 @@ class Translator {
         j = partner(j);
         continue;
       }
-      if (is(j, "<")) ++depth;
-      if (is(j, ">")) --depth;
-      if (is(j, ">>")) depth -= 2;
+      depth += angle_change(j);
       if (depth <= 0 && j > i) return depth == 0 ? j : SIZE_MAX;
       if (is(j, ";") || is(j, "{") || is(j, "}")) return SIZE_MAX;
     }
@@ -569,9 +566,8 @@ class Translator {
         j = partner(j);
         continue;
       }
-      if (is(j, ">")) ++depth;
-      if (is(j, ">>")) depth += 2;
-      if (is(j, "<") && --depth == 0) {
+      depth -= angle_change(j);
+      if (is(j, "<") && depth == 0) {
         open_angle = j;
         break;
       }
@@ -705,9 +701,7 @@ class Translator {
           item_end = partner(item_end);
           continue;
         }
-        if (is(item_end, "<")) ++depth;
-        if (is(item_end, ">")) --depth;
-        if (is(item_end, ">>")) depth -= 2;
+        depth += angle_change(item_end);
         if (depth == 0 && is(item_end, ",")) break;
         if (depth == 0 && is(item_end, "=")) break;
       }
@@ -729,9 +723,7 @@ class Translator {
       // Skip a default (`= Transform<T, U>`: commas inside its brackets are its own).
       for (int nesting = 0; item_end < close && !(nesting <= 0 && is(item_end, ",")); ++item_end) {
         if ((is(item_end, "(") || is(item_end, "[")) && partner(item_end) != SIZE_MAX) item_end = partner(item_end);
-        if (is(item_end, "<")) ++nesting;
-        if (is(item_end, ">")) --nesting;
-        if (is(item_end, ">>")) nesting -= 2;
+        nesting += angle_change(item_end);
       }
       j = item_end + 1;
     }
@@ -755,9 +747,7 @@ class Translator {
           j = partner(j);
           continue;
         }
-        if (is(j, "<")) ++angle;
-        if (is(j, ">")) --angle;
-        if (is(j, ">>")) angle -= 2;
+        angle += angle_change(j);
         if (angle <= 0 && is(j, ",")) break;
         declaration.push_back(j);
       }
@@ -1078,9 +1068,7 @@ class Translator {
           j = partner(j);
           continue;
         }
-        if (is(j, "<")) ++angle;
-        if (is(j, ">")) --angle;
-        if (is(j, ">>")) angle -= 2;
+        angle += angle_change(j);
         if ((angle <= 0 && is(j, ",")) || j == semicolon) {
           parts.push_back({part_begin, j});
           part_begin = j + 1;
@@ -1130,8 +1118,8 @@ class Translator {
   }
 
   const std::string& text_;
+  const std::vector<Token>& tokens_;
   MslTranslationOptions options_;
-  std::vector<Token> tokens_;
   std::vector<size_t> partner_;
   std::vector<Edit> edits_;
   std::vector<TranslatedKernel> kernels_;
@@ -1141,6 +1129,17 @@ class Translator {
   unsigned next_threadgroup_site_ = 0;
   std::string error_;
 };
+
+
+// Tokens of `text`, the output of a stage whose input had `tokens`: lexed again only when the
+// stage changed the text.
+Status retokenize(const std::string& input, const std::string& text, std::vector<Token>* tokens) {
+  if (text == input) return Status();
+  tokens->clear();
+  std::string error;
+  if (!lex_msl(text, tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  return Status();
+}
 
 }  // namespace
 
@@ -1152,18 +1151,18 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   std::string preprocessed;
   Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed);
   if (!status.ok()) return status;
-  tokens.clear();
-  if (!lex_msl(preprocessed, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  std::string folded = rewrite_overload_sets(preprocessed, tokens);
-  if (folded != preprocessed) {
-    tokens.clear();
-    if (!lex_msl(folded, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  }
+  status = retokenize(msl, preprocessed, &tokens);
+  if (!status.ok()) return status;
+  const std::string folded = rewrite_overload_sets(preprocessed, tokens);
+  status = retokenize(preprocessed, folded, &tokens);
+  if (!status.ok()) return status;
   std::string specializable;
   std::vector<FunctionConstant> constants;
   status = rewrite_function_constants(folded, tokens, &specializable, &constants);
   if (!status.ok()) return status;
-  status = Translator(specializable, options).run(out);
+  status = retokenize(folded, specializable, &tokens);
+  if (!status.ok()) return status;
+  status = Translator(specializable, tokens, options).run(out);
   if (!status.ok()) return status;
   out->source = function_constant_defaults(constants) + out->source;
   out->function_constants = std::move(constants);
