@@ -95,9 +95,7 @@ class Tokens {
         j = partner(j);
         continue;
       }
-      if (is(j, "<")) ++depth;
-      if (is(j, ">")) --depth;
-      if (is(j, ">>")) depth -= 2;
+      depth += angle_depth_change(text_, tokens_[j]);
       if (is(j, ";") || is(j, "{") || is(j, "}")) return SIZE_MAX;
       if (depth <= 0) return depth == 0 ? j : SIZE_MAX;
     }

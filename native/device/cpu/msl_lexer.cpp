@@ -200,4 +200,11 @@ bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* e
   return Lexer(text).run(tokens, error);
 }
 
+int angle_depth_change(const std::string& text, const Token& token) {
+  if (token.kind != TokenKind::punctuator || (text[token.begin] != '<' && text[token.begin] != '>')) return 0;
+  const size_t length = token.end - token.begin;
+  if (length == 1) return text[token.begin] == '<' ? 1 : -1;
+  return length == 2 && text[token.begin] == '>' && text[token.begin + 1] == '>' ? -2 : 0;
+}
+
 }  // namespace etm::device::cpu

@@ -24,4 +24,8 @@ bool is_identifier_char(char c);
 // Tokenizes `text`; on failure `error` says "N: what" (N: the line).
 bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* error);
 
+// How the token changes the nesting of template argument lists: +1 for `<`, -1 for `>`, -2
+// for `>>`, else 0. Whether a `<` opens a list is the caller's judgement (it stops at `;`).
+int angle_depth_change(const std::string& text, const Token& token);
+
 }  // namespace etm::device::cpu

@@ -367,7 +367,8 @@ std::string serialize(const LibraryDescription& d) {
     for (const KernelArgument& a : k.arguments) {
       out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
           << a.by_reference << " " << a.writable << " " << a.optional << " " << a.attribute.size() << ":"
-          << a.attribute << "\n";
+          << a.attribute << " " << a.type.size() << ":" << a.type << " " << a.address_space.size() << ":"
+          << a.address_space << "\n";
     }
   }
   out << d.function_constants.size() << "\n";
@@ -404,7 +405,8 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
       int kind = 0;
       if (!read_counted(in, &a.name) ||
           !(in >> kind >> a.index >> a.by_reference >> a.writable >> a.optional) ||
-          !read_counted(in, &a.attribute) || kind < 0 || kind > 2) {
+          !read_counted(in, &a.attribute) || !read_counted(in, &a.type) || !read_counted(in, &a.address_space) ||
+          kind < 0 || kind > 2) {
         return false;
       }
       a.kind = static_cast<KernelArgumentKind>(kind);

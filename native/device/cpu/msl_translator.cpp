@@ -107,6 +107,7 @@ struct AttributeItem {
 struct Parameter {
   std::string type;   // as written, attributes removed, address spaces kept (macros)
   std::string name;   // may be empty
+  std::string address_space;  // the MSL address space written before the declarator, or empty
   bool is_array = false;
   bool is_pointer = false;
   bool is_reference = false;
@@ -123,14 +124,222 @@ struct KernelTemplate {
   std::string execution_note;  // empty when the kernel has a barrier-region form
 };
 
+// The executor's binding of each kernel parameter: buffer index (explicit, else the next free
+// one for a pointer or reference), threadgroup-memory index or thread attribute.
+bool bind_arguments(const std::vector<Parameter>& parameters, TranslatedKernel* k, std::string* error) {
+  std::set<uint32_t> used;
+  for (const Parameter& p : parameters) {
+    for (const AttributeItem& a : p.attributes) {
+      if (a.name == "buffer" && !a.arguments.empty()) used.insert(attribute_integer(a.arguments[0]));
+    }
+  }
+  uint32_t next_positional = 0;
+  for (const Parameter& p : parameters) {
+    KernelArgument argument;
+    argument.name = p.name;
+    argument.type = p.type.substr(0, p.type.find_last_not_of(' ') + 1) + (p.is_array ? " *" : "");
+    argument.address_space = p.address_space;
+    const std::string label = "kernel '" + k->name + "' parameter '" + p.name + "'";
+    const AttributeItem* binding = nullptr;
+    for (const AttributeItem& a : p.attributes) {
+      if (a.name == "buffer" || a.name == "threadgroup" || find_thread_attribute(a.name)) {
+        binding = &a;
+      } else if (a.name == "texture" || a.name == "sampler" || a.name == "stage_in" ||
+                 a.name == "visible_function_table" ||
+                 a.name == "intersection_function_table" || a.name == "instance_acceleration_structure" ||
+                 a.name == "primitive_acceleration_structure" || a.name == "grid_origin" ||
+                 a.name == "grid_size") {
+        *error = label + ": [[" + a.name + "]] is not supported by the CPU device";
+        return false;
+      }
+    }
+    if (binding && (binding->name == "buffer" || binding->name == "threadgroup")) {
+      if (binding->arguments.size() != 1 || !std::isdigit(static_cast<unsigned char>(binding->arguments[0][0]))) {
+        *error = label + ": [[" + binding->name + "(n)]] needs an integer literal";
+        return false;
+      }
+      argument.index = attribute_integer(binding->arguments[0]);
+      argument.kind = binding->name == "buffer" ? KernelArgumentKind::buffer : KernelArgumentKind::threadgroup_memory;
+      if (argument.index >= 31) {
+        *error = label + ": " + binding->name + " index " + binding->arguments[0] + " is out of range (0..30)";
+        return false;
+      }
+      if (!p.is_pointer && !p.is_reference && !p.is_array) {
+        *error = label + ": a [[" + binding->name + "]] parameter must be a pointer or reference";
+        return false;
+      }
+    } else if (binding) {
+      argument.kind = KernelArgumentKind::thread_attribute;
+      argument.attribute = binding->name;
+    } else if (p.is_pointer || p.is_reference || p.is_array) {
+      while (used.count(next_positional)) ++next_positional;
+      argument.index = next_positional;
+      used.insert(next_positional);
+      argument.kind = KernelArgumentKind::buffer;
+    } else {
+      *error = label + " has no [[buffer(n)]] or thread attribute and is not a pointer or reference";
+      return false;
+    }
+    if (argument.kind != KernelArgumentKind::thread_attribute) argument.writable = !p.read_only;
+    argument.by_reference = argument.kind == KernelArgumentKind::buffer && p.is_reference && !p.is_pointer;
+    for (const AttributeItem& a : p.attributes) {
+      if (a.name == "function_constant") argument.optional = argument.kind == KernelArgumentKind::buffer;
+    }
+    k->arguments.push_back(argument);
+  }
+  return true;
+}
+
+// The expression that initializes a thread-attribute parameter of type `type`.
+bool attribute_value(const Parameter& p, const ThreadAttribute& a, std::string* out, std::string* error) {
+  // The scalar type and width from the spelled type: uint, ushort2, metal::uint3 ...
+  std::string base;
+  for (size_t k = 0; k < p.type.size();) {
+    const size_t b = k;
+    while (k < p.type.size() && is_identifier_char(p.type[k])) ++k;
+    if (k > b) {
+      const std::string word = p.type.substr(b, k - b);
+      if (word != "const" && word != "thread" && word != "metal" && word != "volatile") base = word;
+    } else {
+      ++k;
+    }
+  }
+  int width = 1;
+  std::string scalar = base;
+  if (!base.empty() && base.back() >= '2' && base.back() <= '4') {
+    width = base.back() - '0';
+    scalar = base.substr(0, base.size() - 1);
+  }
+  static const std::set<std::string> kScalars = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "ulong", "long", "size_t"};
+  if (!kScalars.count(scalar) || p.is_pointer || p.is_reference) {
+    *error = "parameter '" + p.name + "' [[" + a.name + "]] has unsupported type '" + p.type + "'";
+    return false;
+  }
+  std::string value = base + "(";
+  for (int c = 0; c < width; ++c) {
+    value += (c ? ", " : "") + std::string("static_cast<") + scalar + ">(" + a.components[c] + ")";
+  }
+  *out = value + ")";
+  return true;
+}
+
+// The wrapper struct of a kernel: its loop, thread, argument-size and region entries bind the
+// parameters from the launch and group (etm_cpu_kernel_abi.h) and call the kernel.
+bool wrapper_code(const std::string& kernel_name, const std::string& template_header,
+                  const std::string& wrapper_name, const std::string& call_target,
+                  const std::vector<Parameter>& parameters, int line, bool has_regions,
+                  const std::string& max_threads_expression, std::string* out, std::string* error) {
+  TranslatedKernel probe;
+  probe.name = kernel_name;
+  if (!bind_arguments(parameters, &probe, error)) return false;
+  std::string bindings, arguments, sizes, region_arguments;
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    const Parameter& p = parameters[k];
+    const KernelArgument& a = probe.arguments[k];
+    const std::string local = "etm__argument" + std::to_string(k);
+    std::string type = p.type;
+    if (p.is_array) type += "*";
+    switch (a.kind) {
+      case KernelArgumentKind::buffer:
+        if (a.by_reference) {
+          bindings += type + " " + local + " = etm_cpu_kernel::bind_reference<" + type +
+                      ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
+          sizes += "etm__sizes[" + std::to_string(k) + "] = etm_cpu_kernel::referenced_size<" + type + ">(); ";
+        } else {
+          bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
+                      ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
+        }
+        arguments += (k ? ", " : "") + local;
+        region_arguments += local + ", ";
+        break;
+      case KernelArgumentKind::threadgroup_memory:
+        bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
+                    ">(etm__group->arena + etm__launch->dynamic_threadgroup_offsets[" +
+                    std::to_string(a.index) + "]); ";
+        arguments += (k ? ", " : "") + local;
+        region_arguments += local + ", ";
+        break;
+      case KernelArgumentKind::thread_attribute: {
+        std::string value;
+        if (!attribute_value(p, *find_thread_attribute(a.attribute), &value, error)) return false;
+        arguments += (k ? ", " : "") + value;
+        break;
+      }
+    }
+  }
+  const std::string call = call_target + "(" + arguments + ");";
+  std::ostringstream code;
+  code << "#line " << line << "\n"
+       << template_header << "struct " << wrapper_name << " { "
+       << "static inline void etm__loop(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
+       << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
+       << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1], etm__sz = etm__group->size[2]; "
+       << "for (uint32_t etm__z = 0; etm__z < etm__sz; ++etm__z) "
+       << "for (uint32_t etm__y = 0; etm__y < etm__sy; ++etm__y) { "
+       << "const uint32_t etm__row = etm__sx * (etm__y + etm__sy * etm__z); "
+       << "_Pragma(\"GCC ivdep\") for (uint32_t etm__x = 0; etm__x < etm__sx; ++etm__x) { "
+       << "const uint32_t etm__index = etm__row + etm__x; (void)etm__index; " << call << " } } } "
+       << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
+       << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
+       << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
+       << "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; "
+       << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "
+       << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
+       << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
+       << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} ";
+  if (max_threads_expression.empty()) {
+    code << "static constexpr uint32_t etm__max_threads = 0; ";
+  } else {
+    code << "static constexpr uint32_t etm__max_threads = static_cast<uint32_t>(" << max_threads_expression
+         << "); static_assert(etm__max_threads >= 1 && etm__max_threads <= 1024, "
+         << "\"max_total_threads_per_threadgroup must be in 1..1024\"); ";
+  }
+  if (has_regions) {
+    code << "\n#if !ETM_CPU_NO_REGIONS\n"
+         << "static inline int etm__regions(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
+         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings << "return "
+         << kRegionPrefix << call_target << "(" << region_arguments << "etm__launch, etm__group); }\n#endif\n";
+  }
+  code << "};";
+  *out += code.str();
+  return true;
+}
+
+// The extern "C" entry points of kernel `index`, calling the wrapper `target`.
+std::string entry_code(uint32_t index, const std::string& target, int line,
+                              const std::string& execution_note) {
+  const std::string n = std::to_string(index);
+  std::ostringstream code;
+  std::string note;
+  for (char c : execution_note.empty() ? std::string("barrier regions") : execution_note) {
+    if (c == '"' || c == '\\') note += '\\';
+    if (c != '\n') note += c;
+  }
+  code << "\n#if ETM_CPU_KERNEL_SELECTED(" << n << ")\n#line " << line << "\n"
+       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_loop_" << n
+       << "(const etm_cpu_launch* l, const etm_cpu_group* g) { " << target << "::etm__loop(l, g); } "
+       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_thread_" << n
+       << "(const etm_cpu_launch* l, const etm_cpu_group* g, uint32_t i) { " << target << "::etm__thread(l, g, i); } "
+       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
+       << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
+       << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
+       << "\"; extern \"C\" ETM_CPU_KERNEL_EXPORT const uint32_t etm_kernel_max_threads_" << n << " = " << target
+       << "::etm__max_threads;";
+  if (execution_note.empty()) {
+    code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
+         << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
+         << "::etm__regions(l, g); }\n#endif";
+  }
+  code << "\n#endif";
+  return code.str();
+}
+
 class Translator {
  public:
-  Translator(const std::string& text, const MslTranslationOptions& options)
-      : text_(text), options_(options) {}
+  Translator(const std::string& text, const std::vector<Token>& tokens, const MslTranslationOptions& options)
+      : text_(text), tokens_(tokens), options_(options) {}
 
   Status run(MslTranslation* out) {
-    std::string error;
-    if (!lex_msl(text_, &tokens_, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
     match_brackets();
     synchronising_ = synchronising_functions(text_, tokens_, partner_);
     strip_attributes_and_constant();
@@ -181,6 +390,7 @@ class Translator {
   bool is_directive(size_t i) const {
     return i < tokens_.size() && tokens_[i].kind == TokenKind::directive;
   }
+  int angle_change(size_t i) const { return i < tokens_.size() ? angle_depth_change(text_, tokens_[i]) : 0; }
   // `[[` that opens an attribute specifier (not a lambda in a subscript).
   bool opens_attribute(size_t i) const {
     return is(i, "[") && is(i + 1, "[") && (is_identifier(i + 2) || is(i + 2, "]"));
@@ -225,9 +435,7 @@ class Translator {
         j = partner(j);
         continue;
       }
-      if (is(j, "<")) ++depth;
-      if (is(j, ">")) --depth;
-      if (is(j, ">>")) depth -= 2;
+      depth += angle_change(j);
       if (depth <= 0 && j > i) return depth == 0 ? j : SIZE_MAX;
       if (is(j, ";") || is(j, "{") || is(j, "}")) return SIZE_MAX;
     }
@@ -516,9 +724,10 @@ class Translator {
     }
     std::string code = regions_code;
     const bool has_regions = execution_note.empty();
+    std::string why;
     if (!wrapper_code(name, template_header, wrapper_name, call_target, parameters, line, has_regions,
-                      max_threads_expression, &code))
-      return;
+                      max_threads_expression, &code, &why))
+      return fail(line, why);
     if (is_template) {
       // Declared only: an instantiation without explicit template arguments finds its wrapper
       // as this function's return type, deduced from the instantiation's parameter types.
@@ -532,7 +741,7 @@ class Translator {
     if (!is_template) {
       TranslatedKernel k;
       k.name = host_name.empty() ? name : host_name;
-      if (!bind_arguments(parameters, &k, line)) return;
+      if (!bind_arguments(parameters, &k, &why)) return fail(line, why);
       k.max_total_threads_per_threadgroup = max_threads;
       k.line = line;
       k.entry_index = static_cast<uint32_t>(kernels_.size());
@@ -570,9 +779,8 @@ class Translator {
         j = partner(j);
         continue;
       }
-      if (is(j, ">")) ++depth;
-      if (is(j, ">>")) depth += 2;
-      if (is(j, "<") && --depth == 0) {
+      depth -= angle_change(j);
+      if (is(j, "<") && depth == 0) {
         open_angle = j;
         break;
       }
@@ -604,7 +812,8 @@ class Translator {
     // Arguments bind as the primary template's parameters say.
     TranslatedKernel k;
     k.name = host_name;
-    if (!bind_arguments(found->parameters, &k, line)) return;
+    std::string why;
+    if (!bind_arguments(found->parameters, &k, &why)) return fail(line, why);
     k.max_total_threads_per_threadgroup =
         max_threads ? max_threads : found->max_total_threads_per_threadgroup;
     k.line = line;
@@ -657,7 +866,8 @@ class Translator {
     }
     TranslatedKernel k;
     k.name = host_name;
-    if (!bind_arguments(found->parameters, &k, line)) return;
+    std::string why;
+    if (!bind_arguments(found->parameters, &k, &why)) return fail(line, why);
     k.max_total_threads_per_threadgroup = max_threads ? max_threads : found->max_total_threads_per_threadgroup;
     k.line = line;
     k.entry_index = static_cast<uint32_t>(kernels_.size());
@@ -707,9 +917,7 @@ class Translator {
           item_end = partner(item_end);
           continue;
         }
-        if (is(item_end, "<")) ++depth;
-        if (is(item_end, ">")) --depth;
-        if (is(item_end, ">>")) depth -= 2;
+        depth += angle_change(item_end);
         if (depth == 0 && is(item_end, ",")) break;
         if (depth == 0 && is(item_end, "=")) break;
       }
@@ -738,9 +946,7 @@ class Translator {
       // Skip a default (`= Transform<T, U>`: commas inside its brackets are its own).
       for (int nesting = 0; item_end < close && !(nesting <= 0 && is(item_end, ",")); ++item_end) {
         if ((is(item_end, "(") || is(item_end, "[")) && partner(item_end) != SIZE_MAX) item_end = partner(item_end);
-        if (is(item_end, "<")) ++nesting;
-        if (is(item_end, ">")) --nesting;
-        if (is(item_end, ">>")) nesting -= 2;
+        nesting += angle_change(item_end);
       }
       j = item_end + 1;
     }
@@ -764,9 +970,7 @@ class Translator {
           j = partner(j);
           continue;
         }
-        if (is(j, "<")) ++angle;
-        if (is(j, ">")) --angle;
-        if (is(j, ">>")) angle -= 2;
+        angle += angle_change(j);
         if (angle <= 0 && is(j, ",")) break;
         declaration.push_back(j);
       }
@@ -797,6 +1001,10 @@ class Translator {
         if (is(t, "&") || is(t, "&&")) parameter.is_reference = true;
         const bool before_declarator = !parameter.is_pointer && !parameter.is_reference;
         if (before_declarator && (is(t, "constant") || is(t, "const"))) parameter.read_only = true;
+        if (before_declarator && parameter.address_space.empty() &&
+            (is(t, "device") || is(t, "constant") || is(t, "threadgroup") || is(t, "thread"))) {
+          parameter.address_space = spell(t);
+        }
         if (is(t, "constant")) {
           parameter.type += declaration_has_const(t) ? "" : "const ";
           continue;
@@ -809,102 +1017,6 @@ class Translator {
       }
       parameters->push_back(std::move(parameter));
     }
-    return true;
-  }
-
-  bool bind_arguments(const std::vector<Parameter>& parameters, TranslatedKernel* k, int line) {
-    std::set<uint32_t> used;
-    for (const Parameter& p : parameters) {
-      for (const AttributeItem& a : p.attributes) {
-        if (a.name == "buffer" && !a.arguments.empty()) used.insert(attribute_integer(a.arguments[0]));
-      }
-    }
-    uint32_t next_positional = 0;
-    for (const Parameter& p : parameters) {
-      KernelArgument argument;
-      argument.name = p.name;
-      const std::string label = "kernel '" + k->name + "' parameter '" + p.name + "'";
-      const AttributeItem* binding = nullptr;
-      for (const AttributeItem& a : p.attributes) {
-        if (a.name == "buffer" || a.name == "threadgroup" || find_thread_attribute(a.name)) {
-          binding = &a;
-        } else if (a.name == "texture" || a.name == "sampler" || a.name == "stage_in" ||
-                   a.name == "visible_function_table" ||
-                   a.name == "intersection_function_table" || a.name == "instance_acceleration_structure" ||
-                   a.name == "primitive_acceleration_structure" || a.name == "grid_origin" ||
-                   a.name == "grid_size") {
-          fail(line, label + ": [[" + a.name + "]] is not supported by the CPU device");
-          return false;
-        }
-      }
-      if (binding && (binding->name == "buffer" || binding->name == "threadgroup")) {
-        if (binding->arguments.size() != 1 || !std::isdigit(static_cast<unsigned char>(binding->arguments[0][0]))) {
-          fail(line, label + ": [[" + binding->name + "(n)]] needs an integer literal");
-          return false;
-        }
-        argument.index = attribute_integer(binding->arguments[0]);
-        argument.kind = binding->name == "buffer" ? KernelArgumentKind::buffer : KernelArgumentKind::threadgroup_memory;
-        argument.writable = !p.read_only;
-        if (argument.index >= 31) {
-          fail(line, label + ": " + binding->name + " index " + binding->arguments[0] +
-                         " is out of range (0..30)");
-          return false;
-        }
-        if (!p.is_pointer && !p.is_reference && !p.is_array) {
-          fail(line, label + ": a [[" + binding->name + "]] parameter must be a pointer or reference");
-          return false;
-        }
-      } else if (binding) {
-        argument.kind = KernelArgumentKind::thread_attribute;
-        argument.attribute = binding->name;
-      } else if (p.is_pointer || p.is_reference || p.is_array) {
-        while (used.count(next_positional)) ++next_positional;
-        argument.index = next_positional;
-        used.insert(next_positional);
-        argument.kind = KernelArgumentKind::buffer;
-      } else {
-        fail(line, label + " has no [[buffer(n)]] or thread attribute and is not a pointer or reference");
-        return false;
-      }
-      argument.by_reference = argument.kind == KernelArgumentKind::buffer && p.is_reference && !p.is_pointer;
-      for (const AttributeItem& a : p.attributes) {
-        if (a.name == "function_constant") argument.optional = argument.kind == KernelArgumentKind::buffer;
-      }
-      k->arguments.push_back(argument);
-    }
-    return true;
-  }
-
-  // The expression that initializes a thread-attribute parameter of type `type`.
-  bool attribute_value(const Parameter& p, const ThreadAttribute& a, int line, std::string* out) {
-    // The scalar type and width from the spelled type: uint, ushort2, metal::uint3 ...
-    std::string base;
-    for (size_t k = 0; k < p.type.size();) {
-      const size_t b = k;
-      while (k < p.type.size() && is_identifier_char(p.type[k])) ++k;
-      if (k > b) {
-        const std::string word = p.type.substr(b, k - b);
-        if (word != "const" && word != "thread" && word != "metal" && word != "volatile") base = word;
-      } else {
-        ++k;
-      }
-    }
-    int width = 1;
-    std::string scalar = base;
-    if (!base.empty() && base.back() >= '2' && base.back() <= '4') {
-      width = base.back() - '0';
-      scalar = base.substr(0, base.size() - 1);
-    }
-    static const std::set<std::string> kScalars = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "ulong", "long", "size_t"};
-    if (!kScalars.count(scalar) || p.is_pointer || p.is_reference) {
-      fail(line, "parameter '" + p.name + "' [[" + a.name + "]] has unsupported type '" + p.type + "'");
-      return false;
-    }
-    std::string value = base + "(";
-    for (int c = 0; c < width; ++c) {
-      value += (c ? ", " : "") + std::string("static_cast<") + scalar + ">(" + a.components[c] + ")";
-    }
-    *out = value + ")";
     return true;
   }
 
@@ -921,7 +1033,11 @@ class Translator {
     }
     TranslatedKernel probe;
     probe.name = name;
-    if (!bind_arguments(parameters, &probe, line)) return false;
+    std::string why;
+    if (!bind_arguments(parameters, &probe, &why)) {
+      fail(line, why);
+      return false;
+    }
     RegionKernelSource source;
     source.text = &text_;
     source.tokens = &tokens_;
@@ -940,7 +1056,10 @@ class Translator {
         r.is_attribute = true;
         r.attribute_type = p.type;
         r.per_thread = is_per_thread_attribute(a.attribute);
-        if (!attribute_value(p, *find_thread_attribute(a.attribute), line, &r.attribute_value)) return false;
+        if (!attribute_value(p, *find_thread_attribute(a.attribute), &r.attribute_value, &why)) {
+          fail(line, why);
+          return false;
+        }
       } else {
         r.declaration = p.type + (p.is_array ? "* " : " ") + p.name;
       }
@@ -948,114 +1067,6 @@ class Translator {
     }
     if (!barrier_region_function(source, synchronising_, code, note)) code->clear();
     return true;
-  }
-
-  bool wrapper_code(const std::string& kernel_name, const std::string& template_header,
-                    const std::string& wrapper_name, const std::string& call_target,
-                    const std::vector<Parameter>& parameters, int line, bool has_regions,
-                    const std::string& max_threads_expression, std::string* out) {
-    TranslatedKernel probe;
-    probe.name = kernel_name;
-    if (!bind_arguments(parameters, &probe, line)) return false;
-    std::string bindings, arguments, sizes, region_arguments;
-    for (size_t k = 0; k < parameters.size(); ++k) {
-      const Parameter& p = parameters[k];
-      const KernelArgument& a = probe.arguments[k];
-      const std::string local = "etm__argument" + std::to_string(k);
-      std::string type = p.type;
-      if (p.is_array) type += "*";
-      switch (a.kind) {
-        case KernelArgumentKind::buffer:
-          if (a.by_reference) {
-            bindings += type + " " + local + " = etm_cpu_kernel::bind_reference<" + type +
-                        ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
-            sizes += "etm__sizes[" + std::to_string(k) + "] = etm_cpu_kernel::referenced_size<" + type + ">(); ";
-          } else {
-            bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
-                        ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
-          }
-          arguments += (k ? ", " : "") + local;
-          region_arguments += local + ", ";
-          break;
-        case KernelArgumentKind::threadgroup_memory:
-          bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
-                      ">(etm__group->arena + etm__launch->dynamic_threadgroup_offsets[" +
-                      std::to_string(a.index) + "]); ";
-          arguments += (k ? ", " : "") + local;
-          region_arguments += local + ", ";
-          break;
-        case KernelArgumentKind::thread_attribute: {
-          std::string value;
-          if (!attribute_value(p, *find_thread_attribute(a.attribute), line, &value)) return false;
-          arguments += (k ? ", " : "") + value;
-          break;
-        }
-      }
-    }
-    const std::string call = call_target + "(" + arguments + ");";
-    std::ostringstream code;
-    code << "#line " << line << "\n"
-         << template_header << "struct " << wrapper_name << " { "
-         << "static inline void etm__loop(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
-         << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1], etm__sz = etm__group->size[2]; "
-         << "for (uint32_t etm__z = 0; etm__z < etm__sz; ++etm__z) "
-         << "for (uint32_t etm__y = 0; etm__y < etm__sy; ++etm__y) { "
-         << "const uint32_t etm__row = etm__sx * (etm__y + etm__sy * etm__z); "
-         << "_Pragma(\"GCC ivdep\") for (uint32_t etm__x = 0; etm__x < etm__sx; ++etm__x) { "
-         << "const uint32_t etm__index = etm__row + etm__x; (void)etm__index; " << call << " } } } "
-         << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
-         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
-         << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
-         << "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; "
-         << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "
-         << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
-         << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
-         << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} ";
-    if (max_threads_expression.empty()) {
-      code << "static constexpr uint32_t etm__max_threads = 0; ";
-    } else {
-      code << "static constexpr uint32_t etm__max_threads = static_cast<uint32_t>(" << max_threads_expression
-           << "); static_assert(etm__max_threads >= 1 && etm__max_threads <= 1024, "
-           << "\"max_total_threads_per_threadgroup must be in 1..1024\"); ";
-    }
-    if (has_regions) {
-      code << "\n#if !ETM_CPU_NO_REGIONS\n"
-           << "static inline int etm__regions(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-           << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings << "return "
-           << kRegionPrefix << call_target << "(" << region_arguments << "etm__launch, etm__group); }\n#endif\n";
-    }
-    code << "};";
-    *out += code.str();
-    return true;
-  }
-
-  static std::string entry_code(uint32_t index, const std::string& target, int line,
-                                const std::string& execution_note) {
-    const std::string n = std::to_string(index);
-    std::ostringstream code;
-    std::string note;
-    for (char c : execution_note.empty() ? std::string("barrier regions") : execution_note) {
-      if (c == '"' || c == '\\') note += '\\';
-      if (c != '\n') note += c;
-    }
-    code << "\n#if ETM_CPU_KERNEL_SELECTED(" << n << ")\n#line " << line << "\n"
-         << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_loop_" << n
-         << "(const etm_cpu_launch* l, const etm_cpu_group* g) { " << target << "::etm__loop(l, g); } "
-         << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_thread_" << n
-         << "(const etm_cpu_launch* l, const etm_cpu_group* g, uint32_t i) { " << target << "::etm__thread(l, g, i); } "
-         << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
-         << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
-         << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
-         << "\"; extern \"C\" ETM_CPU_KERNEL_EXPORT const uint32_t etm_kernel_max_threads_" << n << " = " << target
-         << "::etm__max_threads;";
-    if (execution_note.empty()) {
-      code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
-           << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
-           << "::etm__regions(l, g); }\n#endif";
-    }
-    code << "\n#endif";
-    return code.str();
   }
 
   // `threadgroup T a[N], b;` statements inside function bodies become references to the
@@ -1081,9 +1092,7 @@ class Translator {
           j = partner(j);
           continue;
         }
-        if (is(j, "<")) ++angle;
-        if (is(j, ">")) --angle;
-        if (is(j, ">>")) angle -= 2;
+        angle += angle_change(j);
         if ((angle <= 0 && is(j, ",")) || j == semicolon) {
           parts.push_back({part_begin, j});
           part_begin = j + 1;
@@ -1133,8 +1142,8 @@ class Translator {
   }
 
   const std::string& text_;
+  const std::vector<Token>& tokens_;
   MslTranslationOptions options_;
-  std::vector<Token> tokens_;
   std::vector<size_t> partner_;
   std::vector<Edit> edits_;
   std::vector<TranslatedKernel> kernels_;
@@ -1144,6 +1153,17 @@ class Translator {
   unsigned next_threadgroup_site_ = 0;
   std::string error_;
 };
+
+
+// Tokens of `text`, the output of a stage whose input had `tokens`: lexed again only when the
+// stage changed the text.
+Status retokenize(const std::string& input, const std::string& text, std::vector<Token>* tokens) {
+  if (text == input) return Status();
+  tokens->clear();
+  std::string error;
+  if (!lex_msl(text, tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
+  return Status();
+}
 
 }  // namespace
 
@@ -1155,18 +1175,18 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   std::string preprocessed;
   Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed);
   if (!status.ok()) return status;
-  tokens.clear();
-  if (!lex_msl(preprocessed, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  std::string folded = rewrite_overload_sets(preprocessed, tokens);
-  if (folded != preprocessed) {
-    tokens.clear();
-    if (!lex_msl(folded, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  }
+  status = retokenize(msl, preprocessed, &tokens);
+  if (!status.ok()) return status;
+  const std::string folded = rewrite_overload_sets(preprocessed, tokens);
+  status = retokenize(preprocessed, folded, &tokens);
+  if (!status.ok()) return status;
   std::string specializable;
   std::vector<FunctionConstant> constants;
   status = rewrite_function_constants(folded, tokens, &specializable, &constants);
   if (!status.ok()) return status;
-  status = Translator(specializable, options).run(out);
+  status = retokenize(folded, specializable, &tokens);
+  if (!status.ok()) return status;
+  status = Translator(specializable, tokens, options).run(out);
   if (!status.ok()) return status;
   out->source = function_constant_defaults(constants) + out->source;
   out->function_constants = std::move(constants);

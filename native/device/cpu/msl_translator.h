@@ -35,6 +35,8 @@ struct KernelArgument {
   bool writable = true;       // false for `constant` and `const device` buffers
   bool optional = false;      // [[function_constant(c)]]: exists only when c is true; may stay unbound
   std::string attribute;      // for thread_attribute
+  std::string type;           // as the C++ translation spells it (`const float*`)
+  std::string address_space;  // as written: device, constant, threadgroup, thread or empty
 };
 
 struct TranslatedKernel {
