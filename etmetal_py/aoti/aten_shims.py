@@ -4,7 +4,11 @@ torch 2.13's fallback-op list leaves out (`aten::_fft_c2r`, the inverse real FFT
 `aten::linalg_solve_triangular`), so Inductor would send it to libtorch's proxy executor. While a
 program compiles, each is listed as an Inductor fallback with a C shim, and its declaration goes
 into the generated code through `aot_inductor.custom_ops_to_c_shims`; Inductor then calls
-`aoti_torch_mps_<op>` as it does for the ops it knows. Declaring the function is all it takes."""
+`aoti_torch_mps_<op>` as it does for the ops it knows. Declaring the function is all it takes.
+
+Some ops with a C shim have no Meta kernel in torch 2.13 (the histogram ops, CPU-only there), so
+Inductor cannot give their outputs shapes on fake mps tensors; while a program compiles they get
+one here (see _META_KERNELS)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,71 @@ _OTHER_HEADERS = ("custom_ops.h", "aoti_shim.h", "aoti_shim_mps.h", "etmetal_dec
 
 
 _lock = threading.Lock()
+
+
+def _check_histogram_input(self, bins: list, dims: int) -> None:
+    """The checks of torch's CPU kernels whose failure would otherwise give wrong shapes; `dims`
+    is the number of coordinates per sample."""
+    torch._check(self.is_floating_point(),
+                 lambda: f"histogram needs a floating-point input, got {self.dtype}")
+    torch._check(len(bins) == dims,
+                 lambda: "histogramdd: The size of bins must be equal to the innermost dimension "
+                         "of the input.")
+    for dim, count in enumerate(bins):
+        torch._check(count > 0, lambda: f"torch.histogram(): bins must be > 0, but got {count} "
+                                        f"for dimension {dim}")
+
+
+def _check_histogramdd_input(self, bins: list) -> None:
+    torch._check(self.dim() >= 2,
+                 lambda: "torch.histogramdd: input tensor should have at least 2 dimensions")
+    _check_histogram_input(self, bins, self.shape[-1])
+
+
+def _histogram_bin_ct_meta(self, bins=100, *, range=None, weight=None, density=False):
+    _check_histogram_input(self, [bins], 1)
+    return self.new_empty((bins,)), self.new_empty((bins + 1,))
+
+
+def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, density=False):
+    _check_histogramdd_input(self, bins)
+    return self.new_empty(tuple(bins))
+
+
+def _histogramdd_bin_edges_meta(self, bins, *, range=None, weight=None, density=False):
+    _check_histogramdd_input(self, bins)
+    return [self.new_empty((count + 1,)) for count in bins]
+
+
+# Meta kernels shaping outputs as torch's CPU kernels do: counts and edges take the input's
+# (floating) dtype; histogramdd's counts are [bins...], its edges one [bins[i] + 1] per dim.
+# `aten::_histogramdd_bin_edges` has no C shim: its Meta kernel lets the compile get as far as
+# aoti_compile_and_package's proxy check, whose error names it (without one, Inductor fails
+# inside histogramdd's decomposition with an unrelated MPS-backend error).
+_META_KERNELS = {
+    "histogram.bin_ct": _histogram_bin_ct_meta,
+    "_histogramdd_from_bin_cts": _histogramdd_from_bin_cts_meta,
+    "_histogramdd_bin_edges": _histogramdd_bin_edges_meta,
+}
+
+
+@contextlib.contextmanager
+def _meta_kernels() -> Iterator[None]:
+    """Registers _META_KERNELS that torch lacks for the duration; removed after, so torch
+    outside a compile behaves as shipped (a user's own Meta registration is kept and wins).
+    Call it holding _lock."""
+    missing = {op: kernel for op, kernel in _META_KERNELS.items()
+               if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta")}
+    if not missing:
+        yield
+        return
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        for op, kernel in missing.items():
+            library.impl(op, kernel, "Meta")
+        yield
+    finally:
+        library._destroy()
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,8 +126,8 @@ def aten_op_c_shims() -> dict:
 
 @contextlib.contextmanager
 def aten_ops_with_c_shims() -> Iterator[None]:
-    """Lists the aten ops above in torchgen's fallback-op table for the duration (restored
-    after; compiles in other threads wait)."""
+    """Lists the aten ops above in torchgen's fallback-op table and registers the missing Meta
+    kernels for the duration (both restored after; compiles in other threads wait)."""
     from torchgen.aoti.fallback_ops import inductor_fallback_ops
 
     with _lock:
@@ -67,7 +136,8 @@ def aten_ops_with_c_shims() -> Iterator[None]:
         for key in added:
             inductor_fallback_ops[key] = {}
         try:
-            yield
+            with _meta_kernels():
+                yield
         finally:
             for key in added:
                 inductor_fallback_ops.pop(key, None)
