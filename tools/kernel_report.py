@@ -96,17 +96,23 @@ def mm_case(m, k, n, dtype, weight_transposed=False):
     return run, minimum
 
 
+def channels_last_view(x):
+    """The values of the NCHW tensor x in an NHWC device buffer, seen as NCHW."""
+    batch, channels, height, width = x.shape
+    storage = device(x.permute(0, 2, 3, 1))
+    view = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
+        storage.handle, 4, ffi.new("int64_t[]", list(x.shape)),
+        ffi.new("int64_t[]", [height * width * channels, 1, width * channels, channels]), 0, view))
+    return Tensor(view[0], keepalive=storage)
+
+
 def conv_case(batch, cin, cout, size, kernel, stride, groups, dtype, channels_last=False):
     x = torch.randn(batch, cin, size, size).to(dtype)
     w = torch.randn(cout, cin // groups, kernel, kernel).to(dtype)
     dx, dw = device(x), device(w)
-    if channels_last:  # the same values in an NHWC buffer, seen as NCHW
-        storage = device(x.permute(0, 2, 3, 1))
-        view = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-            storage.handle, 4, ffi.new("int64_t[]", list(x.shape)),
-            ffi.new("int64_t[]", [size * size * cin, 1, size * cin, cin]), 0, view))
-        dx = Tensor(view[0], keepalive=storage)
+    if channels_last:
+        dx = channels_last_view(x)
     pad = kernel // 2
     out_size = (size + 2 * pad - kernel) // stride + 1
     minimum = nbytes(x, w) + batch * cout * out_size * out_size * x.element_size()
@@ -129,13 +135,8 @@ def conv_transpose_case(batch, cin, cout, size, kernel, stride, padding, output_
     x = torch.randn(batch, cin, *[size] * spatial).to(dtype)
     w = torch.randn(cin, cout // groups, *[kernel] * spatial).to(dtype)
     dx, dw = device(x), device(w)
-    if channels_last:  # the same values in an NHWC buffer, seen as NCHW
-        storage = device(x.permute(0, 2, 3, 1))
-        view = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(
-            storage.handle, 4, ffi.new("int64_t[]", list(x.shape)),
-            ffi.new("int64_t[]", [size * size * cin, 1, size * cin, cin]), 0, view))
-        dx = Tensor(view[0], keepalive=storage)
+    if channels_last:
+        dx = channels_last_view(x)
     out_size = (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
     minimum = nbytes(x, w) + batch * cout * out_size ** spatial * x.element_size()
 

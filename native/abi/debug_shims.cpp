@@ -12,6 +12,7 @@
 #include "abi/handles.h"
 #include "device/device.h"
 #include "etmetal/aoti_shim_debug.h"
+#include "ops/op_support.h"
 #include "runtime/dtype.h"
 #include "runtime/trace.h"
 
@@ -45,14 +46,6 @@ bool is_real_floating(int32_t dtype) {
     default:
       return false;
   }
-}
-
-std::string list_text(const std::vector<int64_t>& values) {
-  std::ostringstream text;
-  text << "[";
-  for (size_t i = 0; i < values.size(); ++i) text << (i ? ", " : "") << values[i];
-  text << "]";
-  return text.str();
 }
 
 bool is_contiguous(const Tensor& t) {
@@ -146,8 +139,8 @@ extern "C" void aoti_torch_print_tensor_handle(AtenTensorHandle self, const char
       out << "Max value: " << high << "\n";
     }
     out << "Device: " << (t.device_type == kDeviceMps ? "mps" : "cpu") << "\n";
-    out << "Size: " << list_text(t.sizes) << "\n";
-    out << "Stride: " << list_text(t.strides) << "\n";
+    out << "Size: " << etm::ops::shape_text(t.sizes) << "\n";
+    out << "Stride: " << etm::ops::shape_text(t.strides) << "\n";
     out << "Is contiguous: " << (is_contiguous(t) ? 1 : 0) << "\n\n";
   });
   if (code != 0) out << "[  " << (msg ? msg : "") << "  ]: " << last_error() << "\n\n";
