@@ -134,7 +134,7 @@ CASES: dict[str, Case] = {
     "weights_in_so": Case(ScaleShift, lambda g: (torch.randn(4, 64, generator=g),)),
     "weights_in_blob": Case(ScaleShift, lambda g: (torch.randn(4, 64, generator=g),),
                             compile_options={"external_weights": True}),
-    "mlp_gelu": Case(MLP, lambda g: (torch.randn(8, 32, generator=g),)),
+    "mlp_gelu": Case(MLP, lambda g: (torch.randn(8, 32, generator=g),), slow=True),
     "channels_last_input": Case(
         ChannelsLastInput,
         lambda g: (torch.randn(2, 3, 4, 5, generator=g).contiguous(

@@ -231,6 +231,7 @@ def compiler_commands(log):
     return [line for line in log.read_text().splitlines() if "--version" not in line]
 
 
+@pytest.mark.slow  # ~15 s of compiles in child processes
 def test_target_isa_choice(child_setup):
     """A named (possibly shared) cache gets portable objects unless ETMETAL_CPU_ISA=native;
     native objects are keyed apart from portable ones (and by the host CPU)."""
@@ -293,6 +294,7 @@ def test_kernels_resolve_lane_calls_when_libetmetal_is_loaded_locally(child_setu
     assert result.returncode == 0 and "loaded" in result.stdout, result.stderr
 
 
+@pytest.mark.slow  # ~13 s of compiles in a child process
 def test_cache_limit_evicts_least_recently_used_entries(child_setup):
     """ETMETAL_CACHE_MAX_MB: over the limit, the oldest-used entries go first (an object with
     its kept source, a record, an old header folder, each whole); temporaries older than any

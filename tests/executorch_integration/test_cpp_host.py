@@ -15,6 +15,9 @@ import torch
 from executorch_testing import LinearNorm, rewrite_pte, runtime
 from etmetal_py.executorch import backend_library_path
 
+# Builds a C++ host and exports programs (~33 s cold): the default run keeps the Python runtime's tests.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "examples" / "executorch_host" / "run_pte.cpp"
 

@@ -37,6 +37,7 @@ def test_run_prints_outputs_and_saves_them(programs, tmp_path):
                                    atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # ~11 s: exports a program of its own and starts a CLI process
 def test_run_names_a_missing_method(programs):
     runtime()
     result = etmetal("run", programs.get("two_methods"), "--method", "decode")

@@ -165,6 +165,7 @@ def test_c_shims_follow_an_op_defined_again():
     assert torch.ops.metal.gather_qmv.default in shims
 
 
+@pytest.mark.slow  # ~20 s compile; the ops themselves are tested in tests/ops
 def test_moe_block_end_to_end(tmp_path):
     torch.manual_seed(0)
     model = MoEBlock()
@@ -178,6 +179,7 @@ def test_moe_block_end_to_end(tmp_path):
         close(runner(x2), model(x2))
 
 
+@pytest.mark.slow  # ~17 s compile; the op itself is tested in tests/ops
 def test_gated_delta_net_block_end_to_end(tmp_path):
     torch.manual_seed(0)
     model = GatedDeltaNetBlock()
