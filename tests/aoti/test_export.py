@@ -200,7 +200,8 @@ def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
 
 def test_without_etmetal_ops_only_the_aten_shims_are_added(monkeypatch):
     shims = aten_op_c_shims()  # libetmetal's declarations of aten ops torch has no shim for
-    assert {"aten._fft_c2r.default", "aten.linalg_solve_triangular.default"} <= {str(op) for op in shims}
+    assert {"aten._fft_c2r.default", "aten.linalg_solve_triangular.default",
+            "aten._pdist_forward.default"} <= {str(op) for op in shims}
     torch_mps_shims = _torch_mps_shims()
     for op, (declaration,) in shims.items():  # each one torch's fallback-op list or mps shims lack
         name = op.name().removeprefix("aten::")
