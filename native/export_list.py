@@ -16,15 +16,29 @@ from pathlib import Path
 DECLARATION = re.compile(r"\bETMETAL_API\b[^;{}]*?\b(\w+)\s*\(")
 
 
+def without_comments(path) -> str:
+    """The C or C++ file's text without its comments."""
+    text = re.sub(r"/\*.*?\*/", "", Path(path).read_text(), flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def declarations_text(header) -> str:
+    """The header's text without comments and preprocessor lines (ETMETAL_API's own definition)."""
+    return re.sub(r"^\s*#[^\n]*", "", without_comments(header), flags=re.M)
+
+
+def write_if_changed(path, text: str) -> None:
+    """Writes the file only when its text changes, so what depends on it is not rebuilt."""
+    output = Path(path)
+    if not output.exists() or output.read_text() != text:
+        output.write_text(text)
+
+
 def declared_functions(headers) -> list:
     """Names of the functions the headers declare with ETMETAL_API, sorted."""
     names = set()
     for header in headers:
-        text = Path(header).read_text()
-        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-        text = re.sub(r"//[^\n]*", "", text)
-        text = re.sub(r"^\s*#[^\n]*", "", text, flags=re.M)  # ETMETAL_API's own definition
-        names.update(DECLARATION.findall(text))
+        names.update(DECLARATION.findall(declarations_text(header)))
     return sorted(names)
 
 
@@ -46,10 +60,7 @@ def main() -> int:
     if not names:
         print("export_list.py: the headers declare no ETMETAL_API function", file=sys.stderr)
         return 1
-    text = export_list(names, args.format)
-    output = Path(args.output)
-    if not output.exists() or output.read_text() != text:
-        output.write_text(text)
+    write_if_changed(args.output, export_list(names, args.format))
     return 0
 
 

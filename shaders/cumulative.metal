@@ -1,8 +1,11 @@
 // cumprod, cummax / cummin and logcumsumexp along one dimension (ATen semantics): one thread
 // per line (the elements along the dimension), which runs through its line in order.
 //   cumprod       elements converted to the output dtype first (torch casts before it
-//                 multiplies); float32 products for floating outputs, 64-bit wrapping ones
-//                 for integer outputs.
+//                 multiplies); in order along the line, as torch multiplies: float16 and
+//                 bfloat16 outputs in float32, float32 outputs in a double-like product
+//                 (WideProduct), integer outputs in 64-bit wrapping products. A parallel scan
+//                 would reorder the products; in-order keeps torch's results where an
+//                 intermediate product overflows, underflows or meets a zero, inf or NaN.
 //   cummax/min    running extreme and the index where it was last reached (ties move the
 //                 index forward); once a NaN appears it is the extreme from then on.
 //   logcumsumexp  running log(sum(exp)), accumulated in float32 as max + log1p(exp(min - max)).
@@ -28,6 +31,51 @@ kernel void cumprod(device const In* input [[buffer(0)]], device Out* output [[b
   }
 }
 
+// torch's CPU kernel multiplies float32 elements in double and casts each running product to
+// float. Metal has no double: the product is kept as (high + low) * 2^exponent, a float-float
+// mantissa (about 48 bits, |high| in [0.5, 1)) and an integer exponent bounded as double's, so
+// each output is the double product rounded to float but for rare last-bit ties. A product that
+// is zero, infinite or NaN (in double's range) continues as a plain float, whose IEEE rules
+// are double's.
+struct WideProduct {
+  float high;
+  float low;
+  int exponent;
+  bool finite_nonzero;
+  float special;  // the product while it is not finite_nonzero
+};
+
+inline WideProduct wide_one() { return WideProduct{0.5f, 0.0f, 1, true, 0.0f}; }
+
+inline void multiply(thread WideProduct& w, float term) {
+  if (!w.finite_nonzero) {
+    w.special *= term;
+    return;
+  }
+  if (term == 0.0f || !isfinite(term)) {
+    w.finite_nonzero = false;
+    w.special = copysign(1.0f, w.high) * term;
+    return;
+  }
+  int term_exponent;
+  const float mantissa = frexp(term, term_exponent);
+  const float product = w.high * mantissa;
+  const float low = fma(w.low, mantissa, fma(w.high, mantissa, -product));
+  const float sum = product + low;
+  int shift;
+  w.high = frexp(sum, shift);
+  w.low = ldexp(low - (sum - product), -shift);
+  w.exponent += term_exponent + shift;
+  if (w.exponent > 1024 || w.exponent < -1074) {  // past double's largest or smallest magnitude
+    w.finite_nonzero = false;
+    w.special = copysign(w.exponent > 0 ? INFINITY : 0.0f, w.high);
+  }
+}
+
+inline float wide_value(WideProduct w) {
+  return w.finite_nonzero ? ldexp(w.high + w.low, w.exponent) : w.special;
+}
+
 template <typename In, typename Out>
 kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
                           constant CumulativeParams& p [[buffer(2)]],
@@ -37,6 +85,18 @@ kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* outp
   for (uint i = 0; i < p.layout.length; ++i) {
     product *= float(Out(input[at.input + long(i) * p.layout.input_stride]));
     output[at.values + long(i) * p.layout.values_stride] = Out(product);
+  }
+}
+
+template <typename In>
+kernel void cumprod_wide(device const In* input [[buffer(0)]], device float* output [[buffer(1)]],
+                         constant CumulativeParams& p [[buffer(2)]],
+                         uint line [[thread_position_in_grid]]) {
+  const LineOffsets at = line_offsets(p.layout, line);
+  WideProduct product = wide_one();
+  for (uint i = 0; i < p.layout.length; ++i) {
+    multiply(product, float(input[at.input + long(i) * p.layout.input_stride]));
+    output[at.values + long(i) * p.layout.values_stride] = wide_value(product);
   }
 }
 
@@ -98,14 +158,17 @@ kernel void logcumsumexp(device const T* input [[buffer(0)]], device T* output [
 #define CUMPROD_INTEGER(In, IN, Out, OUT)                                                \
   template [[host_name("cumprod_" #IN "_" #OUT)]] [[kernel]]                            \
   decltype(cumprod<In, Out>) cumprod<In, Out>;
+#define CUMPROD_WIDE(In, IN)                                                             \
+  template [[host_name("cumprod_" #IN "_float")]] [[kernel]]                             \
+  decltype(cumprod_wide<In>) cumprod_wide<In>;
 #define CUMPROD_FLOAT_INPUT(In, IN)                                                      \
-  CUMPROD_FLOAT(In, IN, float, float)                                                    \
+  CUMPROD_WIDE(In, IN)                                                                   \
   CUMPROD_FLOAT(In, IN, half, half)                                                      \
   CUMPROD_FLOAT(In, IN, bfloat, bfloat)
 #define CUMPROD_INTEGER_INPUT(In, IN)                                                    \
   CUMPROD_INTEGER(In, IN, long, long)                                                    \
   CUMPROD_INTEGER(In, IN, int, int)                                                      \
-  CUMPROD_FLOAT(In, IN, float, float)
+  CUMPROD_WIDE(In, IN)
 
 CUMPROD_FLOAT_INPUT(float, float)
 CUMPROD_FLOAT_INPUT(half, half)

@@ -1,10 +1,12 @@
 """aten ops that torch's generated C shims lack but libetmetal implements: every
 `aoti_torch_mps_<op>` a public header declares where `<op>` is an aten op whose default overload
 torch 2.13's fallback-op list leaves out (`aten::_fft_c2r`, the inverse real FFT, and
-`aten::linalg_solve_triangular`), so Inductor would send it to libtorch's proxy executor. While a
-program compiles, each is listed as an Inductor fallback with a C shim, and its declaration goes
-into the generated code through `aot_inductor.custom_ops_to_c_shims`; Inductor then calls
-`aoti_torch_mps_<op>` as it does for the ops it knows. Declaring the function is all it takes.
+`aten::linalg_solve_triangular`), so Inductor would send it to libtorch's proxy executor, or
+lists without an mps shim in torch's c_shim_mps.h (`aten::_pdist_forward`: Inductor would call
+a function the generated code has no declaration of). While a program compiles, each is listed
+as an Inductor fallback with a C shim, and its declaration goes into the generated code through
+`aot_inductor.custom_ops_to_c_shims`; Inductor then calls `aoti_torch_mps_<op>` as it does for
+the ops it knows. Declaring the function is all it takes.
 
 Some ops with a C shim have no Meta kernel in torch 2.13 (the histogram ops, CPU-only there), so
 Inductor cannot give their outputs shapes on fake mps tensors; while a program compiles they get
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -92,6 +96,12 @@ def _meta_kernels() -> Iterator[None]:
         library._destroy()
 
 
+def _torch_mps_shims() -> str:
+    """The text of torch's generated c_shim_mps.h, which model code includes ("" if absent)."""
+    header = Path(torch.__file__).parent / "include/torch/csrc/inductor/aoti_torch/generated/c_shim_mps.h"
+    return header.read_text() if header.exists() else ""
+
+
 @functools.lru_cache(maxsize=None)
 def _aten_op_functions() -> dict:
     """{aten op name: (header, C function)} of the functions described above. Call it holding
@@ -101,6 +111,7 @@ def _aten_op_functions() -> dict:
     from .._ffi import _header_dir
     from ..ops.c_shims import header_declarations
 
+    torch_shims = set(re.findall(r"\b" + _PREFIX + r"\w+", _torch_mps_shims()))
     found = {}
     for header in sorted(path.name for path in _header_dir().glob("*.h")):
         if header in _OTHER_HEADERS:
@@ -109,7 +120,7 @@ def _aten_op_functions() -> dict:
             name = function[len(_PREFIX):] if function.startswith(_PREFIX) else ""
             packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
             if (packet is not None and "default" in packet.overloads()
-                    and f"aten.{name}.default" not in inductor_fallback_ops):
+                    and (f"aten.{name}.default" not in inductor_fallback_ops or function not in torch_shims)):
                 found[name] = (header, function)
     return found
 

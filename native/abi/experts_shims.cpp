@@ -19,8 +19,8 @@ extern "C" AOTITorchError aoti_torch_mps_grouped_mm_fallback(AtenTensorHandle in
     require_out(ret0, "ret0");
     const etm::Tensor& a = tensor_of(input);
     const etm::Tensor& b = tensor_of(weight);
-    ETM_REQUIRE(a.dim() == 2 && b.dim() == 3, "input must be 2-D and weight 3-D, got ", a.dim(), "-D and ",
-                b.dim(), "-D");
+    ETM_REQUIRE(a.dim() == 2 && b.dim() == 3, "grouped_mm_fallback: input must be 2-D and weight 3-D, got ",
+                a.dim(), "-D and ", b.dim(), "-D");
     *ret0 = new_handle(etm::ops::grouped_mm(a, b, &tensor_of(offs), std::nullopt));
   });
 }

@@ -13,8 +13,9 @@
 namespace etm::ops {
 
 // Result dtype: `dtype` when given, else self's for floating inputs and int64 for integer and
-// bool inputs. Floating inputs: float32/float16/bfloat16 results (float32 products); integer
-// and bool inputs: int64/int32 (64-bit wrapping products) or float32.
+// bool inputs. Floating inputs: float32 results (double-like products, as torch's CPU kernel)
+// and float16/bfloat16 results (float32 products); integer and bool inputs: int64/int32 (64-bit
+// wrapping products) or float32.
 std::unique_ptr<Tensor> cumprod(const Tensor& self, int64_t dim, std::optional<int32_t> dtype);
 
 // Running maximum (or minimum) and the int64 index along `dim` where it was last reached;

@@ -25,6 +25,11 @@ int64_t batch_stride(const Tensor& t, int64_t d, int64_t batch_dims) {
   return own < 0 || t.sizes[own] == 1 ? 0 : t.strides[own];
 }
 
+// The norm kernels compute for p.
+uint32_t norm_of(double p) {
+  return p == 0 ? kZero : p == 1 ? kOne : p == 2 ? kTwo : std::isinf(p) ? kInfinity : kGeneral;
+}
+
 }  // namespace
 
 std::unique_ptr<Tensor> cdist(const Tensor& x1, const Tensor& x2, double p, std::optional<int64_t> compute_mode) {
@@ -78,10 +83,37 @@ std::unique_ptr<Tensor> cdist(const Tensor& x1, const Tensor& x2, double p, std:
   checked_u32(op, batches, "batch count");
   checked_u32(op, out->numel(), "number of output elements");
   params.p = static_cast<float>(p);
-  params.norm = p == 0 ? kZero : p == 1 ? kOne : p == 2 ? kTwo : std::isinf(p) ? kInfinity : kGeneral;
+  params.norm = norm_of(p);
   KernelLaunch launch(shader_kernel("distance.metal", std::string("cdist_") + type));
   launch.tensor(0, x1).tensor(1, x2).tensor(2, *out).value(3, params);
   const device::Size3 grid{params.rows2, params.rows1, static_cast<uint64_t>(batches)};
+  launch.threads(grid, default_group(grid, launch));
+  return out;
+}
+
+// Called by the generated shim of aoti_torch_mps__pdist_forward (native/forwarding_shims.py).
+std::unique_ptr<Tensor> _pdist_forward(const Tensor& self, double p) {
+  constexpr const char* op = "_pdist_forward";
+  require_mps(op, "self", self);
+  ETM_REQUIRE(self.dim() == 2, op, ": pdist only supports 2D tensors, got: ", self.dim(), "D");
+  const char* type = msl_float_type_name(self.dtype);
+  ETM_REQUIRE(type, op, ": pdist only supports floating-point dtypes (float32, float16, bfloat16), got: ",
+              dtype_name(self.dtype));
+  ETM_REQUIRE(p >= 0, op, ": pdist only supports non-negative p values");
+  const int64_t rows = self.sizes[0];
+  const std::vector<int64_t> out_sizes{rows > 1 ? rows * (rows - 1) / 2 : 0};
+  auto out = Runtime::get().empty_tensor(out_sizes, contiguous_strides(out_sizes), self.dtype);
+  if (out->numel() == 0) return out;
+  PdistParams params{};
+  params.strides[0] = self.strides[0];
+  params.strides[1] = self.strides[1];
+  params.rows = checked_u32(op, rows, "row count");
+  params.columns = checked_u32(op, self.sizes[1], "column count");
+  params.p = static_cast<float>(p);
+  params.norm = norm_of(p);
+  KernelLaunch launch(shader_kernel("distance.metal", std::string("pdist_") + type));
+  launch.tensor(0, self).tensor(1, *out).value(2, params);
+  const device::Size3 grid{params.rows, params.rows, 1};
   launch.threads(grid, default_group(grid, launch));
   return out;
 }

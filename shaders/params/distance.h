@@ -24,6 +24,15 @@ struct CdistParams {
 };
 ETM_PARAMS_LAYOUT(CdistParams, 176, norm, 172);
 
+struct PdistParams {
+  int64 strides[2];  // row, column
+  uint32 rows;       // N
+  uint32 columns;    // M
+  float p;
+  uint32 norm;       // as CdistParams'
+};
+ETM_PARAMS_LAYOUT(PdistParams, 32, norm, 28);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif

@@ -14,7 +14,7 @@ import etmetal_py
 from aoti_testing import assert_outputs_close, load_runner, require_shader_compiler
 from etmetal_py.aoti import CompileError, ExportError, aoti_compile_and_package, export
 from etmetal_py.aoti._symbols import undefined_symbols
-from etmetal_py.aoti.aten_shims import aten_op_c_shims
+from etmetal_py.aoti.aten_shims import _torch_mps_shims, aten_op_c_shims
 from etmetal_py.aoti.compile import build_inductor_configs, describe_compile_failure
 from etmetal_py.aoti.export import real_constants_of
 
@@ -200,10 +200,13 @@ def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
 
 def test_without_etmetal_ops_only_the_aten_shims_are_added(monkeypatch):
     shims = aten_op_c_shims()  # libetmetal's declarations of aten ops torch has no shim for
-    assert {"aten._fft_c2r.default", "aten.linalg_solve_triangular.default"} <= {str(op) for op in shims}
-    for op, (declaration,) in shims.items():  # each one torch's fallback-op list lacks
+    assert {"aten._fft_c2r.default", "aten.linalg_solve_triangular.default",
+            "aten._pdist_forward.default"} <= {str(op) for op in shims}
+    torch_mps_shims = _torch_mps_shims()
+    for op, (declaration,) in shims.items():  # each one torch's fallback-op list or mps shims lack
         name = op.name().removeprefix("aten::")
-        assert str(op) == f"aten.{name}.default" and str(op) not in inductor_fallback_ops
+        assert str(op) == f"aten.{name}.default"
+        assert str(op) not in inductor_fallback_ops or f" aoti_torch_mps_{name}(" not in torch_mps_shims
         assert f" aoti_torch_mps_{name}(" in declaration
     monkeypatch.setitem(sys.modules, "etmetal_py.ops", None)  # import fails: module absent
     assert build_inductor_configs(None, False)["aot_inductor.custom_ops_to_c_shims"] == shims

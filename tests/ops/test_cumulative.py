@@ -67,6 +67,29 @@ def test_cumprod_integers_wrap_like_torch(dtype, out_dtype):
     assert out.dtype == expected.dtype and torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_cumprod_multiplies_in_torchs_order_and_precision(dtype):
+    # torch multiplies along the line in order, float16 / bfloat16 in float32 and float32 in
+    # double: a product that overflows (or underflows) and then meets a zero (or a large value)
+    # comes out as torch's, and a long line does not drift.
+    big, small = (1e20, 1e-30) if dtype != torch.float16 else (300.0, 1e-3)
+    inf, nan = float("inf"), float("nan")
+    special = torch.tensor([[big, big, 0.0, 2.0, 5.0], [small, small, 1 / small, 1 / small, 3.0],
+                            [-2.0, inf, 0.0, 3.0, 1.0], [3.0, nan, 0.0, inf, 2.0],
+                            [-0.0, 5.0, -1.0, inf, 1.0], [1e30, 1e30, 1e30, 1e-30, 1e-30]]).to(dtype)
+    for x in (special, special.t().contiguous().t()):
+        (out,) = outputs(*cumprod(x, 1))
+        expected = torch.cumprod(x, 1)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0, equal_nan=True)
+        numbers = ~expected.isnan()
+        assert torch.equal(out[numbers].signbit(), expected[numbers].signbit())  # -0.0 stays -0.0
+    generator = torch.Generator().manual_seed(6)
+    line = (1 + (torch.rand(2, 3000, generator=generator) - 0.5) * 0.01).to(dtype)
+    (out,) = outputs(*cumprod(line, 1))
+    # float32: the double product rounded to float, but for a rare tie in the last bit
+    torch.testing.assert_close(out, torch.cumprod(line, 1), rtol=2.4e-7 if dtype == torch.float32 else 0, atol=0)
+
+
 def test_cumprod_float_override_and_views():
     x = sample(torch.float32, (8, 30, 4), 3)[1:, ::3, 2]
     (out,) = outputs(*cumprod(x, 0, torch.float32))

@@ -48,7 +48,9 @@ def test_matches_the_ops_definition(dtype, tolerance):
 
 def test_bad_input():
     x, weight = torch.randn(4, 8), torch.randn(2, 8, 3)
-    poisoning_failure(call(x, weight[0], torch.tensor([2, 4], dtype=torch.int32))[0], "weight 3-D")
+    message = poisoning_failure(call(x, weight[0], torch.tensor([2, 4], dtype=torch.int32))[0])
+    assert message.endswith("aoti_torch_mps_grouped_mm_fallback: grouped_mm_fallback: input must be 2-D and "
+                            "weight 3-D, got 2-D and 2-D"), message
     poisoning_failure(call(x, weight, torch.tensor([2, 4], dtype=torch.int64))[0], "int32")
     poisoning_failure(call(x, torch.randn(2, 5, 3), torch.tensor([2, 4], dtype=torch.int32))[0],
                       "aoti_torch_mps_grouped_mm_fallback")

@@ -1,13 +1,15 @@
-"""aoti_torch_mps_grid_sampler_3d and aoti_torch_mps__cdist_forward against torch eager on the
-CPU: every interpolation / padding / align_corners combination, points outside the input,
-float32 / float16 / bfloat16, strided inputs and grids; p 0, 1, 2, infinity and fractional,
-broadcast batches, empty and zero-column inputs; bad input. test_compiled_geometry.py (slow)
-reaches both through a compiled model."""
+"""aoti_torch_mps_grid_sampler_3d, aoti_torch_mps__cdist_forward and aoti_torch_mps__pdist_forward
+against torch eager on the CPU: every interpolation / padding / align_corners combination, points
+outside the input, float32 / float16 / bfloat16, strided inputs and grids; p 0, 1, 2, infinity and
+fractional, broadcast batches, empty and zero-column inputs; bad input. test_compiled_geometry.py
+(slow) reaches the first two through a compiled model, test_compiled_model_reaches_pdist (slow)
+the third, which torch has no C shim for."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
@@ -107,3 +109,65 @@ def test_cdist_empty_and_bad_input():
     poisoning_failure(cdist(x1.long(), x2.long(), 2.0)[0], "only supports floating-point dtypes")
     poisoning_failure(cdist(x1, x2.half(), 2.0)[0], "must have the same dtype")
     poisoning_failure(cdist(torch.randn(2, 4, 3), torch.randn(3, 5, 3), 2.0)[0], "do not broadcast")
+
+
+def pdist(x, p):
+    r0 = ffi.new("AtenTensorHandle*")
+    t = as_device(x)
+    return lib.aoti_torch_mps__pdist_forward(t.handle, p, r0), r0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_pdist_matches_torch(dtype):
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(9, 6, generator=generator).to(dtype)
+    x[4] = x[1]  # a zero distance (p 0 counts no column)
+    tolerance = 2e-6 if dtype == torch.float32 else 2e-2
+    for p in (0.0, 1.0, 2.0, math.inf, 0.5, 3.0):
+        for view in (x, x.t().contiguous().t(), x[::2, 1:]):  # column-major, strided with an offset
+            code, r0 = pdist(view, p)
+            assert code == 0, etmetal_py.last_error()
+            expected = torch.ops.aten._pdist_forward(view.float().contiguous(), p)
+            got = Tensor(r0[0]).torch()
+            assert got.dtype == dtype and got.shape == expected.shape
+            torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance * (1 + 10 * (p == 0.5)))
+
+
+def test_pdist_empty_and_bad_input():
+    x = torch.randn(4, 3)
+    for rows in (x[:1], x[:0]):  # no pair
+        code, r0 = pdist(rows, 2.0)
+        assert code == 0 and Tensor(r0[0]).torch().shape == (0,)
+    code, r0 = pdist(x[:, :0], 2.0)
+    assert code == 0 and torch.equal(Tensor(r0[0]).torch(), torch.zeros(6))
+    message = poisoning_failure(pdist(x, -1.0)[0])
+    assert message.endswith("aoti_torch_mps__pdist_forward: _pdist_forward: pdist only supports non-negative p "
+                            "values"), message
+    poisoning_failure(pdist(x[0], 2.0)[0], "pdist only supports 2D tensors, got: 1D")
+    poisoning_failure(pdist(x.long(), 2.0)[0], "only supports floating-point dtypes")
+    r0 = ffi.new("AtenTensorHandle*")
+    poisoning_failure(lib.aoti_torch_mps__pdist_forward(ffi.NULL, 2.0, r0), "aoti_torch_mps__pdist_forward")
+    t = as_device(x)
+    poisoning_failure(lib.aoti_torch_mps__pdist_forward(t.handle, 2.0, ffi.NULL), "ret0")
+
+
+def test_pdist_is_an_inductor_fallback_with_its_c_shim():
+    from etmetal_py.aoti.aten_shims import aten_op_c_shims
+
+    (declaration,) = aten_op_c_shims()[torch.ops.aten._pdist_forward.default]
+    assert "aoti_torch_mps__pdist_forward(AtenTensorHandle self, double p, AtenTensorHandle* ret0)" in declaration
+
+
+@pytest.mark.slow
+def test_compiled_model_reaches_pdist(tmp_path):
+    from ops_testing import compile_and_load
+
+    class Spread(torch.nn.Module):
+        def forward(self, points):
+            return F.pdist(points), F.pdist(points * 2, p=1.0)
+
+    model = Spread()
+    runner = compile_and_load(model, (torch.randn(7, 3),), tmp_path, ["aoti_torch_mps__pdist_forward"])
+    points = torch.randn(7, 3)
+    for actual, expected in zip(runner(points), model(points)):
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 /* Sampling and distance fallbacks of AOTInductor's Metal shim (torch 2.13 c_shim_mps.h), same
- * names and signatures, ATen semantics (at::grid_sampler_3d, at::_cdist_forward).
+ * names and signatures, ATen semantics (at::grid_sampler_3d, at::_cdist_forward,
+ * at::_pdist_forward).
  *
  * The work is encoded on the calling thread's stream and runs in stream order: the call
  * returns before it has run, and inputs must stay alive until the stream has finished. A
@@ -27,6 +28,13 @@ ETMETAL_API AOTITorchError aoti_torch_mps_grid_sampler_3d(AtenTensorHandle input
  * mode computes the differences directly (torch's mm-based modes round differently). */
 ETMETAL_API AOTITorchError aoti_torch_mps__cdist_forward(AtenTensorHandle x1, AtenTensorHandle x2, double p,
                                                          int64_t* compute_mode, AtenTensorHandle* ret0);
+
+/* torch.nn.functional.pdist: *ret0 a new contiguous [N * (N - 1) / 2] holding the p-norm distance
+ * of every pair of rows i < j of self [N, M], row by row (pair (0, 1) first). One floating dtype
+ * (float32, float16, bfloat16), any strides, float32 accumulation; p >= 0 as for _cdist_forward.
+ * Not in torch 2.13's C shims (etmetal_py registers it with Inductor, which calls it with the
+ * signature it derives from the op's schema). */
+ETMETAL_API AOTITorchError aoti_torch_mps__pdist_forward(AtenTensorHandle self, double p, AtenTensorHandle* ret0);
 
 ETMETAL_END_DECLS
 

@@ -124,8 +124,10 @@ ETMETAL_API AOTITorchError aoti_torch_mps_bucketize_Tensor(AtenTensorHandle self
                                                            int32_t out_int32, int32_t right,
                                                            AtenTensorHandle* ret0);
 
-/* Cumulative product along dim into *ret0; result dtype and supported pairs as cumsum
- * (products in float32 for floating results, 64-bit wrapping for integer ones). */
+/* Cumulative product along dim into *ret0; result dtype and supported pairs as cumsum. In
+ * order along dim, as torch's CPU kernel: float32 results as products in double rounded to
+ * float (but for rare last-bit ties), float16 / bfloat16 results with float32 products,
+ * integer results with 64-bit wrapping ones. */
 ETMETAL_API AOTITorchError aoti_torch_mps_cumprod(AtenTensorHandle self, int64_t dim,
                                                   int32_t* dtype, AtenTensorHandle* ret0);
 /* Running maximum / minimum along dim: *ret0 values (self's dtype), *ret1 the int64 index
