@@ -4,6 +4,7 @@ must fail with a message (never crash, never succeed), and a freed handle must n
 another object, even when its memory has been reused."""
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -120,6 +121,32 @@ def test_library_and_kernel_handles_are_never_reused(kernel):
     finally:
         lib.aoti_torch_delete_tensor_object(t)
     assert lib.etmetal_synchronize(2) == 1
+
+
+def test_a_handle_looked_up_before_its_deletion_is_invalid_after_it():
+    """Handle lookups are cached per thread: a delete, here or on another thread, must still
+    invalidate a handle this thread has just used."""
+    def on_other_thread(call):
+        worker = threading.Thread(target=call)
+        worker.start()
+        worker.join()
+
+    for delete in (lambda call: call(), on_other_thread):
+        h = empty([3])
+        numel = ffi.new("int64_t*")
+        etmetal_py.check(lib.aoti_torch_get_numel(h, numel))
+        assert numel[0] == 3
+        delete(lambda: etmetal_py.check(lib.aoti_torch_delete_tensor_object(h)))
+        fails(lib.aoti_torch_get_numel(h, numel), "invalid tensor handle")
+
+        library = ffi.new("AOTIMetalShaderLibraryHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_create_shader_library(ADD_SOURCE.encode(), library))
+        function = ffi.new("AOTIMetalKernelFunctionHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_get_kernel_function(library[0], b"copy_one", function))
+        etmetal_py.check(lib.aoti_torch_mps_start_encoding(function[0]))
+        delete(lambda: etmetal_py.check(lib.aoti_torch_mps_delete_shader_library(library[0])))
+        fails(lib.aoti_torch_mps_start_encoding(function[0]), "invalid kernel function handle")
+        assert lib.etmetal_synchronize(2) == 1
 
 
 @pytest.mark.parametrize("ndim,sizes,strides,offset,dtype,device,fragment", [

@@ -16,6 +16,23 @@
 
 namespace etm::abi {
 
+// The calling thread's recent lookups in the registries of one kind: a hit takes no lock. A
+// registry advances its generation on every removal, which makes all its cached entries stale,
+// so a freed handle is never answered from here.
+template <typename T>
+struct LookupCache {
+  struct Entry {
+    const void* registry = nullptr;
+    const void* handle = nullptr;
+    T* object = nullptr;
+    uint64_t generation = 0;
+  };
+  static Entry& entry(const void* handle) {
+    thread_local Entry entries[8];
+    return entries[(reinterpret_cast<uintptr_t>(handle) >> 4) & 7];  // handles are sequential ids
+  }
+};
+
 inline void* next_handle_id() {
   static std::atomic<uint64_t> counter{0};
   constexpr uint64_t kTag = uint64_t{0xE7} << 56;
@@ -37,8 +54,15 @@ class HandleRegistry {
 
   // The live object behind `handle`; throws for null, freed and unknown handles.
   T* get(const void* handle) const {
+    auto& cached = LookupCache<T>::entry(handle);
+    if (cached.handle == handle && cached.registry == this &&
+        cached.generation == generation_.load(std::memory_order_acquire)) {
+      return cached.object;
+    }
     std::shared_lock lock(mutex_);
-    return find(live_, handle)->second.get();
+    T* object = find(live_, handle)->second.get();
+    cached = {this, handle, object, generation_.load(std::memory_order_relaxed)};
+    return object;
   }
 
   // Removes and returns the object; throws for null, freed and unknown handles.
@@ -47,6 +71,7 @@ class HandleRegistry {
     auto it = find(live_, handle);
     std::unique_ptr<T> object = std::move(it->second);
     live_.erase(it);
+    generation_.fetch_add(1, std::memory_order_release);
     return object;
   }
 
@@ -63,6 +88,7 @@ class HandleRegistry {
   const char* kind_;
   mutable std::shared_mutex mutex_;
   std::unordered_map<const void*, std::unique_ptr<T>> live_;
+  std::atomic<uint64_t> generation_{0};  // removals so far (LookupCache)
 };
 
 // Handles of objects owned elsewhere (a kernel belongs to its library): one handle per
@@ -88,14 +114,21 @@ class BorrowedHandles {
     if (it == handles_.end()) return;
     live_.erase(it->second);
     handles_.erase(it);
+    generation_.fetch_add(1, std::memory_order_release);
   }
 
   T* get(const void* handle) const {
+    auto& cached = LookupCache<T>::entry(handle);
+    if (cached.handle == handle && cached.registry == this &&
+        cached.generation == generation_.load(std::memory_order_acquire)) {
+      return cached.object;
+    }
     ETM_REQUIRE(handle, "null ", kind_, " handle");
     std::shared_lock lock(mutex_);
     auto it = live_.find(handle);
     ETM_REQUIRE(it != live_.end(), "invalid ", kind_, " handle ", handle,
                 " (its library was deleted, or not a ", kind_, ")");
+    cached = {this, handle, it->second, generation_.load(std::memory_order_relaxed)};
     return it->second;
   }
 
@@ -104,6 +137,7 @@ class BorrowedHandles {
   mutable std::shared_mutex mutex_;
   std::unordered_map<const void*, T*> live_;
   std::unordered_map<const T*, void*> handles_;
+  std::atomic<uint64_t> generation_{0};  // withdrawals so far (LookupCache)
 };
 
 }  // namespace etm::abi

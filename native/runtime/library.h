@@ -19,16 +19,35 @@ class KernelFunction {
  public:
   KernelFunction(ShaderLibrary* library, std::string name,
                  std::shared_ptr<device::Pipeline> pipeline)
-      : library_(library), name_(std::move(name)), pipeline_(std::move(pipeline)) {}
+      : library_(library),
+        name_(std::move(name)),
+        pipeline_(std::move(pipeline)),
+        max_threads_per_group_(pipeline_->max_total_threads_per_threadgroup()),
+        static_threadgroup_bytes_(pipeline_->static_threadgroup_memory_length()),
+        written_buffers_(written_buffer_mask(*pipeline_)) {}
   const std::string& name() const { return name_; }
   const std::shared_ptr<device::Pipeline>& pipeline() const { return pipeline_; }
-  uint32_t max_threads_per_group() const { return pipeline_->max_total_threads_per_threadgroup(); }
+  // The pipeline's properties, read once: every dispatch asks for them.
+  uint32_t max_threads_per_group() const { return max_threads_per_group_; }
+  size_t static_threadgroup_bytes() const { return static_threadgroup_bytes_; }
+  bool writes_buffer(uint32_t index) const { return index >= 32 || (written_buffers_ >> index & 1); }
   ShaderLibrary* library() const { return library_; }
 
  private:
+  static uint32_t written_buffer_mask(const device::Pipeline& pipeline) {
+    uint32_t mask = 0;
+    for (uint32_t index = 0; index < 32; ++index) {
+      if (pipeline.writes_buffer(index)) mask |= uint32_t{1} << index;
+    }
+    return mask;
+  }
+
   ShaderLibrary* library_;
   std::string name_;
   std::shared_ptr<device::Pipeline> pipeline_;
+  const uint32_t max_threads_per_group_;
+  const size_t static_threadgroup_bytes_;
+  const uint32_t written_buffers_;  // bit i: the kernel may write the buffer at index i
 };
 
 class ShaderLibrary {

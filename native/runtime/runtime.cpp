@@ -55,10 +55,28 @@ Runtime& Runtime::get() {
   return *runtime;
 }
 
+namespace {
+
+// Every encoding call asks for the thread's stream: a plain pointer is read without the guard
+// that the owning thread_local's destructor needs.
+thread_local Stream* tl_current_stream = nullptr;
+
+struct ThreadStream {
+  std::unique_ptr<Stream> stream;
+  ~ThreadStream() {
+    stream.reset();
+    tl_current_stream = nullptr;
+  }
+};
+
+}  // namespace
+
 Stream& Runtime::current_stream() {
-  thread_local std::unique_ptr<Stream> stream;
-  if (!stream) stream = std::make_unique<Stream>(*device_, policy_, write_order_);
-  return *stream;
+  if (Stream* stream = tl_current_stream) return *stream;
+  thread_local ThreadStream owner;
+  if (!owner.stream) owner.stream = std::make_unique<Stream>(*device_, policy_, write_order_);
+  tl_current_stream = owner.stream.get();
+  return *owner.stream;
 }
 
 void* Runtime::allocate_raw(size_t nbytes) {

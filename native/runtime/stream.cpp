@@ -161,7 +161,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
               "grid of ", threads.x, "x", threads.y, "x", threads.z,
               " threads is too large (at most ", kMaxGridDimension,
               " per dimension, and a total that fits 64 bits)");
-  size_t threadgroup_bytes = kernel->pipeline()->static_threadgroup_memory_length();
+  size_t threadgroup_bytes = kernel->static_threadgroup_bytes();
   for (size_t length : threadgroup_memory_) threadgroup_bytes += length;
   ETM_REQUIRE(threadgroup_bytes <= kMaxThreadgroupMemory, "kernel '", kernel->name(), "' needs ",
               threadgroup_bytes, " bytes of threadgroup memory, more than the ",
@@ -189,7 +189,7 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     encoder.set_buffer(argument.buffer, argument.offset, index);
     if (!argument.buffer) continue;  // an empty tensor: bound as nil
     if (argument.extent != SIZE_MAX) encoder.set_buffer_extent(argument.extent, index);
-    note_buffer_use(argument.buffer, kernel->pipeline()->writes_buffer(index));
+    note_buffer_use(argument.buffer, kernel->writes_buffer(index));
     since_barrier_.insert(argument.buffer.get());
   }
   for (size_t i = 0; i < threadgroup_memory_.size(); ++i)

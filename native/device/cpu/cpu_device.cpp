@@ -62,23 +62,9 @@ struct BoundBuffer {
   size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
 };
 
-// What a command buffer records besides its commands: every dispatch's argument table and
-// threadgroup-memory lengths, stored one after another.
-struct RecordedArguments {
-  std::vector<BoundBuffer> bindings;
-  std::vector<unsigned char> bytes;
-  std::vector<size_t> threadgroup_lengths;
-
-  void clear() {
-    bindings.clear();
-    bytes.clear();
-    threadgroup_lengths.clear();
-  }
-};
-
 struct DispatchCommand {
   std::shared_ptr<CpuPipeline> pipeline;
-  uint32_t first_binding;  // in RecordedArguments::bindings
+  uint32_t first_binding;  // in Recording::bindings
   uint32_t binding_count;
   uint32_t first_threadgroup_length;
   uint32_t threadgroup_length_count;
@@ -103,13 +89,57 @@ struct FillCommand {
 
 using Command = std::variant<DispatchCommand, CopyCommand, FillCommand>;
 
+// What a command buffer records: its commands, and every dispatch's argument table and
+// threadgroup-memory lengths, stored one after another.
+struct Recording {
+  std::vector<Command> commands;
+  std::vector<BoundBuffer> bindings;
+  std::vector<unsigned char> bytes;
+  std::vector<size_t> threadgroup_lengths;
+  DispatchArgs args;  // scratch space for running the dispatches
+
+  void clear() {
+    commands.clear();
+    bindings.clear();
+    bytes.clear();
+    threadgroup_lengths.clear();
+  }
+};
+
+// The recordings of a queue's finished command buffers, for its next ones: their vectors keep
+// their capacity, so that recording allocates nothing once they have grown. Shared by the
+// queue and its command buffers (a command buffer may outlive its queue).
+class RecordingPool {
+ public:
+  std::unique_ptr<Recording> take() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!spare_.empty()) {
+        std::unique_ptr<Recording> recording = std::move(spare_.back());
+        spare_.pop_back();
+        return recording;
+      }
+    }
+    return std::make_unique<Recording>();
+  }
+  void give_back(std::unique_ptr<Recording> recording) {
+    recording->clear();
+    std::lock_guard lock(mutex_);
+    if (spare_.size() < kMaxSpare) spare_.push_back(std::move(recording));
+  }
+
+ private:
+  static constexpr size_t kMaxSpare = 4;  // a stream has about two command buffers alive
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Recording>> spare_;
+};
+
 class HostCommandBuffer;
 
 // Records dispatches; bindings persist between dispatches like a Metal encoder's.
 class HostComputeEncoder final : public ComputeEncoder {
  public:
-  HostComputeEncoder(std::vector<Command>& commands, RecordedArguments& recorded)
-      : commands_(commands), recorded_(recorded) {}
+  explicit HostComputeEncoder(Recording& recorded) : recorded_(recorded) {}
 
   void set_pipeline(std::shared_ptr<Pipeline> pipeline) override {
     pipeline_ = std::static_pointer_cast<CpuPipeline>(std::move(pipeline));
@@ -126,11 +156,10 @@ class HostComputeEncoder final : public ComputeEncoder {
     BoundBuffer& bound = slot(index);
     bound.buffer.reset();
     // 16-byte aligned, as any scalar or vector the kernel reads there needs.
-    recorded_.bytes.resize((recorded_.bytes.size() + 15) / 16 * 16);
-    bound.offset = recorded_.bytes.size();
+    bound.offset = (recorded_.bytes.size() + 15) / 16 * 16;
     bound.bytes_length = length;
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    recorded_.bytes.insert(recorded_.bytes.end(), bytes, bytes + length);
+    recorded_.bytes.resize(bound.offset + length);
+    std::memcpy(recorded_.bytes.data() + bound.offset, data, length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
@@ -144,10 +173,9 @@ class HostComputeEncoder final : public ComputeEncoder {
                             static_cast<uint32_t>(threadgroup_lengths_.size()),
                             grid,
                             group};
-    recorded_.bindings.insert(recorded_.bindings.end(), bindings_.begin(), bindings_.end());
-    recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(),
-                                         threadgroup_lengths_.begin(), threadgroup_lengths_.end());
-    commands_.emplace_back(std::move(command));
+    for (const BoundBuffer& bound : bindings_) recorded_.bindings.push_back(bound);
+    for (size_t length : threadgroup_lengths_) recorded_.threadgroup_lengths.push_back(length);
+    recorded_.commands.emplace_back(std::move(command));
   }
   void dispatch_threadgroups(Size3 groups, Size3 group) override {
     dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
@@ -161,41 +189,45 @@ class HostComputeEncoder final : public ComputeEncoder {
     return bindings_[index];
   }
 
-  std::vector<Command>& commands_;
-  RecordedArguments& recorded_;
+  Recording& recorded_;
   std::shared_ptr<CpuPipeline> pipeline_;
   std::vector<BoundBuffer> bindings_;
   std::vector<size_t> threadgroup_lengths_;
 };
 
 // `args` is scratch space reused across dispatches (its vectors keep their capacity).
-Status run_dispatch(const DispatchCommand& command, RecordedArguments& recorded, DispatchArgs& args) {
+Status run_dispatch(const DispatchCommand& command, Recording& recorded, DispatchArgs& args) {
   if (!command.pipeline) return Status::error("dispatch without a pipeline");
-  args.buffers.assign(command.binding_count, nullptr);
-  args.buffer_lengths.assign(command.binding_count, 0);
-  args.device_memory.assign(command.binding_count, 0);
+  args.buffers.resize(command.binding_count);
+  args.buffer_lengths.resize(command.binding_count);
+  args.device_memory.resize(command.binding_count);
   for (uint32_t i = 0; i < command.binding_count; ++i) {
     const BoundBuffer& bound = recorded.bindings[command.first_binding + i];
+    void* address = nullptr;
+    size_t length = 0;
     if (bound.buffer) {
-      args.buffers[i] = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
-      args.buffer_lengths[i] = std::min(bound.buffer->length() - bound.offset, bound.extent);
-      args.device_memory[i] = 1;
+      address = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
+      length = std::min(bound.buffer->length() - bound.offset, bound.extent);
     } else if (bound.bytes_length) {
-      args.buffers[i] = recorded.bytes.data() + bound.offset;
-      args.buffer_lengths[i] = bound.bytes_length;
+      address = recorded.bytes.data() + bound.offset;
+      length = bound.bytes_length;
     }
+    args.buffers[i] = address;
+    args.buffer_lengths[i] = length;
+    args.device_memory[i] = bound.buffer ? 1 : 0;
   }
   const auto lengths = recorded.threadgroup_lengths.begin() + command.first_threadgroup_length;
   args.threadgroup_memory_lengths.assign(lengths, lengths + command.threadgroup_length_count);
   args.threads_per_group = command.group;
   args.grid = command.grid;
   Status status = command.pipeline->execute(args);
+  if (status.ok()) return status;
   const std::string named = "kernel '" + command.pipeline->name() + "'";
-  if (!status.ok() && status.message().rfind(named, 0) != 0) return Status::error(named + ": " + status.message());
+  if (status.message().rfind(named, 0) != 0) return Status::error(named + ": " + status.message());
   return status;
 }
 
-Status run_command(const Command& command, RecordedArguments& recorded, DispatchArgs& args) {
+Status run_command(const Command& command, Recording& recorded, DispatchArgs& args) {
   if (const auto* dispatch = std::get_if<DispatchCommand>(&command))
     return run_dispatch(*dispatch, recorded, args);
   if (const auto* copy = std::get_if<CopyCommand>(&command)) {
@@ -215,19 +247,23 @@ class HostCommandQueue;
 class HostCommandBuffer final : public CommandBuffer,
                                 public std::enable_shared_from_this<HostCommandBuffer> {
  public:
-  explicit HostCommandBuffer(std::weak_ptr<HostCommandQueue> queue)
-      : queue_(std::move(queue)), encoder_(commands_, recorded_) {}
+  HostCommandBuffer(std::weak_ptr<HostCommandQueue> queue, std::shared_ptr<RecordingPool> pool)
+      : queue_(std::move(queue)),
+        pool_(std::move(pool)),
+        recorded_(pool_->take()),
+        encoder_(*recorded_) {}
+  ~HostCommandBuffer() override { pool_->give_back(std::move(recorded_)); }
 
   ComputeEncoder& compute_encoder() override { return encoder_; }
   void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
                    std::shared_ptr<Buffer> destination, size_t destination_offset,
                    size_t length) override {
-    commands_.push_back(CopyCommand{std::move(source), source_offset, std::move(destination),
+    recorded_->commands.push_back(CopyCommand{std::move(source), source_offset, std::move(destination),
                                     destination_offset, length});
   }
   void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
                    uint8_t value) override {
-    commands_.push_back(FillCommand{std::move(destination), offset, length, value});
+    recorded_->commands.push_back(FillCommand{std::move(destination), offset, length, value});
   }
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));
@@ -258,13 +294,12 @@ class HostCommandBuffer final : public CommandBuffer,
     Status status;
     ExecutionTimes times;
     if (timed_) {
-      times.commands.reserve(commands_.size());
+      times.commands.reserve(recorded_->commands.size());
       times.buffer.start_us = host_clock_us();
     }
-    DispatchArgs args;
-    for (const Command& command : commands_) {
+    for (const Command& command : recorded_->commands) {
       const double start = timed_ ? host_clock_us() : 0;
-      status = run_command(command, recorded_, args);
+      status = run_command(command, *recorded_, recorded_->args);
       if (timed_) times.commands.push_back({start, host_clock_us()});
       if (!status.ok()) break;
     }
@@ -273,8 +308,7 @@ class HostCommandBuffer final : public CommandBuffer,
       std::lock_guard lock(mutex_);
       times_ = std::move(times);
     }
-    commands_.clear();
-    recorded_.clear();
+    recorded_->clear();
     for (auto& handler : handlers_) handler(status);
     handlers_.clear();
     std::lock_guard lock(mutex_);
@@ -286,8 +320,8 @@ class HostCommandBuffer final : public CommandBuffer,
  private:
   // Weak: the queue thread must never hold the last reference to its own queue.
   std::weak_ptr<HostCommandQueue> queue_;
-  std::vector<Command> commands_;
-  RecordedArguments recorded_;
+  std::shared_ptr<RecordingPool> pool_;
+  std::unique_ptr<Recording> recorded_;
   HostComputeEncoder encoder_;
   std::vector<std::function<void(const Status&)>> handlers_;
   mutable std::mutex mutex_;
@@ -313,7 +347,7 @@ class HostCommandQueue final : public CommandQueue,
   }
 
   std::shared_ptr<CommandBuffer> new_command_buffer() override {
-    return std::make_shared<HostCommandBuffer>(weak_from_this());
+    return std::make_shared<HostCommandBuffer>(weak_from_this(), recordings_);
   }
 
   void submit(std::shared_ptr<HostCommandBuffer> buffer) {
@@ -342,6 +376,7 @@ class HostCommandQueue final : public CommandQueue,
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::shared_ptr<HostCommandBuffer>> pending_;
+  const std::shared_ptr<RecordingPool> recordings_ = std::make_shared<RecordingPool>();
   bool stopping_ = false;
   std::thread thread_;
 };

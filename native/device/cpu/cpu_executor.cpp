@@ -80,8 +80,9 @@ class Job {
   const KernelDispatch& dispatch_;
   const uint64_t group_count_;
   const uint64_t chunk_;
-  std::atomic<uint64_t> next_{0};
-  std::atomic<bool> failed_{false};
+  // Alone in its cache line: every claim writes it, while each group reads failed_.
+  alignas(64) std::atomic<uint64_t> next_{0};
+  alignas(64) std::atomic<bool> failed_{false};
   DispatchFaults faults_;
   std::mutex error_mutex_;
   std::string error_;
@@ -506,7 +507,8 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   // Small dispatches are not worth waking the pool for.
   const bool per_group = dispatch.use_fibers || dispatch.regions_entry;
   const bool parallel = group_count > 1 && threads >= (per_group ? 256u : 16384u);
-  const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 8));
+  // Small enough that the thread taking the last chunk keeps the others waiting briefly.
+  const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 32));
   Job job(dispatch, group_count, chunk);
   const DispatchTimeout timeout(job.faults(), dispatch.timeout_ms);
   pool().run(&job, parallel);

@@ -404,6 +404,7 @@ KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), th
     long expected = 0;
     if (g_scope_threads[i].compare_exchange_strong(expected, thread_, std::memory_order_acq_rel)) {
       g_scopes[i].store(this, std::memory_order_release);
+      slot_ = i;
       return;
     }
   }
@@ -411,13 +412,9 @@ KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), th
 }
 
 KernelFaultScope::~KernelFaultScope() {
-  for (size_t i = 0; i < kMaxScopes; ++i) {
-    if (g_scope_threads[i].load(std::memory_order_acquire) == thread_ &&
-        g_scopes[i].load(std::memory_order_acquire) == this) {
-      g_scopes[i].store(nullptr, std::memory_order_release);
-      g_scope_threads[i].store(0, std::memory_order_release);
-      break;
-    }
+  if (slot_ < kMaxScopes) {
+    g_scopes[slot_].store(nullptr, std::memory_order_release);
+    g_scope_threads[slot_].store(0, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(faults_->mutex_);
   faults_->remove_thread(thread_);

@@ -99,6 +99,7 @@ class KernelFaultScope {
   sigjmp_buf recovery_;
   DispatchFaults* faults_;
   long thread_ = 0;
+  size_t slot_ = SIZE_MAX;  // this scope's entry in the handlers' table (SIZE_MAX: none)
   uint32_t group_[3] = {0, 0, 0};
   volatile Fault fault_ = Fault::none;
   volatile uintptr_t address_ = 0;
