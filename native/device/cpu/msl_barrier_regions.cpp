@@ -1,6 +1,7 @@
 #include "device/cpu/msl_barrier_regions.h"
 
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <map>
 
