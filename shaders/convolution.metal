@@ -5,12 +5,13 @@
 // pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
 // 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
 // channels per group and reduction depth); else a direct kernel with one thread per output
-// element. Transposed problems run as one forward problem per output phase (outputs whose index
-// has the same residue modulo the stride; native/ops/convolution.cpp), the weight bound at its
-// phase's first tap with negative tap strides; those with more phases than that is worth take
-// the direct transposed kernel. Products accumulate in float for every element type. Input,
-// weight, bias and output are bound at their first element and indexed through the strides in
-// ConvParams, so channels-last and other non-contiguous layouts need no copies.
+// element. Transposed problems whose kernel equals the stride (no padding or dilation) run as
+// one GEMM scattered to the output phases (outputs whose index has the same residue modulo the
+// stride); the others as one forward problem per phase (native/ops/convolution.cpp), the weight
+// bound at its phase's first tap with negative tap strides; those with more phases than that is
+// worth take the direct transposed kernel. Products accumulate in float for every element type.
+// Input, weight, bias and output are bound at their first element and indexed through the
+// strides in ConvParams, so channels-last and other non-contiguous layouts need no copies.
 #include <metal_stdlib>
 using namespace metal;
 #include "params/convolution.h"
@@ -416,6 +417,132 @@ kernel void convolution_depthwise(device T* output [[buffer(0)]],
          ow * p.output_strides[4]] = T(sum);
 }
 
+// Transposed convolution whose kernel equals its stride, without padding, dilation or output
+// padding: every output pixel receives exactly one tap of one input pixel, so per group g the
+// problem is one GEMM
+//   out[(n, i * stride + k), co] = sum over ci of input[(n, i), ci] * weight[ci, (co, k)]
+// with rows the input pixels (n, id, ih, iw), columns the (output channel, tap) pairs
+// (co, kd, kh, kw) and the product scattered to the output phase of its tap. A threadgroup of
+// eight simdgroups (4 x 2, each 32 x 64) computes a 128 x 128 block, staging 16-deep reduction
+// steps as float; each row's and column's offsets into input, weight and output are computed
+// once per threadgroup. Function constants, as MLX's GEMM specialises, drop the edge checks a
+// shape makes needless: aligned_blocks when rows and columns are multiples of the block,
+// aligned_depth when the input channels per group are a multiple of the step.
+constant bool aligned_blocks [[function_constant(0)]];
+constant bool aligned_depth [[function_constant(1)]];
+
+constant constexpr uint kPhaseBlock = 128;
+constant constexpr uint kPhaseDepth = 16;
+constant constexpr uint kPhaseThreads = 256;
+
+template <typename T>
+kernel void convolution_transposed_gemm(device T* output [[buffer(0)]],
+                                        const device T* input [[buffer(1)]],
+                                        const device T* weight [[buffer(2)]],
+                                        const device T* bias [[buffer(3)]],
+                                        constant ConvParams& p [[buffer(4)]],
+                                        uint3 group_position [[threadgroup_position_in_grid]],
+                                        uint thread_index [[thread_index_in_threadgroup]],
+                                        uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                        uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float a_tile[kPhaseBlock * kPhaseDepth];  // [row][ci]; the epilogue's scratch after
+  threadgroup float b_tile[kPhaseDepth * kPhaseBlock];  // [ci][column]
+  threadgroup long row_input[kPhaseBlock];
+  threadgroup long row_output[kPhaseBlock];
+  threadgroup long column_weight[kPhaseBlock];
+  threadgroup long column_output[kPhaseBlock];
+  threadgroup float column_bias[kPhaseBlock];
+
+  const long image = p.input_sizes[0] * p.input_sizes[1] * p.input_sizes[2];
+  const long rows = p.batch * image;
+  const long taps = p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
+  const long columns = p.out_channels_per_group * taps;
+  const long depth = p.in_channels_per_group;
+  const long group = group_position.z;
+  const long row0 = long(group_position.y) * kPhaseBlock;
+  const long column0 = long(group_position.x) * kPhaseBlock;
+  const device T* group_input = input + group * p.in_channels_per_group * p.input_strides[1];
+  const device T* group_weight = weight + group * p.weight_group_stride;
+
+  if (thread_index < kPhaseBlock) {
+    const long row = min(row0 + thread_index, rows - 1);  // rows past the end repeat the last
+    const long iw = row % p.input_sizes[2];
+    const long ih = (row / p.input_sizes[2]) % p.input_sizes[1];
+    const long id = (row / (p.input_sizes[2] * p.input_sizes[1])) % p.input_sizes[0];
+    const long n = row / image;
+    row_input[thread_index] = n * p.input_strides[0] + id * p.input_strides[2] + ih * p.input_strides[3] +
+                              iw * p.input_strides[4];
+    row_output[thread_index] = n * p.output_strides[0] + id * p.stride[0] * p.output_strides[2] +
+                               ih * p.stride[1] * p.output_strides[3] + iw * p.stride[2] * p.output_strides[4];
+  } else {
+    const uint local = thread_index - kPhaseBlock;
+    const long column = min(column0 + local, columns - 1);
+    const long kw = column % p.kernel_sizes[2];
+    const long kh = (column / p.kernel_sizes[2]) % p.kernel_sizes[1];
+    const long kd = (column / (p.kernel_sizes[2] * p.kernel_sizes[1])) % p.kernel_sizes[0];
+    const long co = group * p.out_channels_per_group + column / taps;
+    column_weight[local] = (column / taps) * p.weight_strides[1] + kd * p.weight_strides[2] +
+                           kh * p.weight_strides[3] + kw * p.weight_strides[4];
+    column_output[local] =
+        co * p.output_strides[1] + kd * p.output_strides[2] + kh * p.output_strides[3] + kw * p.output_strides[4];
+    if (p.has_bias) column_bias[local] = float(bias[co * p.bias_stride]);
+  }
+
+  const uint simd_row = (simdgroup / 2) * 32;
+  const uint simd_column = (simdgroup % 2) * 64;
+  simdgroup_float8x8 accumulators[4][8];
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 8; ++j) accumulators[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  }
+
+  for (long k0 = 0; k0 < depth; k0 += kPhaseDepth) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // Neighbouring threads take neighbouring rows: the pixels of one channel, contiguous in
+    // channels-first layouts.
+    for (uint i = thread_index; i < kPhaseBlock * kPhaseDepth; i += kPhaseThreads) {
+      const uint row = i % kPhaseBlock, k = i / kPhaseBlock;
+      const bool inside = (aligned_blocks || row0 + row < rows) && (aligned_depth || k0 + k < depth);
+      a_tile[row * kPhaseDepth + k] = inside ? float(group_input[row_input[row] + (k0 + k) * p.input_strides[1]]) : 0.0f;
+    }
+    for (uint i = thread_index; i < kPhaseDepth * kPhaseBlock; i += kPhaseThreads) {
+      const uint column = i % kPhaseBlock, k = i / kPhaseBlock;
+      const bool inside = (aligned_blocks || column0 + column < columns) && (aligned_depth || k0 + k < depth);
+      b_tile[i] = inside ? float(group_weight[column_weight[column] + (k0 + k) * p.weight_strides[0]]) : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (uint kk = 0; kk < kPhaseDepth; kk += 8) {
+      simdgroup_float8x8 a_fragments[4];
+      simdgroup_float8x8 b_fragments[8];
+      for (uint i = 0; i < 4; ++i) simdgroup_load(a_fragments[i], a_tile, kPhaseDepth, ulong2(kk, simd_row + 8 * i));
+      for (uint j = 0; j < 8; ++j) simdgroup_load(b_fragments[j], b_tile, kPhaseBlock, ulong2(simd_column + 8 * j, kk));
+      for (uint i = 0; i < 4; ++i) {
+        for (uint j = 0; j < 8; ++j) {
+          simdgroup_multiply_accumulate(accumulators[i][j], a_fragments[i], b_fragments[j], accumulators[i][j]);
+        }
+      }
+    }
+  }
+
+  // Each simdgroup scatters its fragments through its own 8 x 8 scratch.
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup float* scratch = a_tile + 64 * simdgroup;
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 8; ++j) {
+      simdgroup_store(accumulators[i][j], scratch, 8, ulong2(0, 0));
+      simdgroup_barrier(mem_flags::mem_threadgroup);
+      for (uint e = lane; e < 64; e += 32) {
+        const uint row = simd_row + 8 * i + e / 8, column = simd_column + 8 * j + e % 8;
+        if (aligned_blocks || (row0 + row < rows && column0 + column < columns)) {
+          const float sum = scratch[e] + (p.has_bias ? column_bias[column] : 0.0f);
+          output[row_output[row] + column_output[column]] = T(sum);
+        }
+      }
+      simdgroup_barrier(mem_flags::mem_threadgroup);
+    }
+  }
+}
+
 // convolution_tiled_<columns>x<channels>_<dtype>: the block's pixel columns and output channels.
 #define INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS)                    \
   template [[host_name("convolution_tiled_" #COLUMN_FRAGMENTS "x" #CHANNEL_FRAGMENTS "_" #SUFFIX)]]    \
@@ -434,6 +561,9 @@ kernel void convolution_depthwise(device T* output [[buffer(0)]],
   template [[host_name("convolution_depthwise_" #SUFFIX)]] kernel void convolution_depthwise<T>(   \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&,          \
       threadgroup float*, uint3, uint3, uint);                                                     \
+  template [[host_name("convolution_transposed_gemm_" #SUFFIX)]] kernel void                       \
+  convolution_transposed_gemm<T>(device T*, const device T*, const device T*, const device T*,     \
+                                 constant ConvParams&, uint3, uint, uint, uint);                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 4)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 8)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 4)                                                   \

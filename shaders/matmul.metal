@@ -159,6 +159,12 @@ kernel void matmul_vector_columns(device T* out [[buffer(0)]],
   }
 }
 
+// Function constants of the tiled kernels, as MLX's GEMM specialises: aligned_blocks when M and N
+// are multiples of the block, aligned_depth when K is a multiple of the step, drop the edge
+// checks from staging and the epilogue (the host gives both to every tiled pipeline).
+constant bool aligned_blocks [[function_constant(0)]];
+constant bool aligned_depth [[function_constant(1)]];
+
 // Tiled product on simdgroup matrices. A threadgroup of four simdgroups (2 x 2) computes a
 // block of (16 * FragmentsM) x (16 * FragmentsN) outputs; each simdgroup owns
 // FragmentsM x FragmentsN 8x8 accumulators. Per step of kTileDepth along K, the threads
@@ -202,11 +208,13 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint i = thread_index; i < kBlockM * kTileDepth; i += kTiledThreads) {
       const long row = row0 + i / kTileDepth, k = k0 + i % kTileDepth;
-      a_tile[i] = (row < p.rows && k < p.depth) ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+      const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || k < p.depth);
+      a_tile[i] = inside ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
     }
     for (uint i = thread_index; i < kTileDepth * kBlockN; i += kTiledThreads) {
       const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
-      b_tile[i] = (k < p.depth && column < p.columns) ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+      const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || column < p.columns);
+      b_tile[i] = inside ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -237,7 +245,9 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint i = thread_index; i < kBlockM * kBlockN; i += kTiledThreads) {
     const long row = row0 + i / kBlockN, column = column0 + i % kBlockN;
-    if (row < p.rows && column < p.columns) store_result(out, addend, p, batch, row, column, results[i]);
+    if (aligned_blocks || (row < p.rows && column < p.columns)) {
+      store_result(out, addend, p, batch, row, column, results[i]);
+    }
   }
 }
 
@@ -286,11 +296,13 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
       const long k0 = step * kWideDepth;
       for (uint i = thread_index; i < kBlockM * kWideDepth; i += kWideThreads) {
         const long row = row0 + i / kWideDepth, k = k0 + i % kWideDepth;
-        a_tile[i] = (row < p.rows && k < p.depth) ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+        const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || k < p.depth);
+        a_tile[i] = inside ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
       }
       for (uint i = thread_index; i < kWideDepth * kBlockN; i += kWideThreads) {
         const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
-        b_tile[i] = (k < p.depth && column < p.columns) ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+        const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || column < p.columns);
+        b_tile[i] = inside ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
       }
     }
     if (step > 0) {
@@ -322,7 +334,9 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint i = thread_index; i < kBlockM * kBlockN; i += kWideThreads) {
     const long row = row0 + i / kBlockN, column = column0 + i % kBlockN;
-    if (row < p.rows && column < p.columns) store_result(out, addend, p, batch, row, column, results[i]);
+    if (aligned_blocks || (row < p.rows && column < p.columns)) {
+      store_result(out, addend, p, batch, row, column, results[i]);
+    }
   }
 }
 

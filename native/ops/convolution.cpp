@@ -117,6 +117,42 @@ PhaseAxis phase_axis(int64_t residue, int64_t output_size, int64_t stride, int64
 
 uint64_t blocks(uint64_t extent, uint64_t block) { return (extent + block - 1) / block; }
 
+// convolution_transposed_gemm's geometry: 128 x 128 blocks of (input pixels, output channel and
+// tap pairs), 16-deep reduction steps, eight simdgroups. Below a block's worth of rows or columns,
+// or a step's worth of input channels, the phase path (a forward problem per phase) wastes less.
+constexpr uint64_t kPhaseBlock = 128;
+constexpr int64_t kPhaseDepth = 16;
+constexpr uint64_t kPhaseThreads = 256;
+
+// A transposed convolution whose kernel equals its stride (no padding, dilation or output
+// padding) as one GEMM: each output pixel gets one tap of one input pixel. False when the
+// problem has another shape or is too small for the kernel's blocks.
+bool encode_transposed_gemm(const ConvParams& p, const Tensor& output, const Tensor& input, const Tensor& weight,
+                            const Tensor* bias, const std::string& suffix) {
+  for (size_t d = 0; d < 3; ++d) {
+    if (p.kernel_sizes[d] != p.stride[d] || p.padding[d] != 0 || (p.dilation[d] != 1 && p.kernel_sizes[d] != 1) ||
+        p.output_sizes[d] != p.input_sizes[d] * p.stride[d])
+      return false;
+  }
+  const uint64_t rows = uint64_t(p.batch * p.input_sizes[0] * p.input_sizes[1] * p.input_sizes[2]);
+  const uint64_t columns =
+      uint64_t(p.out_channels_per_group * p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2]);
+  if (rows < kPhaseBlock || columns < kPhaseBlock || p.in_channels_per_group < kPhaseDepth) return false;
+  const std::string name = "convolution_transposed_gemm_" + suffix;
+  // Every function constant the kernel declares, so both devices build the same specialisation.
+  KernelFunction& kernel = shader_kernel(
+      "convolution.metal", name,
+      bool_constants({{"aligned_blocks", rows % kPhaseBlock == 0 && columns % kPhaseBlock == 0},
+                      {"aligned_depth", p.in_channels_per_group % kPhaseDepth == 0}}));
+  if (kernel.max_threads_per_group() < kPhaseThreads) return false;
+  const uint64_t groups = uint64_t(p.out_channels / p.out_channels_per_group);
+  ETM_REQUIRE(blocks(rows, kPhaseBlock) <= UINT32_MAX, kOp, ": ", rows, " input pixels exceed the dispatch limit");
+  KernelLaunch launch(kernel);
+  launch.tensor(0, output).tensor(1, input).tensor(2, weight).tensor(3, bias ? *bias : output).value(4, p);
+  launch.threadgroups({blocks(columns, kPhaseBlock), blocks(rows, kPhaseBlock), groups}, {kPhaseThreads, 1, 1});
+  return true;
+}
+
 // The operands of one forward problem as its kernels bind them. Empty operands may have no
 // buffer, so the output stands in for any the kernel does not read.
 struct ForwardOperands {
@@ -342,6 +378,7 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
     return output;
   }
   params.weight_group_stride = params.in_channels_per_group * params.weight_strides[0];
+  if (input.numel() > 0 && encode_transposed_gemm(params, *output, input, weight, bias, suffix)) return output;
   int64_t phases = 1;
   for (size_t d = lead; d < 3; ++d) phases *= std::min(params.stride[d], params.output_sizes[d]);
   if (phases > kMaxTransposedPhases) {

@@ -93,6 +93,15 @@ void require_grid_extent(const char* op, int64_t extent) {
               " elements exceeds the dispatch limit of 2^32 - 1");
 }
 
+// A tiled kernel specialised for the problem: its function constants say whether M and N fill
+// whole blocks and K whole steps (then the kernel checks no edges).
+KernelFunction& tiled_kernel(const std::string& name, int64_t M, int64_t N, int64_t K, uint64_t block_m,
+                             uint64_t block_n, uint64_t step) {
+  return shader_kernel("matmul.metal", name,
+                       bool_constants({{"aligned_blocks", uint64_t(M) % block_m == 0 && uint64_t(N) % block_n == 0},
+                                       {"aligned_depth", uint64_t(K) % step == 0}}));
+}
+
 // Chooses the kernel for the problem's shape and encodes it; `bind` binds the operands.
 template <typename Bind>
 void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t N, int64_t K,
@@ -103,10 +112,10 @@ void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t 
       "matmul_tiled" + std::to_string(block_m) + "x" + std::to_string(block_n) + "_" + suffix;
   // The wide kernels need all their threads (a GPU may allow fewer to a pipeline).
   if (K >= kTiledMinimum && std::min(M, N) >= kLargeTileMinimum && std::max(M, N) >= kWideTileMinimum &&
-      shader_kernel("matmul.metal", wide_name).max_threads_per_group() >= kWideThreads) {
+      tiled_kernel(wide_name, M, N, K, block_m, block_n, kWideDepth).max_threads_per_group() >= kWideThreads) {
     const size_t staged = 2 * (block_m + block_n) * kWideDepth * sizeof(float);
     const size_t results = block_m * block_n * sizeof(float);
-    KernelLaunch launch(shader_kernel("matmul.metal", wide_name));
+    KernelLaunch launch(tiled_kernel(wide_name, M, N, K, block_m, block_n, kWideDepth));
     bind(launch).threadgroup_memory(0, std::max(staged, results));
     launch.threadgroups({(uint64_t(N) + block_n - 1) / block_n, (uint64_t(M) + block_m - 1) / block_m, batch},
                         {kWideThreads, 1, 1});
@@ -117,7 +126,8 @@ void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t 
     const uint64_t block = large ? 64 : 32;
     const size_t staged = (2 * block * kTileDepth) * sizeof(float);
     const size_t results = block * block * sizeof(float);
-    KernelLaunch launch(shader_kernel("matmul.metal", (large ? "matmul_tiled64_" : "matmul_tiled32_") + suffix));
+    KernelLaunch launch(
+        tiled_kernel((large ? "matmul_tiled64_" : "matmul_tiled32_") + suffix, M, N, K, block, block, kTileDepth));
     bind(launch).threadgroup_memory(0, std::max(staged, results));
     launch.threadgroups({(uint64_t(N) + block - 1) / block, (uint64_t(M) + block - 1) / block, batch},
                         {kTiledThreads, 1, 1});

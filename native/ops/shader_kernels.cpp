@@ -62,6 +62,11 @@ const std::string& shader_source(const std::string& file) {
 }
 
 KernelFunction& shader_kernel(const std::string& file, const std::string& name) {
+  return shader_kernel(file, name, {});
+}
+
+KernelFunction& shader_kernel(const std::string& file, const std::string& name,
+                              const std::vector<device::FunctionConstantValue>& constants) {
   static std::mutex mutex;
   static std::map<std::string, std::unique_ptr<ShaderLibrary>>& libraries =
       *new std::map<std::string, std::unique_ptr<ShaderLibrary>>();  // outlives exit-time work
@@ -77,7 +82,20 @@ KernelFunction& shader_kernel(const std::string& file, const std::string& name) 
     }
     library = it->second.get();
   }
-  return *library->kernel(name);
+  return *library->kernel(name, constants);
+}
+
+std::vector<device::FunctionConstantValue> bool_constants(
+    std::initializer_list<std::pair<const char*, bool>> values) {
+  std::vector<device::FunctionConstantValue> constants;
+  for (const auto& [name, value] : values) {
+    device::FunctionConstantValue constant;
+    constant.name = name;
+    constant.kind = device::FunctionConstantValue::Kind::boolean;
+    constant.integer = value ? 1 : 0;
+    constants.push_back(constant);
+  }
+  return constants;
 }
 
 }  // namespace etm::ops

@@ -144,6 +144,50 @@ def test_transposed(input_shape, weight_shape, stride, padding, dilation, output
     check(input, weight, bias, stride, padding, dilation, True, output_padding, groups)
 
 
+# Kernel == stride, no padding: one GEMM (convolution_transposed_gemm, 128 x 128 blocks of input
+# pixels x (output channel, tap) pairs, 16 input channels per step), specialised by function
+# constants. Aligned: pixels and C_out/groups * taps multiples of 128, C_in/groups of 16 (the
+# kernel checks no edge); unaligned: partial blocks in rows, columns and depth.
+# (input shape, weight shape [C_in, C_out/groups, *k] with k == stride, groups)
+ALIGNED_128 = ((2, 32, 8, 8), (32, 32, 2, 2), 1)       # 128 pixels, 128 columns, depth 32
+ALIGNED_GROUPS = ((1, 64, 16, 16), (64, 16, 2, 4), 2)  # 256 pixels, 2 x 4 taps, 2 groups of 32
+UNALIGNED_2D = ((1, 20, 9, 15), (20, 35, 2, 2), 1)     # 135 pixels, 140 columns, depth 20
+UNALIGNED_1D = ((2, 54, 70), (54, 40, 4), 3)           # 140 pixels, 160 columns, 3 groups of 18
+UNALIGNED_3D = ((1, 16, 5, 6, 7), (16, 20, 2, 2, 2), 1)  # 210 pixels, 160 columns
+F32 = torch.float32
+
+
+# Float32 with and without bias; one variant each in half precision (each is one more compile).
+@pytest.mark.parametrize("problem,dtype,with_bias", [
+    (ALIGNED_128, F32, True), (ALIGNED_128, F32, False), (ALIGNED_GROUPS, F32, True),
+    (UNALIGNED_2D, F32, True), (UNALIGNED_2D, F32, False), (UNALIGNED_1D, F32, True), (UNALIGNED_3D, F32, False),
+    (ALIGNED_GROUPS, torch.float16, True), (UNALIGNED_2D, torch.bfloat16, True)])
+def test_transposed_kernel_equal_to_stride(problem, dtype, with_bias, no_leaks):
+    input_shape, weight_shape, groups = problem
+    input, weight = random(*input_shape, dtype=dtype), random(*weight_shape, dtype=dtype)
+    bias = random(weight_shape[1] * groups, dtype=dtype) if with_bias else None
+    stride = list(weight_shape[2:])
+    spatial = len(stride)
+    check(input, weight, bias, stride, [0] * spatial, [1] * spatial, True, [0] * spatial, groups)
+
+
+@pytest.mark.parametrize("problem", [ALIGNED_128, UNALIGNED_2D])
+def test_transposed_kernel_equal_to_stride_channels_last_and_strided(problem, no_leaks):
+    input_shape, weight_shape, groups = problem
+    input = random(*input_shape).contiguous(memory_format=torch.channels_last)
+    weight = random(*weight_shape).contiguous(memory_format=torch.channels_last)
+    bias = random(2 * weight_shape[1])[::2]
+    args = (list(weight_shape[2:]), [0, 0], [1, 1], True, [0, 0], groups)
+    result = check(input, weight, bias, *args)
+    assert torch.equal(result.torch(), check(input.contiguous(), weight.contiguous(), bias, *args).torch())
+    # An offset, strided input and a permuted weight.
+    base = random(input_shape[0] + 1, 2 * input_shape[1], *input_shape[2:])
+    strided = base[1:, ::2]
+    permuted = random(*weight_shape[2:], weight_shape[1], weight_shape[0]).permute(3, 2, 0, 1)
+    assert strided.storage_offset() > 0 and not strided.is_contiguous() and not permuted.is_contiguous()
+    check(strided, permuted, bias, *args)
+
+
 def test_single_value_parameter_lists_apply_to_every_dimension(no_leaks):
     input, weight = random(1, 2, 9, 8), random(3, 2, 3, 3)
     code, result = call(input, weight, None, [2], [1], [1])

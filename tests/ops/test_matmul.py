@@ -8,7 +8,10 @@ The shapes are chosen to reach each kernel of shaders/matmul.metal: the one-thre
 kernel (small or odd shapes, K == 0, M == 1 against a row-major matrix), the simdgroup
 row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and the 32x32,
 64x64, 128x64 and 64x128 simdgroup-matrix tiled kernels, with tails in every dimension (the
-last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered)."""
+last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered). The
+tiled kernels are specialised by function constants (aligned_blocks: M and N whole blocks;
+aligned_depth: K whole steps): the 64x64 case has both, (130, 16, 70) whole K steps only, the
+other tiled shapes neither; test_mm_whole_blocks (slow) covers the rest."""
 
 import math
 import threading
@@ -62,6 +65,18 @@ def test_mm_contiguous(M, K, N, dtype, no_leaks):
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
     assert result.dtype == dtype
     assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+# The other specialisations of the tiled kernels (MM_SHAPES has 64 x 64 whole blocks and a
+# 128x64 one with a whole K step): 32x32 whole blocks with a K tail, 128x64 and 64x128 whole
+# blocks and steps, with an addend. Slow: each is one more compiled variant.
+@pytest.mark.slow
+@pytest.mark.parametrize("M,K,N", [(32, 40, 32), (128, 48, 128), (64, 32, 256)])
+def test_mm_whole_blocks(M, K, N, no_leaks):
+    a, b, bias = random(M, K), random(K, N), random(N)
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), torch.float32), bias, a, b,
+                 scalars=(0.5, 2.0))
+    assert_matches(result, reference_addmm(bias, a, b, 0.5, 2.0), torch.float32, K)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
