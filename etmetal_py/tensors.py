@@ -235,8 +235,10 @@ def _wrap(array: np.ndarray, code: int, device: int):
     strides = ffi.new("int64_t[]", [s // itemsize for s in array.strides])
     out = ffi.new("AtenTensorHandle*")
     pointer = ffi.cast("void*", array.__array_interface__["data"][0])
-    if lib.aoti_torch_create_tensor_from_blob(pointer, array.ndim, sizes, strides, 0, code,
-                                              device, 0, out) != 0:
+    check(lib.etmetal_tensor_from_blob_in_place(pointer, array.ndim, sizes, strides, 0, code,
+                                                device, 0, out),
+          "etmetal_tensor_from_blob_in_place")
+    if out[0] == ffi.NULL:
         return None  # the device cannot use this memory in place: the caller copies
     return Tensor(out[0], keepalive=array)
 

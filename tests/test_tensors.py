@@ -144,6 +144,38 @@ def test_blob_wrapping_host_memory(no_leaks):
     t.delete()
 
 
+def test_from_blob_in_place_declines_quietly(no_leaks, capfd):
+    """etmetal_tensor_from_blob_in_place: NULL without an error for memory the device cannot use
+    in place (the copy route of Tensor.from_array), a tensor inside an etmetal allocation, and
+    the usual errors for bad input."""
+    sizes, strides = ffi.new("int64_t[]", [4]), ffi.new("int64_t[]", [1])
+    out = new_handle_out()
+    host = np.arange(4, dtype=np.float32)
+    if etmetal_py.device_kind() == "cpu":
+        fails(lib.aoti_torch_create_tensor_from_blob(ffi.from_buffer(host), 1, sizes, strides, 0,
+                                                     6, 13, 0, out), "cannot use it in place")
+        capfd.readouterr()
+        before = etmetal_py.last_error()
+        assert lib.etmetal_tensor_from_blob_in_place(ffi.from_buffer(host), 1, sizes, strides, 0,
+                                                     6, 13, 0, out) == 0
+        assert out[0] == ffi.NULL
+        assert etmetal_py.last_error() == before
+        Tensor.from_array(host).delete()
+        assert capfd.readouterr().err == ""
+    blob = ffi.new("void**")
+    etmetal_py.check(lib.aoti_torch_mps_malloc(blob, 64))
+    etmetal_py.check(lib.etmetal_tensor_from_blob_in_place(blob[0], 1, sizes, strides, 2, 6, 13, 0,
+                                                           out))
+    inside = Tensor(out[0])
+    assert inside.storage_offset == 2 and inside.sizes == (4,)
+    inside.delete()
+    etmetal_py.check(lib.aoti_torch_mps_free(blob[0]))
+    fails(lib.etmetal_tensor_from_blob_in_place(ffi.from_buffer(host), 1, sizes, strides, 0, 99,
+                                                13, 0, out), "dtype")
+    fails(lib.etmetal_tensor_from_blob_in_place(ffi.from_buffer(host), 1, sizes, strides, 0, 6,
+                                                13, 0, ffi.NULL), "ret")
+
+
 def test_live_bytes_return_to_zero():
     before = allocator_stats()
     handles = [empty([1000 + i]) for i in range(20)]

@@ -1,9 +1,11 @@
-// aoti_torch_* tensor functions (etmetal/aoti_shim.h).
+// aoti_torch_* tensor functions (etmetal/aoti_shim.h) and etmetal_tensor_from_blob_in_place
+// (etmetal/etmetal.h), its sibling for callers that copy instead.
 #include <cstring>
 
 #include "abi/guard.h"
 #include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
+#include "etmetal/etmetal.h"
 #include "runtime/dtype.h"
 
 using namespace etm;
@@ -29,14 +31,22 @@ std::vector<int64_t> layout_strides(int64_t ndim, const int64_t* sizes, const in
 
 }  // namespace
 
+// Null where the device cannot use `data` in place and the caller asked for `in_place_only`.
 std::unique_ptr<Tensor> make_blob_tensor(void* data, int64_t ndim, const int64_t* sizes,
                                          const int64_t* strides, int64_t storage_offset,
-                                         int32_t dtype, int32_t device_type, int32_t device_index) {
+                                         int32_t dtype, int32_t device_type, int32_t device_index,
+                                         bool in_place_only = false) {
   check_device(device_type, device_index);
   checked_extent(ndim, sizes, strides, storage_offset);
-  return Runtime::get().blob_tensor(data, std::vector<int64_t>(sizes, sizes + ndim),
-                                    layout_strides(ndim, sizes, strides), storage_offset, dtype,
-                                    device_type);
+  Runtime& runtime = Runtime::get();
+  std::vector<int64_t> size_vector(sizes, sizes + ndim);
+  std::vector<int64_t> stride_vector = layout_strides(ndim, sizes, strides);
+  if (in_place_only) {
+    return runtime.blob_tensor_in_place(data, std::move(size_vector), std::move(stride_vector),
+                                        storage_offset, dtype, device_type);
+  }
+  return runtime.blob_tensor(data, std::move(size_vector), std::move(stride_vector),
+                             storage_offset, dtype, device_type);
 }
 
 }  // namespace etm::abi
@@ -135,6 +145,18 @@ extern "C" AOTITorchError aoti_torch_create_tensor_from_blob(
     require_out(ret, "ret");
     *ret = abi::new_handle(abi::make_blob_tensor(data, ndim, sizes_ptr, strides_ptr, storage_offset,
                                                  dtype, device_type, device_index));
+  });
+}
+
+extern "C" AOTITorchError etmetal_tensor_from_blob_in_place(
+    void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+    int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index,
+    AtenTensorHandle* ret) {
+  return guarded(__func__, [&] {
+    require_out(ret, "ret");
+    auto tensor = abi::make_blob_tensor(data, ndim, sizes_ptr, strides_ptr, storage_offset, dtype,
+                                        device_type, device_index, true);
+    *ret = tensor ? abi::new_handle(std::move(tensor)) : nullptr;
   });
 }
 

@@ -116,12 +116,26 @@ std::unique_ptr<Tensor> Runtime::empty_tensor(const std::vector<int64_t>& sizes,
 std::unique_ptr<Tensor> Runtime::blob_tensor(void* data, std::vector<int64_t> sizes,
                                              std::vector<int64_t> strides, int64_t storage_offset,
                                              int32_t dtype, int32_t device_type) {
+  auto tensor = blob_tensor_in_place(data, std::move(sizes), std::move(strides), storage_offset,
+                                     dtype, device_type);
+  ETM_REQUIRE(tensor, "memory at ", data, " is not an etmetal allocation and the ",
+              device_->kind(), " device cannot use it in place (Metal maps page-aligned memory, ",
+              "the CPU device none); allocate it with aoti_torch_mps_malloc or ",
+              "metal_allocate_buffer");
+  return tensor;
+}
+
+std::unique_ptr<Tensor> Runtime::blob_tensor_in_place(void* data, std::vector<int64_t> sizes,
+                                                      std::vector<int64_t> strides,
+                                                      int64_t storage_offset, int32_t dtype,
+                                                      int32_t device_type) {
   ETM_REQUIRE(is_tensor_dtype(dtype), "unsupported dtype ", dtype_name(dtype), " (code ", dtype, ")");
   ETM_REQUIRE(sizes.size() == strides.size(), "sizes and strides differ in length");
   const int64_t extent = checked_extent(static_cast<int64_t>(sizes.size()), sizes.data(),
                                         strides.data(), storage_offset);
   auto tensor = std::make_unique<Tensor>();
   tensor->storage = storage_for(data, storage_nbytes(extent, dtype));
+  if (!tensor->storage) return nullptr;
   tensor->dtype = dtype;
   tensor->device_type = device_type;
   tensor->sizes = std::move(sizes);
@@ -170,10 +184,7 @@ std::shared_ptr<Storage> Runtime::storage_for(void* data, size_t nbytes) {
   BufferPtr wrapped;
   const device::Status status = device_->new_buffer_no_copy(data, nbytes, &wrapped);
   ETM_REQUIRE(status.ok(), "cannot use memory at ", data, " as device memory: ", status.message());
-  ETM_REQUIRE(wrapped, "memory at ", data, " is not an etmetal allocation and the ",
-              device_->kind(), " device cannot use it in place (Metal maps page-aligned memory, ",
-              "the CPU device none); allocate it with aoti_torch_mps_malloc or ",
-              "metal_allocate_buffer");
+  if (!wrapped) return nullptr;
   storage->buffer = std::move(wrapped);
   storage->capacity = nbytes;
   return storage;

@@ -30,7 +30,8 @@ class Runtime {
   bool graph_fallbacks() const { return graph_fallbacks_; }
 
   // Tensor storage over caller memory: inside a live allocation it shares that allocation,
-  // anywhere else the device wraps it in place.
+  // anywhere else the device wraps it in place; null where the device cannot use that memory
+  // in place.
   std::shared_ptr<Storage> storage_for(void* data, size_t nbytes);
   std::shared_ptr<Storage> new_storage(size_t nbytes);
   // Device memory addressed by pointer only (malloc-style APIs): the address map owns it until
@@ -44,8 +45,13 @@ class Runtime {
   std::unique_ptr<Tensor> empty_tensor(const std::vector<int64_t>& sizes,
                                        const std::vector<int64_t>& strides, int32_t dtype,
                                        int32_t device_type = kDeviceMps);
-  // A tensor over memory at `data` (see storage_for). Throws for unsupported dtypes, invalid
-  // layouts and memory the device cannot use.
+  // A tensor over memory at `data` (see storage_for); null where the device cannot use that
+  // memory in place. Throws for unsupported dtypes and invalid layouts.
+  std::unique_ptr<Tensor> blob_tensor_in_place(void* data, std::vector<int64_t> sizes,
+                                               std::vector<int64_t> strides,
+                                               int64_t storage_offset, int32_t dtype,
+                                               int32_t device_type);
+  // As blob_tensor_in_place, but memory the device cannot use in place throws too.
   std::unique_ptr<Tensor> blob_tensor(void* data, std::vector<int64_t> sizes,
                                       std::vector<int64_t> strides, int64_t storage_offset,
                                       int32_t dtype, int32_t device_type);

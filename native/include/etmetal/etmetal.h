@@ -50,6 +50,16 @@ ETMETAL_API AOTITorchError etmetal_synchronize(int32_t sync_type);
  * errors for etmetal_synchronize. Call it before freeing memory a tensor wraps in place. */
 ETMETAL_API AOTITorchError etmetal_tensor_wait(AtenTensorHandle tensor);
 
+/* As aoti_torch_create_tensor_from_blob, for callers that copy when the device cannot use
+ * `data` in place (the CPU device uses only etmetal allocations in place, Metal also
+ * page-aligned memory): then it succeeds with *ret = NULL, records no error and logs nothing.
+ * Other problems (bad dtype, layout or device, memory overlapping an allocation it does not
+ * start in) fail as there. */
+ETMETAL_API AOTITorchError etmetal_tensor_from_blob_in_place(
+    void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+    int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index,
+    AtenTensorHandle* ret);
+
 /* Why the calling thread's most recent failed call failed: "<function>: <reason>"; "" while
  * none has. Successful calls leave it alone (a caller reads it after the failing call even when
  * destructors made successful calls in between). A failure that an earlier encoding call
