@@ -115,6 +115,11 @@ inline uint64_t lane_flags(const bool* flags, uint32_t base) {
   return lanes;
 }
 
+// Lanes [base, base + 32) of the group that are inside it.
+inline uint64_t group_lanes(uint32_t base, uint32_t count) {
+  return count - base >= 32u ? 0xffffffffull : (uint64_t(1) << (count - base)) - 1u;
+}
+
 // Lanes [base, base + 32) of the group that are inside it and have not returned.
 inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
   if (count - base >= 32u) return ~lane_flags(done, base) & 0xffffffffu;
