@@ -347,8 +347,8 @@ using namespace metal;
 
 // Each simdgroup: a from a 10 x 11 matrix at origin (2, 1), b transposed from a 9 x 9 matrix at
 // origin (1, 0), c plain; d = a * b + c and e = a * b stored (e transposed at origin (1, 0)),
-// f = a * ones + twos from an initialised array of matrices, and every lane's two elements of d
-// as it holds them.
+// f = a * ones + twos from an initialised array of matrices, g = a * b and h = a * b + c written
+// over an operand (b's copy, a's copy), and every lane's two elements of d as it holds them.
 kernel void matrix_operations(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
                               device const float* c [[buffer(2)]], device float* out [[buffer(3)]],
                               device float* lanes [[buffer(4)]],
@@ -360,12 +360,17 @@ kernel void matrix_operations(device const float* a [[buffer(0)]], device const 
   simdgroup_load(mc, c + simdgroup * 64, 8);
   simdgroup_multiply_accumulate(md, ma, mb, mc);
   simdgroup_multiply(me, ma, mb);
-  simdgroup_store(md, out + simdgroup * 209, 8);
-  simdgroup_store(me, out + simdgroup * 209 + 64, 9, ulong2(1, 0), true);
+  simdgroup_store(md, out + simdgroup * 337, 8);
+  simdgroup_store(me, out + simdgroup * 337 + 64, 9, ulong2(1, 0), true);
   simdgroup_float8x8 filled[2] = {make_filled_simdgroup_matrix<float, 8, 8>(1.0f),
                                   make_filled_simdgroup_matrix<float, 8, 8>(2.0f)};
   simdgroup_multiply_accumulate(filled[1], ma, filled[0], filled[1]);
-  simdgroup_store(filled[1], out + simdgroup * 209 + 145, 8);
+  simdgroup_store(filled[1], out + simdgroup * 337 + 145, 8);
+  simdgroup_float8x8 mg = mb, mh = ma;
+  simdgroup_multiply(mg, ma, mg);
+  simdgroup_multiply_accumulate(mh, mh, mb, mc);
+  simdgroup_store(mg, out + simdgroup * 337 + 209, 8);
+  simdgroup_store(mh, out + simdgroup * 337 + 273, 8);
   lanes[lid * 2] = md.thread_elements()[0];
   lanes[lid * 2 + 1] = md.thread_elements()[1];
 }
@@ -395,12 +400,12 @@ def test_simdgroup_matrix_layout_and_summation_order(msl, path, threads):
     a = rng.standard_normal((simdgroups, 10, 11)).astype(np.float32)
     b = rng.standard_normal((simdgroups, 9, 9)).astype(np.float32)
     c = rng.standard_normal((simdgroups, 8, 8)).astype(np.float32)
-    out = Tensor.empty([simdgroups * 209])
-    out.write(np.full(simdgroups * 209, -99.0, np.float32))
+    out = Tensor.empty([simdgroups * 337])
+    out.write(np.full(simdgroups * 337, -99.0, np.float32))
     lanes = Tensor.empty([threads * 2])
     kernel.run({0: device_array(a.ravel()), 1: device_array(b.ravel()), 2: device_array(c.ravel()), 3: out,
                 4: lanes}, threads, threads)
-    got = out.numpy().reshape(simdgroups, 209)
+    got = out.numpy().reshape(simdgroups, 337)
     got_lanes = lanes.numpy().reshape(threads, 2)
     for s in range(simdgroups):
         active = min(32, threads - 32 * s)
@@ -414,9 +419,11 @@ def test_simdgroup_matrix_layout_and_summation_order(msl, path, threads):
         d = multiply_in_order(ma, mb, mc)
         e = multiply_in_order(ma, mb, np.zeros((8, 8), np.float32))
         f = multiply_in_order(ma, np.where(held, 1, 0).astype(np.float32), np.where(held, 2, 0).astype(np.float32))
-        expected = np.full(209, -99.0, np.float32)
+        expected = np.full(337, -99.0, np.float32)
         expected[:64] = np.where(held, d, -99.0).ravel()
-        expected[145:] = np.where(held, f, -99.0).ravel()
+        expected[145:209] = np.where(held, f, -99.0).ravel()
+        expected[209:273] = np.where(held, e, -99.0).ravel()
+        expected[273:] = np.where(held, d, -99.0).ravel()
         e_stored = expected[64:145].reshape(9, 9)
         e_stored[0:8, 1:9] = np.where(held.T, e.T, -99.0)
         np.testing.assert_array_equal(got[s], expected)

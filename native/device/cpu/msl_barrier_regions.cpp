@@ -1167,10 +1167,13 @@ class RegionWriter {
     close_region();
     std::string call;
     region_text(open + 1, close, &call);
+    // In a kernel without `return` no thread is done: the lanes follow from the group's size alone.
+    const std::string lanes = kernel_returns_ ? "etm_regions::active_lanes(etm__done, etm__base, etm__count)"
+                                              : "etm_regions::group_lanes(etm__base, etm__count)";
     body_ +=
-        "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) { const uint64_t etm__active = "
-        "etm_regions::active_lanes(etm__done, etm__base, etm__count); if (!etm__active) continue; const uint32_t "
-        "etm__index = etm__base + uint32_t(__builtin_ctzll(etm__active)); " +
+        "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) { const uint64_t etm__active = " +
+        lanes + "; if (!etm__active) continue; const uint32_t etm__index = etm__base + "
+        "uint32_t(__builtin_ctzll(etm__active)); " +
         thread_code_ + aliases() +
         "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base}; "
         "etm_regions::" +

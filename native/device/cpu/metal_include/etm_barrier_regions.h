@@ -115,6 +115,11 @@ inline uint64_t lane_flags(const bool* flags, uint32_t base) {
   return lanes;
 }
 
+// Lanes [base, base + 32) of the group that are inside it.
+inline uint64_t group_lanes(uint32_t base, uint32_t count) {
+  return count - base >= 32u ? 0xffffffffull : (uint64_t(1) << (count - base)) - 1u;
+}
+
 // Lanes [base, base + 32) of the group that are inside it and have not returned.
 inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
   if (count - base >= 32u) return ~lane_flags(done, base) & 0xffffffffu;
@@ -184,26 +189,26 @@ inline void multiply_rows(const row_vector a[8], const row_vector b[8], row_vect
   for (int row = 0; row < 8; ++row) c[row] = sums[row];
 }
 
+// A row of a float block in memory (blocks are only 4-byte aligned in general). Rows are read
+// and written through it in place: a function returning one would change the ABI without AVX.
+typedef float unaligned_row __attribute__((vector_size(32), aligned(4), may_alias));
+
 // d = a * b + c (c null: zero) on float blocks of a full simdgroup, in the same order as
-// multiply_rows: a's elements are broadcast from its block, b's and c's rows read once, and d
-// (which may be a, b or c) written after every read.
+// multiply_rows. b's rows are read into registers first; then row by row, c's row and a's
+// elements (broadcast from the block) are read before d's row is written, so d may be a, b or
+// c. One row vector at a time: copying the blocks through arrays made g++ move them as one
+// 256-byte memcpy of 16-byte pieces, which the 32-byte row loads then waited on.
 inline void multiply_blocks(const float* a, const float* b, const float* c, float* d) {
-  row_vector sums[8];
+  row_vector b_rows[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) b_rows[k] = *reinterpret_cast<const unaligned_row*>(b + 8 * k);
+#pragma GCC unroll 8
   for (int row = 0; row < 8; ++row) {
-    if (c) {
-      __builtin_memcpy(&sums[row], c + 8 * row, sizeof(row_vector));
-    } else {
-      sums[row] = row_vector{};
-    }
-  }
+    row_vector sum = c ? *reinterpret_cast<const unaligned_row*>(c + 8 * row) : row_vector{};
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    row_vector b_row;
-    __builtin_memcpy(&b_row, b + 8 * k, sizeof(row_vector));
-#pragma GCC unroll 8
-    for (int row = 0; row < 8; ++row) sums[row] += a[8 * row + k] * b_row;
+    for (int k = 0; k < 8; ++k) sum += a[8 * row + k] * b_rows[k];
+    *reinterpret_cast<unaligned_row*>(d + 8 * row) = sum;
   }
-  for (int row = 0; row < 8; ++row) __builtin_memcpy(d + 8 * row, &sums[row], sizeof(row_vector));
 }
 template <class TD, class TA, class TB, class TC>
 inline constexpr bool all_float = std::is_same_v<TD, float> && std::is_same_v<TA, float> &&
