@@ -194,7 +194,8 @@ std::unique_ptr<Tensor> pointwise(PointwiseOp op, const PointwiseOperand& a, con
   }
   const PointwiseOperand* scalar = !a.tensor ? &a : !second.tensor ? &second : nullptr;
   p.a_is_scalar = a.tensor ? 0 : 1;
-  p.b_is_scalar = second.tensor ? 0 : 1;
+  // A unary op's second operand is its first: marked scalar, so the kernel loads each element once.
+  p.b_is_scalar = unary || !second.tensor ? 1 : 0;
   p.a_dtype = a.tensor ? static_cast<uint32_t>(a.tensor->dtype) : 0;
   p.b_dtype = second.tensor ? static_cast<uint32_t>(second.tensor->dtype) : 0;
   if (scalar) {

@@ -3,8 +3,10 @@ flag selects how kernels are compiled, so it must be set before the library load
 
 import numpy as np
 import pytest
+import torch
 
 import etmetal_py
+from etmetal_py import Tensor, ffi, lib
 from etmetal_py.kernels import compile_library
 
 SOURCE = """
@@ -136,3 +138,30 @@ def test_several_dispatches_in_order_and_window_errors(library):
     assert "no counting window" in etmetal_py.last_error()
     record = etmetal_py.ffi.new("etmetal_dispatch_counters_t*")
     assert etmetal_py.lib.etmetal_counters_read(5, record) != 0
+
+
+@pytest.mark.parametrize("name, dtype", [("abs", "float32"), ("angle", "float32"), ("abs", "int32")])
+def test_unary_pointwise_fallback_reads_each_element_once(name, dtype):
+    # abs and angle have one operand; the kernel loaded it a second time as the other operand
+    # (1.5x the minimum bytes) until the host marked that operand a scalar.
+    if etmetal_py.device_kind() != "cpu":
+        pytest.skip("traffic counters exist on the CPU device")
+    x = (torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * 50).to(getattr(torch, dtype))
+    device_x = Tensor.from_array(x)
+    op = getattr(lib, f"aoti_torch_mps_{name}")
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(op(device_x.handle, r0))
+        return Tensor(r0[0])
+
+    run()  # compiles the kernel outside the window
+    etmetal_py.synchronize()
+    with etmetal_py.counters() as counted:
+        result = run()
+    result = result.torch()
+    expected = getattr(torch, name)(x)
+    assert result.dtype == expected.dtype
+    torch.testing.assert_close(result, expected, rtol=1e-6, atol=1e-6)
+    d = only_dispatch(counted)
+    assert (d.kernel, d.bytes_read, d.bytes_written) == ("pointwise", 40_000, 40_000)
