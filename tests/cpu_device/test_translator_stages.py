@@ -216,6 +216,23 @@ TRANSLATE_ERRORS = [
     ("lexer_error_passes_through", "kernel void k() {}\n/* open\n", "library.metal:2: unterminated comment"),
 ]
 
+# One lexer pass: each rewriting stage (preprocess, overloads, constants) hands the next the
+# tokens of its output, moved and with only the replacements lexed (apply_edits); they must
+# equal lexing that output again. Rows: dead branches before directives, macro expansions
+# next to punctuation, multi-line invocations, blanked overloads, function constants.
+SHARED_TOKENS = [
+    "#if 0\nint a;\n#else\nint b;\n#endif\n#define X 1\nint c = X;\n  #if 1\nint d;\n  #endif\n",
+    "#define K(n) kernel void n(device float* o [[buffer(0)]]) { o[0] = 1.5f; }\nK(a);\nK(b)\n"
+    "int z = 1; K(c)int y;\n",
+    "#define I(T) template [[host_name(#T)]] kernel void k<T>(device T*);\n"
+    "template <typename T> kernel void k(device T* o [[buffer(0)]]) {}\nI(\n  float)\nI(int)/* c */I(half)\n",
+    "struct C { float v; C() threadgroup {} C() {} float get() const device { return v; }\n"
+    "  float get() const { return v; } };\nint after = 2>>1;\n",
+    "constant bool f [[function_constant(0)]];\nconstant int n [[function_constant(1)]];\n"
+    "kernel void k(device int* o [[buffer(0)]]) { if (is_function_constant_defined(f)) o[0] = n; }\n",
+    "#if 0\nx\n#endif\n#define L a \\\n b\nint y; // tail\n#ifdef L\nint w;\n#endif\n",
+]
+
 # Barrier-region decisions: (id, kernel body, the execution note: "barrier regions" when the
 # kernel gets the region form, else the start of the reason it stays on fibers or loops).
 GROUP_HEAD = ("kernel void k(device float* out [[buffer(0)]], threadgroup float* t [[threadgroup(0)]],\n"
@@ -312,6 +329,8 @@ def cases():
         out.append((f"translate_{name}", "translate", msl, ("kernels", kernels)))
     for name, msl, error in TRANSLATE_ERRORS:
         out.append((f"translate_error_{name}", "translate", msl, ("error", error)))
+    for n, msl in enumerate(SHARED_TOKENS):
+        out.append((f"shared_tokens_{n}", "shared_tokens", msl, ("same", [True, True, True])))
     for name, msl, present, absent in WRAPPERS:
         out.append((f"wrapper_{name}", "translate", msl, ("source", (present, absent))))
     for name, body, note in REGIONS:
@@ -389,6 +408,8 @@ def test_stage(results, case):
         found = [(k["name"], k["line"], k["max_threads"], k["arguments"]) for k in result["kernels"]]
         assert found == [tuple(k) for k in expected]
         assert [k["entry"] for k in result["kernels"]] == list(range(len(expected)))
+    elif what == "same":
+        assert result["same"] == expected
     elif what == "source":
         present, absent = expected
         for fragment in present:

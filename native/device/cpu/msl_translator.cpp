@@ -60,12 +60,6 @@ bool is_standard_attribute(const std::string& name) {
   return kStandard.count(name) != 0;
 }
 
-struct Edit {
-  size_t begin;
-  size_t end;
-  std::string replacement;
-};
-
 struct AttributeItem {
   std::string name;
   std::vector<std::string> arguments;  // token texts inside the parentheses
@@ -253,7 +247,7 @@ class Translator {
       : text_(text), tokens_(tokens), options_(options) {}
 
   Status run(MslTranslation* out) {
-    match_brackets();
+    partner_ = pair_brackets(text_, tokens_);
     synchronising_ = synchronising_functions(text_, tokens_, partner_);
     strip_attributes_and_constant();
     scan_scope(0, tokens_.size(), {});
@@ -261,18 +255,11 @@ class Translator {
     if (options_.suffix_float_literals) suffix_float_literals();
 
     // Stable: insertions at one place keep the order they were made in.
-    std::stable_sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) {
+    std::stable_sort(edits_.begin(), edits_.end(), [](const TextEdit& a, const TextEdit& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
-    std::string body;
-    size_t copied = 0;
-    for (const Edit& e : edits_) {
-      if (e.begin < copied) continue;  // inside a range an earlier edit replaced
-      body.append(text_, copied, e.begin - copied);
-      body += e.replacement;
-      copied = e.end;
-    }
-    body.append(text_, copied, std::string::npos);
+    std::string body, unused;
+    apply_edits(text_, tokens_, edits_, &body, nullptr, &unused);
 
     // Apple's predefined macros come first, as the preprocessor stage assumed them.
     std::string prelude;
@@ -319,24 +306,6 @@ class Translator {
     edits_.push_back({tokens_[i].end, tokens_[i].end, std::move(code)});
   }
 
-  // Pairs (), [], {} once, so scanning can jump over groups.
-  void match_brackets() {
-    partner_.assign(tokens_.size(), SIZE_MAX);
-    std::vector<size_t> stack;
-    for (size_t i = 0; i < tokens_.size(); ++i) {
-      if (tokens_[i].kind != TokenKind::punctuator) continue;
-      const char c = text_[tokens_[i].begin];
-      if (tokens_[i].end - tokens_[i].begin != 1) continue;
-      if (c == '(' || c == '[' || c == '{') {
-        stack.push_back(i);
-      } else if (c == ')' || c == ']' || c == '}') {
-        if (stack.empty()) continue;
-        partner_[stack.back()] = i;
-        partner_[i] = stack.back();
-        stack.pop_back();
-      }
-    }
-  }
   size_t partner(size_t i) const { return i < partner_.size() ? partner_[i] : SIZE_MAX; }
 
   // From a `<` at i, the matching `>` (template argument lists), or SIZE_MAX.
@@ -660,7 +629,7 @@ class Translator {
         // called still instantiates its threadgroup variables' slots, which reserve their bytes
         // in the object whichever kernel declares them (Metal counts each kernel's own).
         edits_.insert(edits_.begin() + static_cast<std::ptrdiff_t>(head_edits),
-                      Edit{tokens_[begin].begin, tokens_[begin].begin,
+                      TextEdit{tokens_[begin].begin, tokens_[begin].begin,
                            "\n#if ETM_CPU_KERNEL_SELECTED(" + std::to_string(k.entry_index) + ")\n#line " +
                                std::to_string(line) + "\n"});
         code += "\n#endif";
@@ -1055,7 +1024,7 @@ class Translator {
   const std::vector<Token>& tokens_;
   MslTranslationOptions options_;
   std::vector<size_t> partner_;
-  std::vector<Edit> edits_;
+  std::vector<TextEdit> edits_;
   std::vector<TranslatedKernel> kernels_;
   std::vector<KernelTemplate> templates_;
   std::set<std::string> declared_kernels_;
@@ -1065,16 +1034,6 @@ class Translator {
 };
 
 
-// Tokens of `text`, the output of a stage whose input had `tokens`: lexed again only when the
-// stage changed the text.
-Status retokenize(const std::string& input, const std::string& text, std::vector<Token>* tokens) {
-  if (text == input) return Status();
-  tokens->clear();
-  std::string error;
-  if (!lex_msl(text, tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  return Status();
-}
-
 }  // namespace
 
 Status translate_msl(const std::string& msl, const MslTranslationOptions& options,
@@ -1082,21 +1041,17 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   std::vector<Token> tokens;
   std::string error;
   if (!lex_msl(msl, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  std::string preprocessed;
-  Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed);
+  // One lexer pass: each stage hands the next the tokens of its output (apply_edits).
+  std::string preprocessed, folded, specializable;
+  std::vector<Token> preprocessed_tokens, folded_tokens, specializable_tokens;
+  Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed, &preprocessed_tokens);
   if (!status.ok()) return status;
-  status = retokenize(msl, preprocessed, &tokens);
+  status = rewrite_overload_sets(preprocessed, preprocessed_tokens, &folded, &folded_tokens);
   if (!status.ok()) return status;
-  const std::string folded = rewrite_overload_sets(preprocessed, tokens);
-  status = retokenize(preprocessed, folded, &tokens);
-  if (!status.ok()) return status;
-  std::string specializable;
   std::vector<FunctionConstant> constants;
-  status = rewrite_function_constants(folded, tokens, &specializable, &constants);
+  status = rewrite_function_constants(folded, folded_tokens, &specializable, &constants, &specializable_tokens);
   if (!status.ok()) return status;
-  status = retokenize(folded, specializable, &tokens);
-  if (!status.ok()) return status;
-  status = Translator(specializable, tokens, options).run(out);
+  status = Translator(specializable, specializable_tokens, options).run(out);
   if (!status.ok()) return status;
   out->source = function_constant_defaults(constants) + out->source;
   out->function_constants = std::move(constants);
