@@ -200,6 +200,8 @@ TRANSLATE_ERRORS = [
      "library.metal:1: kernel 'k' parameter 't': [[texture]] is not supported by the CPU device"),
     ("attribute_type", "kernel void k(float i [[thread_position_in_grid]]) {}\n",
      "library.metal:1: parameter 'i' [[thread_position_in_grid]] has unsupported type 'float '"),
+    ("attribute_width", "kernel void k(uint4 i [[thread_position_in_grid]]) {}\n",
+     "library.metal:1: parameter 'i' [[thread_position_in_grid]] has unsupported type 'uint4 '"),
     ("max_threads_range", "[[max_total_threads_per_threadgroup(2048)]] kernel void k(device float* o) {}\n",
      "library.metal:1: max_total_threads_per_threadgroup must be in 1..1024"),
     ("max_threads_of_instantiation",
@@ -212,6 +214,23 @@ TRANSLATE_ERRORS = [
      "library.metal:2: the instantiation of kernel template 't' has 1 parameters, the template 2"),
     ("preprocessor_error_passes_through", "\n\n#elif 1\n", "library.metal:3: #elif without #if"),
     ("lexer_error_passes_through", "kernel void k() {}\n/* open\n", "library.metal:2: unterminated comment"),
+]
+
+# One lexer pass: each rewriting stage (preprocess, overloads, constants) hands the next the
+# tokens of its output, moved and with only the replacements lexed (apply_edits); they must
+# equal lexing that output again. Rows: dead branches before directives, macro expansions
+# next to punctuation, multi-line invocations, blanked overloads, function constants.
+SHARED_TOKENS = [
+    "#if 0\nint a;\n#else\nint b;\n#endif\n#define X 1\nint c = X;\n  #if 1\nint d;\n  #endif\n",
+    "#define K(n) kernel void n(device float* o [[buffer(0)]]) { o[0] = 1.5f; }\nK(a);\nK(b)\n"
+    "int z = 1; K(c)int y;\n",
+    "#define I(T) template [[host_name(#T)]] kernel void k<T>(device T*);\n"
+    "template <typename T> kernel void k(device T* o [[buffer(0)]]) {}\nI(\n  float)\nI(int)/* c */I(half)\n",
+    "struct C { float v; C() threadgroup {} C() {} float get() const device { return v; }\n"
+    "  float get() const { return v; } };\nint after = 2>>1;\n",
+    "constant bool f [[function_constant(0)]];\nconstant int n [[function_constant(1)]];\n"
+    "kernel void k(device int* o [[buffer(0)]]) { if (is_function_constant_defined(f)) o[0] = n; }\n",
+    "#if 0\nx\n#endif\n#define L a \\\n b\nint y; // tail\n#ifdef L\nint w;\n#endif\n",
 ]
 
 # Barrier-region decisions: (id, kernel body, the execution note: "barrier regions" when the
@@ -242,6 +261,51 @@ REGIONS = [
 ]
 
 
+# The wrapper each kernel gets: one alias of etm_cpu_kernel::kernel_wrapper (kernel_support/
+# etm_cpu_kernel_wrapper.h) naming the kernel, its region form, its computed thread limit and
+# each parameter's binding, and one line of entry points per kernel (and instantiation).
+# (id, MSL, fragments of the translation, fragments that must not appear)
+WRAPPERS = [
+    ("bindings",
+     "kernel void k(device float* out [[buffer(0)]], constant uint& n [[buffer(2)]],\n"
+     "              threadgroup float* t [[threadgroup(1)]], ushort2 l [[thread_position_in_threadgroup]]) {}\n",
+     ["using etm__kernel_k = etm_cpu_kernel::kernel_wrapper<static_cast<void (*)(device float * , const uint & , "
+      "threadgroup float * , ushort2 )>(&k), nullptr, etm_cpu_kernel::no_max_threads, etm_cpu_kernel::buffer<0>, "
+      "etm_cpu_kernel::buffer<2>, etm_cpu_kernel::threadgroup_memory<1>, "
+      "etm_cpu_kernel::thread_position_in_threadgroup>;",
+      '#if ETM_CPU_KERNEL_SELECTED(0)\n#line 1\n'
+      'ETM_CPU_KERNEL_ENTRY_POINTS(0, "no barrier or SIMD-group call", etm__kernel_k)\n#endif'],
+     ["ETM_CPU_KERNEL_REGIONS_ENTRY", "struct etm__kernel_k"]),
+    ("template_with_regions",
+     "using namespace metal;\n"
+     "template <typename T, int N>\n"
+     "[[kernel, max_total_threads_per_threadgroup(N * 32)]] void r(device T* out [[buffer(0)]],\n"
+     "    uint l [[thread_index_in_threadgroup]], uint3 g [[threadgroup_position_in_grid]]) {\n"
+     "  threadgroup T t[64]; t[l] = out[l]; threadgroup_barrier(mem_flags::mem_threadgroup); out[l] = t[0] + g.x; }\n"
+     "template [[host_name(\"r_f4\")]] kernel void r<float, 4>(device float*, uint, uint3);\n",
+     ["template <typename T, int N> using etm__kernel_r = etm_cpu_kernel::kernel_wrapper<static_cast<void (*)("
+      "device T * , uint , uint3 )>(&r<T, N>), ETM_CPU_REGIONS(&etm__regions_r<T, N>), "
+      "etm_cpu_kernel::max_threads<(N * 32)>, etm_cpu_kernel::buffer<0>, "
+      "etm_cpu_kernel::thread_index_in_threadgroup, etm_cpu_kernel::threadgroup_position_in_grid>;",
+      "template <typename T, int N> etm__kernel_r<T, N> etm__deduce_r(device T * , uint , uint3 );",
+      '#line 6\nETM_CPU_KERNEL_ENTRY_POINTS(0, "barrier regions", etm__kernel_r<float, 4>)\n'
+      "ETM_CPU_KERNEL_REGIONS_ENTRY(0, etm__kernel_r<float, 4>)\n#endif",
+      # In the region form a thread attribute's value comes from the same tag type.
+      "etm_cpu_kernel::attribute_value<uint , etm_cpu_kernel::thread_index_in_threadgroup>(etm__launch, "
+      "etm__group, {etm__x, etm__y, etm__z, etm__index})",
+      "etm_cpu_kernel::attribute_value<uint3 , etm_cpu_kernel::threadgroup_position_in_grid>(etm__launch, "
+      "etm__group, {})"],
+     []),
+    ("deduced_instantiation",
+     "template <typename T>\n"
+     "kernel void c(device T* out [[buffer(0)]], uint i [[thread_position_in_grid]]) { out[i] = 0; }\n"
+     "template [[host_name(\"c_h\")]] kernel void c(device half* out, uint i);\n",
+     ['ETM_CPU_KERNEL_ENTRY_POINTS(0, "no barrier or SIMD-group call", '
+      "decltype(etm__deduce_c(std::declval<device half * >(), std::declval<uint >())))"],
+     []),
+]
+
+
 def cases():
     """(id, stage, MSL, expected) for every table."""
     out = []
@@ -265,6 +329,10 @@ def cases():
         out.append((f"translate_{name}", "translate", msl, ("kernels", kernels)))
     for name, msl, error in TRANSLATE_ERRORS:
         out.append((f"translate_error_{name}", "translate", msl, ("error", error)))
+    for n, msl in enumerate(SHARED_TOKENS):
+        out.append((f"shared_tokens_{n}", "shared_tokens", msl, ("same", [True, True, True])))
+    for name, msl, present, absent in WRAPPERS:
+        out.append((f"wrapper_{name}", "translate", msl, ("source", (present, absent))))
     for name, body, note in REGIONS:
         out.append((f"regions_{name}", "translate", GROUP_HEAD + body + "\n", ("note", note)))
     return out
@@ -292,7 +360,7 @@ def results(tmp_path_factory):
 def execution_notes(source):
     """Entry index -> the execution note the translation exports with each kernel."""
     notes = {}
-    for match in re.finditer(r'etm_kernel_execution_note_(\d+)\[\] = "((?:[^"\\]|\\.)*)"', source):
+    for match in re.finditer(r'ETM_CPU_KERNEL_ENTRY_POINTS\((\d+), "((?:[^"\\]|\\.)*)"', source):
         notes[int(match.group(1))] = match.group(2).replace('\\"', '"').replace("\\\\", "\\")
     return notes
 
@@ -340,6 +408,14 @@ def test_stage(results, case):
         found = [(k["name"], k["line"], k["max_threads"], k["arguments"]) for k in result["kernels"]]
         assert found == [tuple(k) for k in expected]
         assert [k["entry"] for k in result["kernels"]] == list(range(len(expected)))
+    elif what == "same":
+        assert result["same"] == expected
+    elif what == "source":
+        present, absent = expected
+        for fragment in present:
+            assert fragment in result["source"], result["source"]
+        for fragment in absent:
+            assert fragment not in result["source"], result["source"]
     elif what == "note":
         notes = execution_notes(result["source"])
         assert [k["name"] for k in result["kernels"]] == ["k"]

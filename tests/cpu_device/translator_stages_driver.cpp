@@ -1,7 +1,7 @@
 // Runs the translator's front-end stages on MSL without compiling anything, for the table
 // tests in test_translator_stages.py. Reads cases from stdin, each opened by a line
-// "@@case STAGE" (lex, preprocess, overloads, constants, translate) and followed by its MSL;
-// prints one JSON object per case on one line: {"error": ...} or the stage's result.
+// "@@case STAGE" (lex, preprocess, overloads, constants, translate, shared_tokens) and followed
+// by its MSL; prints one JSON object per case on one line: {"error": ...} or the stage's result.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -100,7 +100,10 @@ std::string run_overloads(const std::string& source) {
   std::vector<Token> tokens;
   std::string result;
   if (!lex(source, &tokens, &result)) return result;
-  return "{\"text\": " + quoted(rewrite_overload_sets(source, tokens)) + "}";
+  std::string out;
+  const etm::device::Status status = rewrite_overload_sets(source, tokens, &out);
+  if (!status.ok()) return error_result(status.message());
+  return "{\"text\": " + quoted(out) + "}";
 }
 
 std::string run_constants(const std::string& source) {
@@ -139,12 +142,47 @@ std::string run_translate(const std::string& source) {
          ", \"source\": " + quoted(translation.source) + "}";
 }
 
+bool same_tokens(const std::vector<Token>& a, const std::vector<Token>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].kind != b[i].kind || a[i].begin != b[i].begin || a[i].end != b[i].end || a[i].line != b[i].line) return false;
+  }
+  return true;
+}
+
+// Each rewriting stage's output tokens, as translate_msl passes them on, against lexing its
+// output text again: {"same": [preprocess, overloads, constants]}.
+std::string run_shared_tokens(const std::string& source) {
+  std::vector<Token> tokens, relexed;
+  std::string result, error;
+  if (!lex(source, &tokens, &result)) return result;
+  std::string text = source, next;
+  std::vector<Token> next_tokens;
+  std::vector<FunctionConstant> constants;
+  std::string same;
+  for (int stage = 0; stage < 3; ++stage) {
+    next_tokens.clear();
+    const etm::device::Status status =
+        stage == 0   ? preprocess_msl(text, tokens, kCpuMetalVersion, &next, &next_tokens)
+        : stage == 1 ? rewrite_overload_sets(text, tokens, &next, &next_tokens)
+                     : rewrite_function_constants(text, tokens, &next, &constants, &next_tokens);
+    if (!status.ok()) return error_result(status.message());
+    relexed.clear();
+    if (!lex_msl(next, &relexed, &error)) return error_result(error);
+    same += std::string(stage ? ", " : "") + (same_tokens(next_tokens, relexed) ? "true" : "false");
+    text = next;
+    tokens = next_tokens;
+  }
+  return "{\"same\": [" + same + "]}";
+}
+
 std::string run_case(const std::string& stage, const std::string& source) {
   if (stage == "lex") return run_lex(source);
   if (stage == "preprocess") return run_preprocess(source);
   if (stage == "overloads") return run_overloads(source);
   if (stage == "constants") return run_constants(source);
   if (stage == "translate") return run_translate(source);
+  if (stage == "shared_tokens") return run_shared_tokens(source);
   return error_result("unknown stage '" + stage + "'");
 }
 

@@ -41,7 +41,7 @@ class Rewriter {
  public:
   Rewriter(const std::string& text, const std::vector<Token>& tokens) : text_(text), tokens_(tokens) {}
 
-  Status run(std::string* out, std::vector<FunctionConstant>* constants) {
+  Status run(std::string* out, std::vector<FunctionConstant>* constants, std::vector<Token>* out_tokens) {
     for (size_t i = 0; i + 4 < tokens_.size() && error_.empty(); ++i) {
       if (is(i, "[") && is(i + 1, "[") && is(i + 2, "function_constant") && is(i + 3, "(")) declaration(i);
     }
@@ -49,27 +49,16 @@ class Rewriter {
       if (is(i, "is_function_constant_defined")) query(i);
     }
     if (!error_.empty()) return Status::error(error_);
-    std::sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) { return a.begin < b.begin; });
-    std::string result;
-    size_t copied = 0;
-    for (const Edit& e : edits_) {
-      if (e.begin < copied) continue;
-      result.append(text_, copied, e.begin - copied);
-      result += e.replacement;
-      copied = e.end;
+    std::sort(edits_.begin(), edits_.end(), [](const TextEdit& a, const TextEdit& b) { return a.begin < b.begin; });
+    std::string error;
+    if (!apply_edits(text_, tokens_, edits_, out, out_tokens, &error)) {
+      return Status::error(std::string(kMslSourceName) + ":" + error);
     }
-    result.append(text_, copied, std::string::npos);
-    *out = std::move(result);
     *constants = std::move(constants_);
     return Status();
   }
 
  private:
-  struct Edit {
-    size_t begin, end;
-    std::string replacement;
-  };
-
   std::string spell(size_t i) const { return text_.substr(tokens_[i].begin, tokens_[i].end - tokens_[i].begin); }
   bool is(size_t i, const char* s) const {
     return i < tokens_.size() && tokens_[i].kind != TokenKind::directive && spell(i) == s;
@@ -199,7 +188,7 @@ class Rewriter {
   const std::string& text_;
   const std::vector<Token>& tokens_;
   std::vector<FunctionConstant> constants_;
-  std::vector<Edit> edits_;
+  std::vector<TextEdit> edits_;
   std::map<std::string, std::string> object_macros_;  // name -> replacement text
   bool macros_collected_ = false;
   std::string error_;
@@ -246,8 +235,9 @@ std::string value_literal(const FunctionConstant& c, const FunctionConstantValue
 }  // namespace
 
 Status rewrite_function_constants(const std::string& source, const std::vector<Token>& tokens,
-                                  std::string* out, std::vector<FunctionConstant>* constants) {
-  return Rewriter(source, tokens).run(out, constants);
+                                  std::string* out, std::vector<FunctionConstant>* constants,
+                                  std::vector<Token>* out_tokens) {
+  return Rewriter(source, tokens).run(out, constants, out_tokens);
 }
 
 std::string function_constant_defaults(const std::vector<FunctionConstant>& constants) {

@@ -23,9 +23,11 @@ struct FunctionConstant {
   std::string type;  // the declared scalar type, e.g. "bool", "uint", "half"
 };
 
-// Rewrites the declarations and queries in `source` (whose tokens are `tokens`).
+// Rewrites the declarations and queries in `source` (whose tokens are `tokens`); the output's
+// tokens into *out_tokens when given (apply_edits).
 Status rewrite_function_constants(const std::string& source, const std::vector<Token>& tokens,
-                                  std::string* out, std::vector<FunctionConstant>* constants);
+                                  std::string* out, std::vector<FunctionConstant>* constants,
+                                  std::vector<Token>* out_tokens = nullptr);
 
 // Defaults for every declared constant (undefined), to precede the translated source.
 std::string function_constant_defaults(const std::vector<FunctionConstant>& constants);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 
 namespace etm::device::cpu {
@@ -205,6 +206,126 @@ int angle_depth_change(const std::string& text, const Token& token) {
   const size_t length = token.end - token.begin;
   if (length == 1) return text[token.begin] == '<' ? 1 : -1;
   return length == 2 && text[token.begin] == '>' && text[token.begin + 1] == '>' ? -2 : 0;
+}
+
+namespace {
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Whether the characters a and b, once adjacent, could lex as (part of) one token or start a
+// comment or a line continuation; conservative.
+bool may_join(char a, char b) {
+  if (is_blank(a) || a == '\n' || is_blank(b) || b == '\n') return false;
+  if (a == '\\') return true;
+  if (is_identifier_char(a) && (is_identifier_char(b) || b == '"' || b == '\'' || b == '.' || b == '+' || b == '-'))
+    return true;
+  if (a == '.' && std::isdigit(static_cast<unsigned char>(b))) return true;
+  if (a == '/' && (b == '/' || b == '*')) return true;
+  for (const char* p : kPunctuators) {
+    for (size_t k = 0; p[k] && p[k + 1]; ++k) {
+      if (p[k] == a && p[k + 1] == b) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool apply_edits(const std::string& text, const std::vector<Token>& tokens, const std::vector<TextEdit>& edits,
+                 std::string* out, std::vector<Token>* out_tokens, std::string* error) {
+  std::string result;
+  result.reserve(text.size() + text.size() / 8);
+  std::vector<Token> moved;
+  std::vector<size_t> boundaries;  // positions in result where a replacement starts or ends
+  std::vector<size_t> after_edit;  // index in `moved` of the first token kept after each edit
+  bool relex = false;
+  size_t copied = 0, next = 0;
+  int line = 1;        // the line of `text` at `copied`
+  int line_shift = 0;  // lines of result minus lines of text, so far
+  auto move_until = [&](size_t limit) {
+    const size_t shift = result.size() - copied;  // applied before result grows
+    for (; next < tokens.size() && tokens[next].end <= limit; ++next) {
+      Token t = tokens[next];
+      t.begin += shift;
+      t.end += shift;
+      t.line += line_shift;
+      moved.push_back(t);
+    }
+  };
+  for (const TextEdit& e : edits) {
+    if (e.begin < copied) continue;
+    if (out_tokens) {
+      move_until(e.begin);
+      if (next < tokens.size() && tokens[next].begin < e.begin) relex = true;  // the edit cuts a token
+      for (; next < tokens.size() && tokens[next].begin < e.end; ++next) {
+        if (tokens[next].end > e.end) relex = true;
+      }
+    }
+    line += static_cast<int>(std::count(text.begin() + copied, text.begin() + e.begin, '\n'));
+    result.append(text, copied, e.begin - copied);
+    boundaries.push_back(result.size());
+    if (out_tokens && !relex && !e.replacement.empty()) {
+      std::vector<Token> fragment;
+      std::string ignored;
+      if (e.replacement.find('#') != std::string::npos || !lex_msl(e.replacement, &fragment, &ignored)) {
+        relex = true;
+      } else {
+        for (Token t : fragment) {
+          t.begin += result.size();
+          t.end += result.size();
+          t.line += line + line_shift - 1;
+          moved.push_back(t);
+        }
+      }
+    }
+    result += e.replacement;
+    boundaries.push_back(result.size());
+    const int removed = static_cast<int>(std::count(text.begin() + e.begin, text.begin() + e.end, '\n'));
+    line += removed;
+    line_shift += static_cast<int>(std::count(e.replacement.begin(), e.replacement.end(), '\n')) - removed;
+    copied = e.end;
+    after_edit.push_back(moved.size());
+  }
+  if (out_tokens) move_until(SIZE_MAX);
+  result.append(text, copied, std::string::npos);
+  if (out_tokens && !relex) {
+    for (const size_t p : boundaries) {
+      if (p > 0 && p < result.size() && may_join(result[p - 1], result[p])) relex = true;
+    }
+    // A `#` right after an edit lexes as a directive exactly when it starts its line.
+    for (const size_t k : after_edit) {
+      if (relex || k >= moved.size() || result[moved[k].begin] != '#') continue;
+      size_t p = moved[k].begin;
+      while (p > 0 && is_blank(result[p - 1])) --p;
+      const bool line_start = p == 0 || result[p - 1] == '\n';
+      if (line_start != (moved[k].kind == TokenKind::directive)) relex = true;
+    }
+  }
+  *out = std::move(result);
+  if (!out_tokens) return true;
+  if (!relex) {
+    *out_tokens = std::move(moved);
+    return true;
+  }
+  out_tokens->clear();
+  return lex_msl(*out, out_tokens, error);
+}
+
+std::vector<size_t> pair_brackets(const std::string& text, const std::vector<Token>& tokens) {
+  std::vector<size_t> partner(tokens.size(), SIZE_MAX);
+  std::vector<size_t> open;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].kind != TokenKind::punctuator || tokens[i].end - tokens[i].begin != 1) continue;
+    const char c = text[tokens[i].begin];
+    if (c == '(' || c == '[' || c == '{') {
+      open.push_back(i);
+    } else if ((c == ')' || c == ']' || c == '}') && !open.empty()) {
+      partner[open.back()] = i;
+      partner[i] = open.back();
+      open.pop_back();
+    }
+  }
+  return partner;
 }
 
 }  // namespace etm::device::cpu

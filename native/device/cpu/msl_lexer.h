@@ -28,4 +28,24 @@ bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* e
 // for `>>`, else 0. Whether a `<` opens a list is the caller's judgement (it stops at `;`).
 int angle_depth_change(const std::string& text, const Token& token);
 
+// A stage's change to its input: the bytes [begin, end) become `replacement`.
+struct TextEdit {
+  size_t begin;
+  size_t end;
+  std::string replacement;
+};
+
+// Applies `edits` (sorted by begin; one starting inside an earlier applied edit is skipped) to
+// `text` into *out. With out_tokens, also the tokens of *out without lexing it again: the
+// tokens outside the edits move, the replacements are lexed alone; only where that could
+// differ from lexing *out (a replacement joining a neighbouring token, holding a `#`, or
+// cutting a token; a directive whose line start changed) is *out lexed whole. False, with
+// *error as lex_msl gives it, when *out does not lex.
+bool apply_edits(const std::string& text, const std::vector<Token>& tokens, const std::vector<TextEdit>& edits,
+                 std::string* out, std::vector<Token>* out_tokens, std::string* error);
+
+// The matching bracket of each `(` `[` `{` `)` `]` `}` token, paired by nesting (SIZE_MAX for
+// other tokens and for unmatched brackets): every stage jumps over groups with it.
+std::vector<size_t> pair_brackets(const std::string& text, const std::vector<Token>& tokens);
+
 }  // namespace etm::device::cpu

@@ -460,7 +460,7 @@ class CpuLibrary : public Library {
   bool has_region_form(const TranslatedKernel& kernel) {
     std::string text;
     return translated_source(&text).ok() &&
-           text.find("etm_kernel_regions_" + std::to_string(kernel.entry_index) + "(") != std::string::npos;
+           text.find("ETM_CPU_KERNEL_REGIONS_ENTRY(" + std::to_string(kernel.entry_index) + ",") != std::string::npos;
   }
 
   // Builds the kernel's object for these function constant flags (from the cache when it

@@ -1,5 +1,7 @@
 #include "device/cpu/msl_overload_sets.h"
 
+#include "device/cpu/msl_translator.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +17,7 @@ class Folder {
  public:
   Folder(const std::string& text, const std::vector<Token>& tokens) : text_(text), tokens_(tokens) {}
 
-  std::string run() {
+  Status run(std::string* out, std::vector<Token>* out_tokens) {
     pair_brackets();
     // (scope, signature) -> the functions declared with it, in source order.
     std::map<std::pair<size_t, std::string>, std::vector<Member>> groups;
@@ -48,7 +50,7 @@ class Folder {
       if (!is(k, "(")) continue;  // a member class's specialization stays (and g++ reports it)
       blanked.push_back({tokens_[i].begin, tokens_[i + 2].end});
     }
-    if (!any_spaces && blanked.empty()) return text_;
+    if (!any_spaces && blanked.empty()) return apply({}, out, out_tokens);
     for (auto& [key, members] : groups) {
       // The unqualified or `thread` one stays: Metal's default address space.
       size_t kept = 0;
@@ -71,19 +73,22 @@ class Folder {
     std::sort(blanked.begin(), blanked.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;
     });
-    std::string out;
-    size_t copied = 0;
+    std::vector<TextEdit> edits;
     for (const auto& [b, e] : blanked) {
-      if (b < copied) continue;
-      out.append(text_, copied, b - copied);
-      out.append(static_cast<size_t>(std::count(text_.begin() + b, text_.begin() + e, '\n')), '\n');
-      copied = e;
+      edits.push_back({b, e, std::string(static_cast<size_t>(std::count(text_.begin() + b, text_.begin() + e, '\n')), '\n')});
     }
-    out.append(text_, copied, std::string::npos);
-    return out;
+    return apply(edits, out, out_tokens);
   }
 
  private:
+  Status apply(const std::vector<TextEdit>& edits, std::string* out, std::vector<Token>* out_tokens) const {
+    std::string error;
+    if (!apply_edits(text_, tokens_, edits, out, out_tokens, &error)) {
+      return Status::error(std::string(kMslSourceName) + ":" + error);
+    }
+    return Status();
+  }
+
   struct Member {
     size_t first = 0;             // the declaration's first token (a template header's included)
     size_t last = 0;              // its last token (`;` or the body's `}`)
@@ -106,26 +111,16 @@ class Folder {
 
   // Pairs brackets and records each token's innermost enclosing `{` (SIZE_MAX at file scope).
   void pair_brackets() {
-    partner_.assign(tokens_.size(), SIZE_MAX);
+    partner_ = cpu::pair_brackets(text_, tokens_);
     scope_.assign(tokens_.size(), SIZE_MAX);
     scope_kind_.assign(tokens_.size(), ScopeKind::function);
-    std::vector<size_t> stack, braces;
+    std::vector<size_t> braces;
     for (size_t i = 0; i < tokens_.size(); ++i) {
+      if (is(i, "}") && partner_[i] != SIZE_MAX && is(partner_[i], "{") && !braces.empty()) braces.pop_back();
       scope_[i] = braces.empty() ? SIZE_MAX : braces.back();
-      if (tokens_[i].kind != TokenKind::punctuator || tokens_[i].end - tokens_[i].begin != 1) continue;
-      const char c = text_[tokens_[i].begin];
-      if (c == '(' || c == '[' || c == '{') {
-        stack.push_back(i);
-        if (c == '{') {
-          braces.push_back(i);
-          scope_kind_[i] = kind_of_scope(i);
-        }
-      } else if ((c == ')' || c == ']' || c == '}') && !stack.empty()) {
-        partner_[stack.back()] = i;
-        partner_[i] = stack.back();
-        if (text_[tokens_[stack.back()].begin] == '{' && !braces.empty()) braces.pop_back();
-        stack.pop_back();
-        scope_[i] = braces.empty() ? SIZE_MAX : braces.back();
+      if (is(i, "{")) {
+        braces.push_back(i);
+        scope_kind_[i] = kind_of_scope(i);
       }
     }
   }
@@ -241,8 +236,9 @@ class Folder {
 
 }  // namespace
 
-std::string rewrite_overload_sets(const std::string& source, const std::vector<Token>& tokens) {
-  return Folder(source, tokens).run();
+Status rewrite_overload_sets(const std::string& source, const std::vector<Token>& tokens, std::string* out,
+                             std::vector<Token>* out_tokens) {
+  return Folder(source, tokens).run(out, out_tokens);
 }
 
 }  // namespace etm::device::cpu

@@ -528,12 +528,6 @@ const std::set<std::string>& library_macro_names() {
 
 // ----------------------------------------------------------------------- the stage
 
-struct TextEdit {
-  size_t begin;
-  size_t end;
-  std::string replacement;
-};
-
 // A directive's keyword and the text after it (continuations joined, comments dropped).
 struct DirectiveText {
   std::string keyword;
@@ -576,25 +570,15 @@ class Preprocessor {
     }
   }
 
-  Status run(std::string* out) {
+  Status run(std::string* out, std::vector<Token>* out_tokens) {
     if (!match_groups()) return Status::error(error_);
     process(0, tokens_.size());
     if (!error_.empty()) return Status::error(error_);
-    if (edits_.empty()) {
-      *out = text_;
-      return Status();
-    }
     std::sort(edits_.begin(), edits_.end(), [](const TextEdit& a, const TextEdit& b) { return a.begin < b.begin; });
-    std::string result;
-    size_t copied = 0;
-    for (const TextEdit& e : edits_) {
-      if (e.begin < copied) continue;
-      result.append(text_, copied, e.begin - copied);
-      result += e.replacement;
-      copied = e.end;
+    std::string error;
+    if (!apply_edits(text_, tokens_, edits_, out, out_tokens, &error)) {
+      return Status::error(std::string(kMslSourceName) + ":" + error);
     }
-    result.append(text_, copied, std::string::npos);
-    *out = std::move(result);
     return Status();
   }
 
@@ -851,8 +835,8 @@ std::vector<std::pair<std::string, std::string>> predefined_metal_macros(int met
 }
 
 Status preprocess_msl(const std::string& source, const std::vector<Token>& tokens, int metal_version,
-                      std::string* out) {
-  return Preprocessor(source, tokens, metal_version).run(out);
+                      std::string* out, std::vector<Token>* out_tokens) {
+  return Preprocessor(source, tokens, metal_version).run(out, out_tokens);
 }
 
 }  // namespace etm::device::cpu

@@ -29,8 +29,9 @@ inline constexpr int kCpuMetalVersion = 400;
 std::vector<std::pair<std::string, std::string>> predefined_metal_macros(int metal_version);
 
 // The source with conditionals decided and kernel-producing macros expanded; `tokens` are
-// the source's. Errors (an unbalanced group, a malformed #if, a live #error) name the line.
+// the source's, *out_tokens (when given) the output's (apply_edits). Errors (an unbalanced
+// group, a malformed #if, a live #error) name the line.
 Status preprocess_msl(const std::string& source, const std::vector<Token>& tokens, int metal_version,
-                      std::string* out);
+                      std::string* out, std::vector<Token>* out_tokens = nullptr);
 
 }  // namespace etm::device::cpu

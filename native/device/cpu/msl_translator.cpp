@@ -10,7 +10,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "device/cpu/embedded_headers.h"
@@ -32,58 +31,26 @@ uint32_t attribute_integer(const std::string& text) {
 
 // --------------------------------------------------------------------- translation
 
-struct ThreadAttribute {
-  const char* name;
-  // Per component, an expression over the generated wrapper's locals.
-  const char* components[3];
+// The compute-stage attributes a parameter may carry; each is a tag type of the same name in
+// kernel_support/etm_cpu_kernel_wrapper.h that computes its value.
+const std::set<std::string> kThreadAttributes = {
+    "thread_position_in_grid",        "thread_position_in_threadgroup",
+    "threadgroup_position_in_grid",   "threads_per_threadgroup",
+    "dispatch_threads_per_threadgroup", "threads_per_grid",
+    "threadgroups_per_grid",          "thread_index_in_threadgroup",
+    "thread_index_in_simdgroup",      "simdgroup_index_in_threadgroup",
+    "simdgroups_per_threadgroup",     "dispatch_simdgroups_per_threadgroup",
+    "threads_per_simdgroup",          "thread_execution_width",
+    "thread_index_in_quadgroup",      "quadgroup_index_in_threadgroup",
+    "quadgroups_per_threadgroup",     "dispatch_quadgroups_per_threadgroup",
 };
 
-// etm__x/y/z: position in the threadgroup; etm__index: linear index in the threadgroup.
-const ThreadAttribute kThreadAttributes[] = {
-    {"thread_position_in_grid",
-     {"etm__group->origin[0] + etm__x", "etm__group->origin[1] + etm__y",
-      "etm__group->origin[2] + etm__z"}},
-    {"thread_position_in_threadgroup", {"etm__x", "etm__y", "etm__z"}},
-    {"threadgroup_position_in_grid",
-     {"etm__group->position[0]", "etm__group->position[1]", "etm__group->position[2]"}},
-    {"threads_per_threadgroup",
-     {"etm__group->size[0]", "etm__group->size[1]", "etm__group->size[2]"}},
-    {"dispatch_threads_per_threadgroup",
-     {"etm__launch->threads_per_group[0]", "etm__launch->threads_per_group[1]",
-      "etm__launch->threads_per_group[2]"}},
-    {"threads_per_grid", {"etm__launch->grid[0]", "etm__launch->grid[1]", "etm__launch->grid[2]"}},
-    {"threadgroups_per_grid",
-     {"etm__launch->groups[0]", "etm__launch->groups[1]", "etm__launch->groups[2]"}},
-    {"thread_index_in_threadgroup", {"etm__index", "0u", "0u"}},
-    {"thread_index_in_simdgroup", {"(etm__index & 31u)", "0u", "0u"}},
-    {"simdgroup_index_in_threadgroup", {"(etm__index >> 5)", "0u", "0u"}},
-    {"simdgroups_per_threadgroup", {"((etm__group->thread_count + 31u) >> 5)", "0u", "0u"}},
-    {"dispatch_simdgroups_per_threadgroup",
-     {"((etm__launch->threads_per_group[0] * etm__launch->threads_per_group[1] * "
-      "etm__launch->threads_per_group[2] + 31u) >> 5)",
-      "0u", "0u"}},
-    {"threads_per_simdgroup", {"32u", "0u", "0u"}},
-    {"thread_execution_width", {"32u", "0u", "0u"}},
-    {"thread_index_in_quadgroup", {"(etm__index & 3u)", "0u", "0u"}},
-    {"quadgroup_index_in_threadgroup", {"(etm__index >> 2)", "0u", "0u"}},
-    {"quadgroups_per_threadgroup", {"((etm__group->thread_count + 3u) >> 2)", "0u", "0u"}},
-    {"dispatch_quadgroups_per_threadgroup",
-     {"((etm__launch->threads_per_group[0] * etm__launch->threads_per_group[1] * "
-      "etm__launch->threads_per_group[2] + 3u) >> 2)",
-      "0u", "0u"}},
-};
+bool is_thread_attribute(const std::string& name) { return kThreadAttributes.count(name) != 0; }
 
 // Names the barrier-region form of kernel f: etm__regions_f.
 constexpr const char* kRegionPrefix = "etm__regions_";
 // Names the function whose return type is the wrapper of template kernel f: etm__deduce_f.
 constexpr const char* kDeducerPrefix = "etm__deduce_";
-
-const ThreadAttribute* find_thread_attribute(const std::string& name) {
-  for (const ThreadAttribute& a : kThreadAttributes) {
-    if (name == a.name) return &a;
-  }
-  return nullptr;
-}
 
 // Standard C++ attributes survive; every other [[...]] is MSL's and is removed.
 bool is_standard_attribute(const std::string& name) {
@@ -92,12 +59,6 @@ bool is_standard_attribute(const std::string& name) {
       "deprecated",   "gnu",       "clang",  "carries_dependency", "no_unique_address"};
   return kStandard.count(name) != 0;
 }
-
-struct Edit {
-  size_t begin;
-  size_t end;
-  std::string replacement;
-};
 
 struct AttributeItem {
   std::string name;
@@ -142,7 +103,7 @@ bool bind_arguments(const std::vector<Parameter>& parameters, TranslatedKernel* 
     const std::string label = "kernel '" + k->name + "' parameter '" + p.name + "'";
     const AttributeItem* binding = nullptr;
     for (const AttributeItem& a : p.attributes) {
-      if (a.name == "buffer" || a.name == "threadgroup" || find_thread_attribute(a.name)) {
+      if (a.name == "buffer" || a.name == "threadgroup" || is_thread_attribute(a.name)) {
         binding = &a;
       } else if (a.name == "texture" || a.name == "sampler" || a.name == "stage_in" ||
                  a.name == "visible_function_table" ||
@@ -190,9 +151,9 @@ bool bind_arguments(const std::vector<Parameter>& parameters, TranslatedKernel* 
   return true;
 }
 
-// The expression that initializes a thread-attribute parameter of type `type`.
-bool attribute_value(const Parameter& p, const ThreadAttribute& a, std::string* out, std::string* error) {
-  // The scalar type and width from the spelled type: uint, ushort2, metal::uint3 ...
+// Whether a thread-attribute parameter's spelled type is one the attribute can initialize:
+// an integer scalar or a vector of up to 3 of them (uint, ushort2, metal::uint3 ...).
+bool check_attribute_type(const Parameter& p, const std::string& attribute, std::string* error) {
   std::string base;
   for (size_t k = 0; k < p.type.size();) {
     const size_t b = k;
@@ -204,27 +165,34 @@ bool attribute_value(const Parameter& p, const ThreadAttribute& a, std::string* 
       ++k;
     }
   }
-  int width = 1;
   std::string scalar = base;
-  if (!base.empty() && base.back() >= '2' && base.back() <= '4') {
-    width = base.back() - '0';
-    scalar = base.substr(0, base.size() - 1);
-  }
+  if (!base.empty() && base.back() >= '2' && base.back() <= '3') scalar = base.substr(0, base.size() - 1);
   static const std::set<std::string> kScalars = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "ulong", "long", "size_t"};
   if (!kScalars.count(scalar) || p.is_pointer || p.is_reference) {
-    *error = "parameter '" + p.name + "' [[" + a.name + "]] has unsupported type '" + p.type + "'";
+    *error = "parameter '" + p.name + "' [[" + attribute + "]] has unsupported type '" + p.type + "'";
     return false;
   }
-  std::string value = base + "(";
-  for (int c = 0; c < width; ++c) {
-    value += (c ? ", " : "") + std::string("static_cast<") + scalar + ">(" + a.components[c] + ")";
-  }
-  *out = value + ")";
   return true;
 }
 
-// The wrapper struct of a kernel: its loop, thread, argument-size and region entries bind the
-// parameters from the launch and group (etm_cpu_kernel_abi.h) and call the kernel.
+// The value of a thread-attribute parameter inside a region function, whose locals name the
+// thread (etm__x/y/z, etm__index) only where the attribute differs between threads.
+std::string region_attribute_value(const Parameter& p, const std::string& attribute, bool per_thread) {
+  return "etm_cpu_kernel::attribute_value<" + p.type + ", etm_cpu_kernel::" + attribute +
+         ">(etm__launch, etm__group, " + (per_thread ? "{etm__x, etm__y, etm__z, etm__index}" : "{}") + ")";
+}
+
+// The kernel's parameter types as the C++ function sees them.
+std::string parameter_types(const std::vector<Parameter>& parameters) {
+  std::string types;
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    types += (k ? ", " : "") + parameters[k].type + (parameters[k].is_array ? "*" : "");
+  }
+  return types;
+}
+
+// The kernel's wrapper: an alias of etm_cpu_kernel::kernel_wrapper (etm_cpu_kernel_wrapper.h)
+// naming the kernel, its region form, its computed thread limit and each parameter's binding.
 bool wrapper_code(const std::string& kernel_name, const std::string& template_header,
                   const std::string& wrapper_name, const std::string& call_target,
                   const std::vector<Parameter>& parameters, int line, bool has_regions,
@@ -232,106 +200,45 @@ bool wrapper_code(const std::string& kernel_name, const std::string& template_he
   TranslatedKernel probe;
   probe.name = kernel_name;
   if (!bind_arguments(parameters, &probe, error)) return false;
-  std::string bindings, arguments, sizes, region_arguments;
+  std::string bindings;
   for (size_t k = 0; k < parameters.size(); ++k) {
-    const Parameter& p = parameters[k];
     const KernelArgument& a = probe.arguments[k];
-    const std::string local = "etm__argument" + std::to_string(k);
-    std::string type = p.type;
-    if (p.is_array) type += "*";
     switch (a.kind) {
       case KernelArgumentKind::buffer:
-        if (a.by_reference) {
-          bindings += type + " " + local + " = etm_cpu_kernel::bind_reference<" + type +
-                      ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
-          sizes += "etm__sizes[" + std::to_string(k) + "] = etm_cpu_kernel::referenced_size<" + type + ">(); ";
-        } else {
-          bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
-                      ">(etm__launch->buffers[" + std::to_string(a.index) + "]); ";
-        }
-        arguments += (k ? ", " : "") + local;
-        region_arguments += local + ", ";
+        bindings += ", etm_cpu_kernel::buffer<" + std::to_string(a.index) + ">";
         break;
       case KernelArgumentKind::threadgroup_memory:
-        bindings += type + " " + local + " = etm_cpu_kernel::bind_pointer<" + type +
-                    ">(etm__group->arena + etm__launch->dynamic_threadgroup_offsets[" +
-                    std::to_string(a.index) + "]); ";
-        arguments += (k ? ", " : "") + local;
-        region_arguments += local + ", ";
+        bindings += ", etm_cpu_kernel::threadgroup_memory<" + std::to_string(a.index) + ">";
         break;
-      case KernelArgumentKind::thread_attribute: {
-        std::string value;
-        if (!attribute_value(p, *find_thread_attribute(a.attribute), &value, error)) return false;
-        arguments += (k ? ", " : "") + value;
+      case KernelArgumentKind::thread_attribute:
+        if (!check_attribute_type(parameters[k], a.attribute, error)) return false;
+        bindings += ", etm_cpu_kernel::" + a.attribute;
         break;
-      }
     }
   }
-  const std::string call = call_target + "(" + arguments + ");";
-  std::ostringstream code;
-  code << "#line " << line << "\n"
-       << template_header << "struct " << wrapper_name << " { "
-       << "static inline void etm__loop(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-       << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
-       << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1], etm__sz = etm__group->size[2]; "
-       << "for (uint32_t etm__z = 0; etm__z < etm__sz; ++etm__z) "
-       << "for (uint32_t etm__y = 0; etm__y < etm__sy; ++etm__y) { "
-       << "const uint32_t etm__row = etm__sx * (etm__y + etm__sy * etm__z); "
-       << "_Pragma(\"GCC ivdep\") for (uint32_t etm__x = 0; etm__x < etm__sx; ++etm__x) { "
-       << "const uint32_t etm__index = etm__row + etm__x; (void)etm__index; " << call << " } } } "
-       << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
-       << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
-       << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
-       << "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; "
-       << "if (etm__sx != etm__group->thread_count) { etm__x = etm__index % etm__sx; "
-       << "etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } "
-       << "(void)etm__x; (void)etm__y; (void)etm__z; " << call << " } "
-       << "static inline void etm__argument_sizes(uint64_t* etm__sizes) { (void)etm__sizes; " << sizes << "} ";
-  if (max_threads_expression.empty()) {
-    code << "static constexpr uint32_t etm__max_threads = 0; ";
-  } else {
-    code << "static constexpr uint32_t etm__max_threads = static_cast<uint32_t>(" << max_threads_expression
-         << "); static_assert(etm__max_threads >= 1 && etm__max_threads <= 1024, "
-         << "\"max_total_threads_per_threadgroup must be in 1..1024\"); ";
-  }
-  if (has_regions) {
-    code << "\n#if !ETM_CPU_NO_REGIONS\n"
-         << "static inline int etm__regions(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-         << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings << "return "
-         << kRegionPrefix << call_target << "(" << region_arguments << "etm__launch, etm__group); }\n#endif\n";
-  }
-  code << "};";
-  *out += code.str();
+  *out += "#line " + std::to_string(line) + "\n" + template_header + "using " + wrapper_name +
+          " = etm_cpu_kernel::kernel_wrapper<static_cast<void (*)(" + parameter_types(parameters) + ")>(&" +
+          call_target + "), " + (has_regions ? "ETM_CPU_REGIONS(&" + std::string(kRegionPrefix) + call_target + ")" : "nullptr") +
+          ", " +
+          (max_threads_expression.empty() ? "etm_cpu_kernel::no_max_threads"
+                                          : "etm_cpu_kernel::max_threads<(" + max_threads_expression + ")>") +
+          bindings + ">;";
   return true;
 }
 
-// The extern "C" entry points of kernel `index`, calling the wrapper `target`.
+// The extern "C" entry points of kernel `index` (etm_cpu_kernel_abi.h) for the wrapper `target`.
 std::string entry_code(uint32_t index, const std::string& target, int line,
-                              const std::string& execution_note) {
+                       const std::string& execution_note) {
   const std::string n = std::to_string(index);
-  std::ostringstream code;
   std::string note;
   for (char c : execution_note.empty() ? std::string("barrier regions") : execution_note) {
     if (c == '"' || c == '\\') note += '\\';
     if (c != '\n') note += c;
   }
-  code << "\n#if ETM_CPU_KERNEL_SELECTED(" << n << ")\n#line " << line << "\n"
-       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_loop_" << n
-       << "(const etm_cpu_launch* l, const etm_cpu_group* g) { " << target << "::etm__loop(l, g); } "
-       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_thread_" << n
-       << "(const etm_cpu_launch* l, const etm_cpu_group* g, uint32_t i) { " << target << "::etm__thread(l, g, i); } "
-       << "extern \"C\" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_" << n
-       << "(uint64_t* s) { " << target << "::etm__argument_sizes(s); } "
-       << "extern \"C\" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_" << n << "[] = \"" << note
-       << "\"; extern \"C\" ETM_CPU_KERNEL_EXPORT const uint32_t etm_kernel_max_threads_" << n << " = " << target
-       << "::etm__max_threads;";
-  if (execution_note.empty()) {
-    code << "\n#if !ETM_CPU_NO_REGIONS\nextern \"C\" ETM_CPU_KERNEL_EXPORT int etm_kernel_regions_" << n
-         << "(const etm_cpu_launch* l, const etm_cpu_group* g) { return " << target
-         << "::etm__regions(l, g); }\n#endif";
-  }
-  code << "\n#endif";
-  return code.str();
+  std::string code = "\n#if ETM_CPU_KERNEL_SELECTED(" + n + ")\n#line " + std::to_string(line) +
+                     "\nETM_CPU_KERNEL_ENTRY_POINTS(" + n + ", \"" + note + "\", " + target + ")";
+  if (execution_note.empty()) code += "\nETM_CPU_KERNEL_REGIONS_ENTRY(" + n + ", " + target + ")";
+  return code + "\n#endif";
 }
 
 class Translator {
@@ -340,7 +247,7 @@ class Translator {
       : text_(text), tokens_(tokens), options_(options) {}
 
   Status run(MslTranslation* out) {
-    match_brackets();
+    partner_ = pair_brackets(text_, tokens_);
     synchronising_ = synchronising_functions(text_, tokens_, partner_);
     strip_attributes_and_constant();
     scan_scope(0, tokens_.size(), {});
@@ -348,25 +255,18 @@ class Translator {
     if (options_.suffix_float_literals) suffix_float_literals();
 
     // Stable: insertions at one place keep the order they were made in.
-    std::stable_sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) {
+    std::stable_sort(edits_.begin(), edits_.end(), [](const TextEdit& a, const TextEdit& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
-    std::string body;
-    size_t copied = 0;
-    for (const Edit& e : edits_) {
-      if (e.begin < copied) continue;  // inside a range an earlier edit replaced
-      body.append(text_, copied, e.begin - copied);
-      body += e.replacement;
-      copied = e.end;
-    }
-    body.append(text_, copied, std::string::npos);
+    std::string body, unused;
+    apply_edits(text_, tokens_, edits_, &body, nullptr, &unused);
 
     // Apple's predefined macros come first, as the preprocessor stage assumed them.
     std::string prelude;
     for (const auto& [name, value] : predefined_metal_macros(kCpuMetalVersion)) {
       prelude += "#define " + name + " " + value + "\n";
     }
-    out->source = prelude + "#include \"etm_cpu_kernel.h\"\n#include <metal_stdlib>\n#line 1 \"" +
+    out->source = prelude + "#include \"etm_cpu_kernel.h\"\n#include <metal_stdlib>\n#include \"etm_cpu_kernel_wrapper.h\"\n#line 1 \"" +
                   std::string(kMslSourceName) + "\"\n" + body + "\n";
     out->kernels = std::move(kernels_);
     return Status();
@@ -406,24 +306,6 @@ class Translator {
     edits_.push_back({tokens_[i].end, tokens_[i].end, std::move(code)});
   }
 
-  // Pairs (), [], {} once, so scanning can jump over groups.
-  void match_brackets() {
-    partner_.assign(tokens_.size(), SIZE_MAX);
-    std::vector<size_t> stack;
-    for (size_t i = 0; i < tokens_.size(); ++i) {
-      if (tokens_[i].kind != TokenKind::punctuator) continue;
-      const char c = text_[tokens_[i].begin];
-      if (tokens_[i].end - tokens_[i].begin != 1) continue;
-      if (c == '(' || c == '[' || c == '{') {
-        stack.push_back(i);
-      } else if (c == ')' || c == ']' || c == '}') {
-        if (stack.empty()) continue;
-        partner_[stack.back()] = i;
-        partner_[i] = stack.back();
-        stack.pop_back();
-      }
-    }
-  }
   size_t partner(size_t i) const { return i < partner_.size() ? partner_[i] : SIZE_MAX; }
 
   // From a `<` at i, the matching `>` (template argument lists), or SIZE_MAX.
@@ -731,12 +613,8 @@ class Translator {
     if (is_template) {
       // Declared only: an instantiation without explicit template arguments finds its wrapper
       // as this function's return type, deduced from the instantiation's parameter types.
-      std::string declared;
-      for (size_t k = 0; k < parameters.size(); ++k) {
-        declared += (k ? ", " : "") + parameters[k].type + (parameters[k].is_array ? "*" : "");
-      }
       code += " " + template_header + wrapper_name + "<" + join(names, ", ") + "> " + kDeducerPrefix + name + "(" +
-              declared + ");";
+              parameter_types(parameters) + ");";
     }
     if (!is_template) {
       TranslatedKernel k;
@@ -751,7 +629,7 @@ class Translator {
         // called still instantiates its threadgroup variables' slots, which reserve their bytes
         // in the object whichever kernel declares them (Metal counts each kernel's own).
         edits_.insert(edits_.begin() + static_cast<std::ptrdiff_t>(head_edits),
-                      Edit{tokens_[begin].begin, tokens_[begin].begin,
+                      TextEdit{tokens_[begin].begin, tokens_[begin].begin,
                            "\n#if ETM_CPU_KERNEL_SELECTED(" + std::to_string(k.entry_index) + ")\n#line " +
                                std::to_string(line) + "\n"});
         code += "\n#endif";
@@ -1056,10 +934,11 @@ class Translator {
         r.is_attribute = true;
         r.attribute_type = p.type;
         r.per_thread = is_per_thread_attribute(a.attribute);
-        if (!attribute_value(p, *find_thread_attribute(a.attribute), &r.attribute_value, &why)) {
+        if (!check_attribute_type(p, a.attribute, &why)) {
           fail(line, why);
           return false;
         }
+        r.attribute_value = region_attribute_value(p, a.attribute, r.per_thread);
       } else {
         r.declaration = p.type + (p.is_array ? "* " : " ") + p.name;
       }
@@ -1145,7 +1024,7 @@ class Translator {
   const std::vector<Token>& tokens_;
   MslTranslationOptions options_;
   std::vector<size_t> partner_;
-  std::vector<Edit> edits_;
+  std::vector<TextEdit> edits_;
   std::vector<TranslatedKernel> kernels_;
   std::vector<KernelTemplate> templates_;
   std::set<std::string> declared_kernels_;
@@ -1155,16 +1034,6 @@ class Translator {
 };
 
 
-// Tokens of `text`, the output of a stage whose input had `tokens`: lexed again only when the
-// stage changed the text.
-Status retokenize(const std::string& input, const std::string& text, std::vector<Token>* tokens) {
-  if (text == input) return Status();
-  tokens->clear();
-  std::string error;
-  if (!lex_msl(text, tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  return Status();
-}
-
 }  // namespace
 
 Status translate_msl(const std::string& msl, const MslTranslationOptions& options,
@@ -1172,21 +1041,17 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   std::vector<Token> tokens;
   std::string error;
   if (!lex_msl(msl, &tokens, &error)) return Status::error(std::string(kMslSourceName) + ":" + error);
-  std::string preprocessed;
-  Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed);
+  // One lexer pass: each stage hands the next the tokens of its output (apply_edits).
+  std::string preprocessed, folded, specializable;
+  std::vector<Token> preprocessed_tokens, folded_tokens, specializable_tokens;
+  Status status = preprocess_msl(msl, tokens, kCpuMetalVersion, &preprocessed, &preprocessed_tokens);
   if (!status.ok()) return status;
-  status = retokenize(msl, preprocessed, &tokens);
+  status = rewrite_overload_sets(preprocessed, preprocessed_tokens, &folded, &folded_tokens);
   if (!status.ok()) return status;
-  const std::string folded = rewrite_overload_sets(preprocessed, tokens);
-  status = retokenize(preprocessed, folded, &tokens);
-  if (!status.ok()) return status;
-  std::string specializable;
   std::vector<FunctionConstant> constants;
-  status = rewrite_function_constants(folded, tokens, &specializable, &constants);
+  status = rewrite_function_constants(folded, folded_tokens, &specializable, &constants, &specializable_tokens);
   if (!status.ok()) return status;
-  status = retokenize(folded, specializable, &tokens);
-  if (!status.ok()) return status;
-  status = Translator(specializable, tokens, options).run(out);
+  status = Translator(specializable, specializable_tokens, options).run(out);
   if (!status.ok()) return status;
   out->source = function_constant_defaults(constants) + out->source;
   out->function_constants = std::move(constants);
