@@ -15,6 +15,7 @@
 
 #include "device/cpu/embedded_headers.h"
 #include "device/cpu/kernel_compiler.h"
+#include "device/cpu/msl_conditionals.h"
 #include "device/cpu/msl_overload_sets.h"
 #include "device/cpu/msl_lexer.h"
 #include "device/cpu/msl_preprocessor.h"
@@ -1180,11 +1181,14 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   const std::string folded = rewrite_overload_sets(preprocessed, tokens);
   status = retokenize(preprocessed, folded, &tokens);
   if (!status.ok()) return status;
+  const std::string selected = rewrite_bfloat_conditionals(folded, tokens);
+  status = retokenize(folded, selected, &tokens);
+  if (!status.ok()) return status;
   std::string specializable;
   std::vector<FunctionConstant> constants;
-  status = rewrite_function_constants(folded, tokens, &specializable, &constants);
+  status = rewrite_function_constants(selected, tokens, &specializable, &constants);
   if (!status.ok()) return status;
-  status = retokenize(folded, specializable, &tokens);
+  status = retokenize(selected, specializable, &tokens);
   if (!status.ok()) return status;
   status = Translator(specializable, tokens, options).run(out);
   if (!status.ok()) return status;
