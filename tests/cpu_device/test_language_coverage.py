@@ -540,3 +540,30 @@ def test_vector_types_of_different_elements_and_pointer_frexp_are_compile_errors
         compile_library(pointer)
     with pytest.raises(etmetal_py.EtmetalError):
         etmetal_py.synchronize()
+
+
+def test_function_pointer_template_parameter_over_constant_and_filled_simdgroup_matrix_default_rows():
+    # PyTorch's Quantized (after llama.cpp): `template <typename T, float2 (*F)(constant T*, uint2)>`
+    # kernels instantiated with a function whose parameter is `constant T*` (both must read
+    # `const T*`), and make_filled_simdgroup_matrix<float, 8>(0.f), whose Rows defaults to Cols.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T> float2 scale_zero(constant T* table, uint2 index) {
+          return float2(table[index.x], float(index.y));
+        }
+        template <typename T, float2 (*Get)(constant T*, uint2)>
+        kernel void dequantize(constant T* table [[buffer(0)]], device float* out [[buffer(1)]],
+                               uint i [[thread_position_in_grid]]) {
+          simdgroup_float8x8 filled = make_filled_simdgroup_matrix<float, 8>(0.5f);
+          out[i] = Get(table, uint2(i, 3)).x * 2 + Get(table, uint2(i, 3)).y + filled.thread_elements()[0];
+        }
+        template [[host_name("dequantize_half")]] kernel void dequantize<half, scale_zero<half>>(
+            constant half*, device float*, uint);
+        """)
+    table = np.float16([1.5, -2, 0.25, 8] * 8)
+    with compile_library(source) as library:
+        out = np.zeros(32, dtype=np.float32)
+        library.function("dequantize_half")(table, out, threads=32)
+    np.testing.assert_array_equal(out, table.astype(np.float32) * 2 + 3 + 0.5)

@@ -489,6 +489,19 @@ class Translator {
     }
   }
 
+  // Tokens [first, last) as written, `constant` turned into `const` as in the translated source
+  // (`float2 (*f)(constant T*, uint2)` template parameters must match the functions they name).
+  std::string text_with_constant_as_const(size_t first, size_t last) const {
+    std::string out;
+    size_t copied = tokens_[first].begin;
+    for (size_t k = first; k < last; ++k) {
+      if (!is(k, "constant")) continue;
+      out += text_.substr(copied, tokens_[k].begin - copied) + (declaration_has_const(k) ? "" : "const");
+      copied = tokens_[k].end;
+    }
+    return out + text_.substr(copied, tokens_[last - 1].end - copied);
+  }
+
   bool declaration_has_const(size_t i) const {
     auto stops = [&](size_t k) {
       return is(k, "(") || is(k, ",") || is(k, ";") || is(k, "{") || is(k, "}") || is(k, "<") ||
@@ -713,8 +726,7 @@ class Translator {
       if (!template_parameter_names(begin + 1, template_close, &names)) {
         return fail(line, "cannot parse the template parameters of kernel '" + name + "'");
       }
-      template_header = "template " + text_.substr(tokens_[begin + 1].begin,
-                                                    tokens_[template_close].end - tokens_[begin + 1].begin) + " ";
+      template_header = "template " + text_with_constant_as_const(begin + 1, template_close + 1) + " ";
       call_target += "<" + join(names, ", ") + ">";
     }
     std::string regions_code, execution_note;
