@@ -419,6 +419,7 @@ def test_conditional_with_bfloat_and_float_operands_takes_the_usual_arithmetic_c
         #include <metal_stdlib>
         using namespace metal;
         template <typename T> T angle(T x) { return T(isnan(x) ? x : x < 0 ? M_PI_F : 0.0); }
+        #define FIRST_OF(A, B, C) (A)
         [[kernel]] void pick(device const bfloat* in [[buffer(0)]], device float* out [[buffer(1)]],
                              device int* counts [[buffer(2)]], uint i [[thread_position_in_grid]]) {
           bfloat x = in[i];
@@ -442,16 +443,18 @@ def test_conditional_with_bfloat_and_float_operands_takes_the_usual_arithmetic_c
           counts[2 * i] = taken;
           counts[2 * i + 1] = skipped;
           out[16 + i] = ::precise::atan2(h, 1.0 + h);
+          out[20 + i] = FIRST_OF(i > 1 ? x : 2.5f, <, >);  // ScanKernel's CUM_OP arguments
         }
         """)
     values = np.float32([1.5, -2.0, np.nan, -0.5])
     bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat
     with compile_library(source) as library:
-        out = np.zeros(20, dtype=np.float32)
+        out = np.zeros(24, dtype=np.float32)
         counts = np.zeros(8, dtype=np.int32)
         library.function("pick")(bits, out, counts, threads=4)
+    np.testing.assert_array_equal(out[20:], np.where(np.arange(4) > 1, values, np.float32(2.5)))
     h = values.astype(np.float16).astype(np.float32)
-    np.testing.assert_allclose(out[16:], np.arctan2(h, 1 + h), rtol=1e-6)
+    np.testing.assert_allclose(out[16:20], np.arctan2(h, 1 + h), rtol=1e-6)
     out = out[:16].reshape(4, 4)
     pi_bf = np.float32(3.140625)  # M_PI_F rounded to bfloat (T(...) of a float)
     angle = np.where(np.isnan(values), values, np.where(values < 0, pi_bf, 0))

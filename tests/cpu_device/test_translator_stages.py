@@ -103,7 +103,7 @@ OVERLOADS = [
      ["void h(device float& a) {}", "void h(device int& a) {}"], []),
 ]
 
-ARM = "static_cast<::etm_msl::conditional_arm_t<decltype(({})), decltype(({}))>>({})"
+ARM = "static_cast<typename ::etm_msl::conditional_arm_of<decltype(({}))>::template against<decltype(({}))>>({})"
 
 CONDITIONALS = [
     # (MSL, fragments that appear, fragments that go); sources that name no bfloat stay as they are.
@@ -122,6 +122,8 @@ CONDITIONALS = [
      "auto m = c ? [&] { return b; }() : b;\n",
      ["(N > 4 ? 4 : N)", "#if A ? 1 : 0", "c ? [&] { return b; }() : b;"], ["static_cast"]),
     ("float f;\nauto v = c ? f : 1.0f;\n", ["auto v = c ? f : 1.0f;"], ["static_cast"]),
+    # In a macro argument the cast must add no comma outside parentheses.
+    ("bfloat b;\nOP(name, c ? b : x, <, >);\n", ["OP(name, c ? " + ARM.format("b", "x", "b")], []),
 ]
 
 CONSTANTS = [

@@ -134,8 +134,9 @@ class ConditionalRewriter {
     if (last == first + 1 && (tokens_[first].kind == TokenKind::number || is(first, "NULL") || is(first, "nullptr"))) {
       return self;
     }
-    return "static_cast<::etm_msl::conditional_arm_t<decltype((" + one_line(self) + ")), decltype((" +
-           one_line(other) + "))>>(" + self + ")";
+    // No comma outside parentheses: the conditional may be a macro argument.
+    return "static_cast<typename ::etm_msl::conditional_arm_of<decltype((" + one_line(self) +
+           "))>::template against<decltype((" + one_line(other) + "))>>(" + self + ")";
   }
 
   const std::string& text_;

@@ -187,8 +187,12 @@ struct conditional_arm<Self, Other,
       std::is_same<bfloat::mixed_result_t<std::remove_cv_t<std::remove_reference_t<Self>>>, bfloat>::value,
       bfloat, Self>;
 };
-template <class Self, class Other>
-using conditional_arm_t = typename conditional_arm<Self, Other>::type;
+// Spelled without a comma for the translator, whose casts may sit in macro arguments.
+template <class Self>
+struct conditional_arm_of {
+  template <class Other>
+  using against = typename conditional_arm<Self, Other>::type;
+};
 }  // namespace etm_msl
 
 // MSL literal suffixes: 1.0h is half, 1.0bf is bfloat. Unprefixed suffixes are reserved for
