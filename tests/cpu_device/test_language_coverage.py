@@ -444,15 +444,19 @@ def test_conditional_with_bfloat_and_float_operands_takes_the_usual_arithmetic_c
           counts[2 * i + 1] = skipped;
           out[16 + i] = ::precise::atan2(h, 1.0 + h);
           out[20 + i] = FIRST_OF(i > 1 ? x : 2.5f, <, >);  // ScanKernel's CUM_OP arguments
+          threadgroup float scratch[(sizeof(bfloat) == 2) ? 4 : 1];  // Cdist's threadgroup array
+          scratch[i % 4] = float(x) * 2;
+          out[24 + i] = scratch[i % 4];
         }
         """)
     values = np.float32([1.5, -2.0, np.nan, -0.5])
     bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat
     with compile_library(source) as library:
-        out = np.zeros(24, dtype=np.float32)
+        out = np.zeros(28, dtype=np.float32)
         counts = np.zeros(8, dtype=np.int32)
         library.function("pick")(bits, out, counts, threads=4)
-    np.testing.assert_array_equal(out[20:], np.where(np.arange(4) > 1, values, np.float32(2.5)))
+    np.testing.assert_array_equal(out[20:24], np.where(np.arange(4) > 1, values, np.float32(2.5)))
+    np.testing.assert_array_equal(out[24:], np.where(np.arange(4) == 0, 18, values * 2))  # x became 9 on thread 0
     h = values.astype(np.float16).astype(np.float32)
     np.testing.assert_allclose(out[16:20], np.arctan2(h, 1 + h), rtol=1e-6)
     out = out[:16].reshape(4, 4)

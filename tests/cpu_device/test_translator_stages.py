@@ -103,7 +103,8 @@ OVERLOADS = [
      ["void h(device float& a) {}", "void h(device int& a) {}"], []),
 ]
 
-ARM = "static_cast<typename ::etm_msl::conditional_arm_of<decltype(({}))>::template against<decltype(({}))>>({})"
+ARM = ("static_cast<::etm_msl::conditional_arm_t<void(::etm_msl::type_tag<decltype(({}))>, "
+       "::etm_msl::type_tag<decltype(({}))>)>>({})")
 
 CONDITIONALS = [
     # (MSL, fragments that appear, fragments that go); sources that name no bfloat stay as they are.

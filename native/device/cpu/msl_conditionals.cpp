@@ -135,8 +135,8 @@ class ConditionalRewriter {
       return self;
     }
     // No comma outside parentheses: the conditional may be a macro argument.
-    return "static_cast<typename ::etm_msl::conditional_arm_of<decltype((" + one_line(self) +
-           "))>::template against<decltype((" + one_line(other) + "))>>(" + self + ")";
+    return "static_cast<::etm_msl::conditional_arm_t<void(::etm_msl::type_tag<decltype((" + one_line(self) +
+           "))>, ::etm_msl::type_tag<decltype((" + one_line(other) + "))>)>>(" + self + ")";
   }
 
   const std::string& text_;

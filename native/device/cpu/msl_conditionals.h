@@ -13,7 +13,8 @@ namespace etm::device::cpu {
 
 // In a source that names `bfloat`, each `c ? a : b` becomes
 // `c ? static_cast<ARM(a, b)>(a) : static_cast<ARM(b, a)>(b)`, with ARM
-// `::etm_msl::conditional_arm_of<decltype((a))>::against<decltype((b))>` (etm_bfloat.h):
+// `::etm_msl::conditional_arm_t<void(type_tag<decltype((a))>, type_tag<decltype((b))>)>`
+// (metal_include/etm_bfloat.h; the comma inside parentheses, as the cast may be a macro argument):
 // the operand's own type and value category unless one operand is bfloat and the other
 // another scalar, where it is Metal's common type. Only one arm is evaluated, as before.
 // Left alone: conditionals inside attributes, arms holding a directive, a lambda or an

@@ -187,12 +187,16 @@ struct conditional_arm<Self, Other,
       std::is_same<bfloat::mixed_result_t<std::remove_cv_t<std::remove_reference_t<Self>>>, bfloat>::value,
       bfloat, Self>;
 };
-// Spelled without a comma for the translator, whose casts may sit in macro arguments.
-template <class Self>
-struct conditional_arm_of {
-  template <class Other>
-  using against = typename conditional_arm<Self, Other>::type;
-};
+// The translator names both operands' types in one function type, so that its casts have no
+// comma outside parentheses (they may sit in macro arguments); type_tag admits void operands.
+template <class T>
+struct type_tag {};
+template <class Signature>
+struct conditional_arm_of_signature;
+template <class Self, class Other>
+struct conditional_arm_of_signature<void(type_tag<Self>, type_tag<Other>)> : conditional_arm<Self, Other> {};
+template <class Signature>
+using conditional_arm_t = typename conditional_arm_of_signature<Signature>::type;
 }  // namespace etm_msl
 
 // MSL literal suffixes: 1.0h is half, 1.0bf is bfloat. Unprefixed suffixes are reserved for
