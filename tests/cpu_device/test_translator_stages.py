@@ -123,6 +123,9 @@ CONDITIONALS = [
      "auto m = c ? [&] { return b; }() : b;\n",
      ["(N > 4 ? 4 : N)", "#if A ? 1 : 0", "c ? [&] { return b; }() : b;"], ["static_cast"]),
     ("float f;\nauto v = c ? f : 1.0f;\n", ["auto v = c ? f : 1.0f;"], ["static_cast"]),
+    # A line comment inside an operand is left out of its one-line copies.
+    ("bfloat b;\nauto v = c ? f(a, // first\n  b) : d;\n",
+     ["decltype((f(a,    b)))", "(f(a, // first\n  b))"], []),
     # In a macro argument the cast must add no comma outside parentheses.
     ("bfloat b;\nOP(name, c ? b : x, <, >);\n", ["OP(name, c ? " + ARM.format("b", "x", "b")], []),
 ]

@@ -119,10 +119,28 @@ class ConditionalRewriter {
     return true;
   }
 
+  // `s` on one line (copies go into decltype and must not add lines): line comments dropped,
+  // line breaks made spaces.
   static std::string one_line(const std::string& s) {
-    std::string out = s;
-    for (char& c : out) {
-      if (c == '\n') c = ' ';
+    std::string out;
+    char quote = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quote != 0) {
+        if (c == '\\' && i + 1 < s.size()) {
+          out += c;
+          out += s[++i];
+          continue;
+        }
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '/' && i + 1 < s.size() && s[i + 1] == '/') {
+        while (i < s.size() && s[i] != '\n') ++i;
+        out += ' ';
+        continue;
+      }
+      out += c == '\n' ? ' ' : c;
     }
     return out;
   }
