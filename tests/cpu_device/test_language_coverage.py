@@ -407,3 +407,170 @@ def test_kernel_template_with_a_function_pointer_parameter_instantiated_with_clo
         library.function("fold_prod_int")(products, ints, threads=4)
     np.testing.assert_array_equal(out, np.maximum(np.float32(3), floats))
     np.testing.assert_array_equal(products, ints * 5)
+
+
+def test_conditional_with_bfloat_and_float_operands_takes_the_usual_arithmetic_conversions():
+    # PyTorch's UnaryKernel: `isnan(x) ? x : x < 0 ? M_PI_F : 0.0` with bfloat x. Metal's bfloat
+    # is arithmetic: with a float operand the conditional is float, with an integer bfloat,
+    # with bfloat on both sides it keeps the operands' lvalue-ness, and only the chosen arm
+    # is evaluated.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T> T angle(T x) { return T(isnan(x) ? x : x < 0 ? M_PI_F : 0.0); }
+        #define FIRST_OF(A, B, C) (A)
+        [[kernel]] void pick(device const bfloat* in [[buffer(0)]], device float* out [[buffer(1)]],
+                             device int* counts [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          bfloat x = in[i];
+          bfloat spare = bfloat(-7);
+          static_assert(is_same_v<decltype(i > 1 ? x : 2.5f), float>, "bfloat : float is float");
+          static_assert(is_same_v<decltype(i > 1 ? 3 : x), bfloat>, "int : bfloat is bfloat");
+          static_assert(is_same_v<decltype(i > 1 ? x : spare), bfloat&>, "an lvalue stays one");
+          // UnaryKernel's log1p of half2: precise:: functions are float-only in Metal, so a half
+          // and a float argument convert to float (metal::atan2 would be ambiguous).
+          const half h = half(in[i]);
+          static_assert(is_same_v<decltype(::precise::atan2(h, 1.0 + h)), float>, "float only");
+          static_assert(is_same_v<decltype(precise::exp(h)), float>, "float only");
+          int taken = 0, skipped = 0;
+          const float mixed = i % 2 == 0 ? (taken += 1, x) : (skipped += 1, 0.1f);
+          (i == 0 ? x : spare) = bfloat(9);
+          device const bfloat* none = i > 100 ? in : 0;
+          out[4 * i + 0] = angle(x);
+          out[4 * i + 1] = mixed;
+          out[4 * i + 2] = float(x) + float(spare);
+          out[4 * i + 3] = none == 0 ? float(angle(float(in[i]))) : -1.0f;
+          counts[2 * i] = taken;
+          counts[2 * i + 1] = skipped;
+          out[16 + i] = ::precise::atan2(h, 1.0 + h);
+          out[20 + i] = FIRST_OF(i > 1 ? x : 2.5f, <, >);  // ScanKernel's CUM_OP arguments
+          threadgroup float scratch[(sizeof(bfloat) == 2) ? 4 : 1];  // Cdist's threadgroup array
+          scratch[i % 4] = float(x) * 2;
+          out[24 + i] = scratch[i % 4];
+        }
+        """)
+    values = np.float32([1.5, -2.0, np.nan, -0.5])
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat
+    with compile_library(source) as library:
+        out = np.zeros(28, dtype=np.float32)
+        counts = np.zeros(8, dtype=np.int32)
+        library.function("pick")(bits, out, counts, threads=4)
+    np.testing.assert_array_equal(out[20:24], np.where(np.arange(4) > 1, values, np.float32(2.5)))
+    np.testing.assert_array_equal(out[24:], np.where(np.arange(4) == 0, 18, values * 2))  # x became 9 on thread 0
+    h = values.astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(out[16:20], np.arctan2(h, 1 + h), rtol=1e-6)
+    out = out[:16].reshape(4, 4)
+    pi_bf = np.float32(3.140625)  # M_PI_F rounded to bfloat (T(...) of a float)
+    angle = np.where(np.isnan(values), values, np.where(values < 0, pi_bf, 0))
+    np.testing.assert_array_equal(out[:, 0], angle.astype(np.float32))
+    even = np.arange(4) % 2 == 0
+    np.testing.assert_array_equal(out[:, 1], np.where(even, values, np.float32(0.1)))
+    # Thread 0 assigned x, the others the spare.
+    np.testing.assert_array_equal(out[:, 2], np.where(np.arange(4) == 0, 9 - 7, values + 9))
+    np.testing.assert_array_equal(out[:, 3], np.where(values < 0, np.float32(np.pi), np.where(np.isnan(values), values, 0)))
+    np.testing.assert_array_equal(counts.reshape(4, 2), np.stack([even, ~even], axis=1).astype(np.int32))
+
+
+def test_matrix_types_columns_and_products():
+    # PyTorch's Quantized kernels: float4x4 / float2x4 built column by column, row vector times
+    # matrix. Metal's floatCxR has C columns of R rows; m[i] is a column.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        [[kernel]] void products(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                 uint i [[thread_position_in_grid]]) {
+          float4x4 m;
+          for (int c = 0; c < 4; ++c) m[c] = {in[4 * c], in[4 * c + 1], in[4 * c + 2], in[4 * c + 3]};
+          const float4 v = float4(in[16], in[17], in[18], in[19]);
+          float2x4 pair = float2x4(0.f);
+          pair[1] = v;
+          const float2x2 a(1, 2, 3, 4);
+          const float2x2 b = float2x2(float2(5, 6), float2(7, 8));
+          const float2x2 ab = a * b;
+          const float4 row = v * m;
+          const float4 column = m * v;
+          const float4 scaled = (2.0f * m)[3] + (m - m)[0] + pair[0];
+          const float4 via_pair = pair[1] * m;
+          for (int k = 0; k < 4; ++k) {
+            out[k] = row[k];
+            out[4 + k] = column[k];
+            out[8 + k] = scaled[k];
+            out[12 + k] = via_pair[k];
+          }
+          out[16] = ab[0][0]; out[17] = ab[0][1]; out[18] = ab[1][0]; out[19] = ab[1][1];
+          out[20] = transpose(pair)[2][1];
+          out[21] = float4x4(2.0f)[1][1] + float4x4(2.0f)[1][2];
+        }
+        """)
+    data = np.arange(1, 21, dtype=np.float32) / 4
+    with compile_library(source) as library:
+        out = np.zeros(22, dtype=np.float32)
+        library.function("products")(data, out, threads=1)
+    columns = data[:16].reshape(4, 4)  # row c of this array is column c of the matrix
+    matrix = columns.T
+    v = data[16:20]
+    np.testing.assert_allclose(out[0:4], v @ matrix, rtol=1e-6)
+    np.testing.assert_allclose(out[4:8], matrix @ v, rtol=1e-6)
+    np.testing.assert_allclose(out[8:12], 2 * columns[3], rtol=1e-6)
+    np.testing.assert_allclose(out[12:16], v @ matrix, rtol=1e-6)
+    a = np.array([[1, 3], [2, 4]], np.float32)
+    b = np.array([[5, 7], [6, 8]], np.float32)
+    np.testing.assert_array_equal(out[16:20], (a @ b).T.ravel())
+    assert out[20] == v[2] and out[21] == 2
+
+
+def test_vector_types_of_different_elements_and_pointer_frexp_are_compile_errors_with_the_line():
+    # Metal allows no implicit conversion between vector types (float2 * half2, as PyTorch's
+    # c10::metal::mul(float2, half2) would need), and its frexp returns the exponent through a
+    # reference: `frexp(x, &e)` is C's signature. Both fail at their MSL line.
+    require_cpu_device()
+    import etmetal_py
+    mixed = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        [[kernel]] void mix(device float2* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          out[i] = out[i] * half2(1, 2);
+        }
+        """)
+    with pytest.raises(etmetal_py.EtmetalError, match=r"library.metal:4:"):
+        compile_library(mixed)
+    pointer = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        [[kernel]] void split(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+          int e;
+          out[i] = frexp(out[i], &e) + e;
+        }
+        """)
+    with pytest.raises(etmetal_py.EtmetalError, match=r"library.metal:5:.*frexp"):
+        compile_library(pointer)
+    with pytest.raises(etmetal_py.EtmetalError):
+        etmetal_py.synchronize()
+
+
+def test_function_pointer_template_parameter_over_constant_and_filled_simdgroup_matrix_default_rows():
+    # PyTorch's Quantized (after llama.cpp): `template <typename T, float2 (*F)(constant T*, uint2)>`
+    # kernels instantiated with a function whose parameter is `constant T*` (both must read
+    # `const T*`), and make_filled_simdgroup_matrix<float, 8>(0.f), whose Rows defaults to Cols.
+    require_cpu_device()
+    source = textwrap.dedent("""\
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T> float2 scale_zero(constant T* table, uint2 index) {
+          return float2(table[index.x], float(index.y));
+        }
+        template <typename T, float2 (*Get)(constant T*, uint2)>
+        kernel void dequantize(constant T* table [[buffer(0)]], device float* out [[buffer(1)]],
+                               uint i [[thread_position_in_grid]]) {
+          simdgroup_float8x8 filled = make_filled_simdgroup_matrix<float, 8>(0.5f);
+          out[i] = Get(table, uint2(i, 3)).x * 2 + Get(table, uint2(i, 3)).y + filled.thread_elements()[0];
+        }
+        template [[host_name("dequantize_half")]] kernel void dequantize<half, scale_zero<half>>(
+            constant half*, device float*, uint);
+        """)
+    table = np.float16([1.5, -2, 0.25, 8] * 8)
+    with compile_library(source) as library:
+        out = np.zeros(32, dtype=np.float32)
+        library.function("dequantize_half")(table, out, threads=32)
+    np.testing.assert_array_equal(out, table.astype(np.float32) * 2 + 3 + 0.5)

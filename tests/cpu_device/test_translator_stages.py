@@ -103,6 +103,33 @@ OVERLOADS = [
      ["void h(device float& a) {}", "void h(device int& a) {}"], []),
 ]
 
+ARM = ("static_cast<::etm_msl::conditional_arm_t<void(::etm_msl::type_tag<decltype(({}))>, "
+       "::etm_msl::type_tag<decltype(({}))>)>>({})")
+
+CONDITIONALS = [
+    # (MSL, fragments that appear, fragments that go); sources that name no bfloat stay as they are.
+    ("bfloat b;\nauto v = c ? b : f(x, y);\n",
+     ["c ? " + ARM.format("b", "f(x, y)", "b") + " : " + ARM.format("f(x, y)", "b", "f(x, y)") + ";"], []),
+    # Nested: the inner conditional is rewritten inside the outer one's arms; a lone number stays
+    # (a null pointer constant must stay one); line breaks stay.
+    ("bfloat b;\nauto v = p ? b\n  : q ? 0 : b;\n",
+     ["p ? " + ARM.format("b", "q ? 0 : " + ARM.format("b", "0", "b"), "b") + "\n  : "], ["q ? b"]),
+    # Arguments and template arguments: the third operand ends at `,` or `)`; a `,` after an
+    # unmatched `<` or an unmatched `>` leaves the extent unknown, so it stays.
+    ("bfloat b;\nf(c ? b : d, e);\ng(c ? b : h<1, 2>(x));\nauto t = k<c ? 1 : 2>();\n",
+     ["f(c ? " + ARM.format("b", "d", "b"), "g(c ? b : h<1, 2>(x));", "k<c ? 1 : 2>()"], []),
+    # Attributes, directives and lambdas stay as written.
+    ("bfloat b;\n[[max_total_threads_per_threadgroup(N > 4 ? 4 : N)]] void f();\n#if A ? 1 : 0\n#endif\n"
+     "auto m = c ? [&] { return b; }() : b;\n",
+     ["(N > 4 ? 4 : N)", "#if A ? 1 : 0", "c ? [&] { return b; }() : b;"], ["static_cast"]),
+    ("float f;\nauto v = c ? f : 1.0f;\n", ["auto v = c ? f : 1.0f;"], ["static_cast"]),
+    # A line comment inside an operand is left out of its one-line copies.
+    ("bfloat b;\nauto v = c ? f(a, // first\n  b) : d;\n",
+     ["decltype((f(a,    b)))", "(f(a, // first\n  b))"], []),
+    # In a macro argument the cast must add no comma outside parentheses.
+    ("bfloat b;\nOP(name, c ? b : x, <, >);\n", ["OP(name, c ? " + ARM.format("b", "x", "b")], []),
+]
+
 CONSTANTS = [
     # (MSL, constants, fragments of the rewritten text)
     ("constant bool has_bias [[function_constant(0)]];\nconstant uint n [[function_constant(3)]];\n"
@@ -321,6 +348,8 @@ def cases():
         out.append((f"preprocess_error_{n}", "preprocess", msl, ("error", error)))
     for n, row in enumerate(OVERLOADS):
         out.append((f"overloads_{n}", "overloads", row[0], ("fragments", row[1:])))
+    for n, row in enumerate(CONDITIONALS):
+        out.append((f"conditionals_{n}", "conditionals", row[0], ("fragments", row[1:])))
     for n, (msl, constants, fragments) in enumerate(CONSTANTS):
         out.append((f"constants_{n}", "constants", msl, ("constants", (constants, fragments))))
     for n, (msl, error) in enumerate(CONSTANT_ERRORS):

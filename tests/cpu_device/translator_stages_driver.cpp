@@ -1,13 +1,15 @@
 // Runs the translator's front-end stages on MSL without compiling anything, for the table
 // tests in test_translator_stages.py. Reads cases from stdin, each opened by a line
-// "@@case STAGE" (lex, preprocess, overloads, constants, translate, shared_tokens) and followed
-// by its MSL; prints one JSON object per case on one line: {"error": ...} or the stage's result.
+// "@@case STAGE" (lex, preprocess, overloads, conditionals, constants, translate, shared_tokens)
+// and followed by its MSL; prints one JSON object per case on one line: {"error": ...} or the
+// stage's result.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "device/cpu/msl_conditionals.h"
 #include "device/cpu/msl_function_constants.h"
 #include "device/cpu/msl_lexer.h"
 #include "device/cpu/msl_overload_sets.h"
@@ -106,6 +108,13 @@ std::string run_overloads(const std::string& source) {
   return "{\"text\": " + quoted(out) + "}";
 }
 
+std::string run_conditionals(const std::string& source) {
+  std::vector<Token> tokens;
+  std::string result;
+  if (!lex(source, &tokens, &result)) return result;
+  return "{\"text\": " + quoted(rewrite_bfloat_conditionals(source, tokens)) + "}";
+}
+
 std::string run_constants(const std::string& source) {
   std::vector<Token> tokens;
   std::string result;
@@ -180,6 +189,7 @@ std::string run_case(const std::string& stage, const std::string& source) {
   if (stage == "lex") return run_lex(source);
   if (stage == "preprocess") return run_preprocess(source);
   if (stage == "overloads") return run_overloads(source);
+  if (stage == "conditionals") return run_conditionals(source);
   if (stage == "constants") return run_constants(source);
   if (stage == "translate") return run_translate(source);
   if (stage == "shared_tokens") return run_shared_tokens(source);

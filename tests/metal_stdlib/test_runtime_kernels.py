@@ -85,7 +85,7 @@ kernel void gemm(device const half* a [[buffer(0)]], device const half* b [[buff
 kernel void narrow_math(device const half* x [[buffer(0)]], device half* out_half [[buffer(1)]],
                         device bfloat* out_bfloat [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   const half h = x[i];
-  out_half[i] = metal::precise::exp(h) + metal::fast::sin(h) * 0.5h;
+  out_half[i] = metal::exp(h) + metal::sin(h) * 0.5h;
   out_bfloat[i] = metal::sqrt(bfloat(metal::abs(float(h)))) * bfloat(2);
 }
 """

@@ -14,6 +14,7 @@
 
 #include "device/cpu/embedded_headers.h"
 #include "device/cpu/kernel_compiler.h"
+#include "device/cpu/msl_conditionals.h"
 #include "device/cpu/msl_overload_sets.h"
 #include "device/cpu/msl_lexer.h"
 #include "device/cpu/msl_preprocessor.h"
@@ -370,6 +371,19 @@ class Translator {
     }
   }
 
+  // Tokens [first, last) as written, `constant` turned into `const` as in the translated source
+  // (`float2 (*f)(constant T*, uint2)` template parameters must match the functions they name).
+  std::string text_with_constant_as_const(size_t first, size_t last) const {
+    std::string out;
+    size_t copied = tokens_[first].begin;
+    for (size_t k = first; k < last; ++k) {
+      if (!is(k, "constant")) continue;
+      out += text_.substr(copied, tokens_[k].begin - copied) + (declaration_has_const(k) ? "" : "const");
+      copied = tokens_[k].end;
+    }
+    return out + text_.substr(copied, tokens_[last - 1].end - copied);
+  }
+
   bool declaration_has_const(size_t i) const {
     auto stops = [&](size_t k) {
       return is(k, "(") || is(k, ",") || is(k, ";") || is(k, "{") || is(k, "}") || is(k, "<") ||
@@ -594,8 +608,7 @@ class Translator {
       if (!template_parameter_names(begin + 1, template_close, &names)) {
         return fail(line, "cannot parse the template parameters of kernel '" + name + "'");
       }
-      template_header = "template " + text_.substr(tokens_[begin + 1].begin,
-                                                    tokens_[template_close].end - tokens_[begin + 1].begin) + " ";
+      template_header = "template " + text_with_constant_as_const(begin + 1, template_close + 1) + " ";
       call_target += "<" + join(names, ", ") + ">";
     }
     std::string regions_code, execution_note;
@@ -1048,8 +1061,17 @@ Status translate_msl(const std::string& msl, const MslTranslationOptions& option
   if (!status.ok()) return status;
   status = rewrite_overload_sets(preprocessed, preprocessed_tokens, &folded, &folded_tokens);
   if (!status.ok()) return status;
+  // The bfloat conditional rewrite (sources naming bfloat only) renders nested conditionals as
+  // a whole, so its output is lexed again where it changed anything.
+  std::string selected = rewrite_bfloat_conditionals(folded, folded_tokens);
+  std::vector<Token> selected_tokens;
+  if (selected == folded) {
+    selected_tokens = std::move(folded_tokens);
+  } else if (!lex_msl(selected, &selected_tokens, &error)) {
+    return Status::error(std::string(kMslSourceName) + ":" + error);
+  }
   std::vector<FunctionConstant> constants;
-  status = rewrite_function_constants(folded, folded_tokens, &specializable, &constants, &specializable_tokens);
+  status = rewrite_function_constants(selected, selected_tokens, &specializable, &constants, &specializable_tokens);
   if (!status.ok()) return status;
   status = Translator(specializable, specializable_tokens, options).run(out);
   if (!status.ok()) return status;

@@ -164,6 +164,39 @@ constexpr bool is_scalar_v = is_host_arithmetic_v<std::remove_cv_t<T>> || is_bfl
 template <class T>
 constexpr bool is_float_scalar_v = std::is_floating_point<std::remove_cv_t<T>>::value ||
                                    is_half<T>::value || is_bfloat<T>::value;
+
+// The type an operand of `cond ? self : other` is cast to by the translator
+// (msl_conditionals.h), given both operands' decltype((...)): itself (type and value category),
+// except that of a bfloat and another scalar both become their usual arithmetic conversion's
+// type, as for Metal's built-in bfloat (float with float, half or double; bfloat with integers).
+template <class Self, class Other, class = void>
+struct conditional_arm {
+  using type = Self;
+};
+template <class Self, class Other>
+struct conditional_arm<Self, Other,
+                       std::enable_if_t<is_bfloat<std::remove_reference_t<Self>>::value &&
+                                        is_host_arithmetic_v<std::remove_cv_t<std::remove_reference_t<Other>>>>> {
+  using type = bfloat::mixed_result_t<std::remove_cv_t<std::remove_reference_t<Other>>>;
+};
+template <class Self, class Other>
+struct conditional_arm<Self, Other,
+                       std::enable_if_t<is_host_arithmetic_v<std::remove_cv_t<std::remove_reference_t<Self>>> &&
+                                        is_bfloat<std::remove_reference_t<Other>>::value>> {
+  using type = std::conditional_t<
+      std::is_same<bfloat::mixed_result_t<std::remove_cv_t<std::remove_reference_t<Self>>>, bfloat>::value,
+      bfloat, Self>;
+};
+// The translator names both operands' types in one function type, so that its casts have no
+// comma outside parentheses (they may sit in macro arguments); type_tag admits void operands.
+template <class T>
+struct type_tag {};
+template <class Signature>
+struct conditional_arm_of_signature;
+template <class Self, class Other>
+struct conditional_arm_of_signature<void(type_tag<Self>, type_tag<Other>)> : conditional_arm<Self, Other> {};
+template <class Signature>
+using conditional_arm_t = typename conditional_arm_of_signature<Signature>::type;
 }  // namespace etm_msl
 
 // MSL literal suffixes: 1.0h is half, 1.0bf is bfloat. Unprefixed suffixes are reserved for

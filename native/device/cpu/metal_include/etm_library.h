@@ -6,6 +6,7 @@
 //   etm_base.h               predefined macros, system headers, scalar types, float constants
 //   etm_bfloat.h             bfloat (a class, round-to-nearest-even), `h` / `bf` literals
 //   etm_vector.h             vector types with swizzle members, operators, all/any/select
+//   etm_matrix.h             float/half matrices (floatCxR): construction, columns, products
 //   etm_traits.h             metal:: type traits, numeric_limits, uniform<T>
 //   etm_as_type.h            as_type<T>
 //   etm_array.h              metal::array
@@ -29,12 +30,14 @@
 //     extra ones are ignored. Silent.
 //   - No 4-component swizzles with a repeated component (v.xxxx), no swizzle of a swizzle
 //     (v.xyz.xy); a swizzle's operator[] returns a value.
-//   - No matrix types (float4x4 ...), textures, samplers or imageblocks.
+//   - Matrix types are float and half only, without determinant(); no textures, samplers
+//     or imageblocks.
 //   - `constant` expands to nothing; the translator rewrites it in the MSL it translates.
 //   - simd_vote is 16 bytes (it keeps the active mask for all()).
 //   - In C++17 mode two collectives on one source line share a call site.
-//   - `cond ? bfloat_value : float_value` is ambiguous (bfloat is a class); with an integer
-//     operand the result is bfloat, as in Metal. A bfloat converts implicitly only to float:
+//   - bfloat is a class: `cond ? bfloat_value : float_value` is ambiguous in C++, so the
+//     translator casts the operands of conditionals (msl_conditionals.h); headers outside the
+//     translated source get no such help. A bfloat converts implicitly only to float:
 //     `int i = bf;` needs `int(bf)`.
 //   - Math is at least as accurate as Metal's precise math; fast:: is the same code.
 #pragma once
@@ -42,6 +45,7 @@
 #include "etm_base.h"
 #include "etm_bfloat.h"
 #include "etm_vector.h"
+#include "etm_matrix.h"
 #include "etm_traits.h"
 #include "etm_as_type.h"
 #include "etm_array.h"

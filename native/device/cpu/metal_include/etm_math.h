@@ -320,23 +320,51 @@ inline etm_msl::common_vector_t<A, B> refract(const A& incident, const B& normal
 #undef ETM_FLOAT_PREDICATE_1
 #undef ETM_FLOAT_PREDICATE_2
 
-// metal::fast and metal::precise: the same functions (the CPU has one precision).
+// metal::fast and metal::precise: the same code (the CPU has one precision). As in Apple's
+// library, their transcendental functions exist for float only (scalars and float vectors):
+// other scalar arguments convert to float, so precise::atan2(half, float) is float where
+// metal::atan2 would be ambiguous, and a half vector is no argument of theirs.
+#define ETM_FLOAT_ONLY_MATH_NAMES(X)                                                           \
+  X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atan2) X(atanh) X(cos) X(cosh) X(cospi)        \
+  X(divide) X(exp) X(exp2) X(exp10) X(log) X(log2) X(log10) X(pow) X(powr) X(rsqrt) X(sin)   \
+  X(sinh) X(sinpi) X(sqrt) X(tan) X(tanh) X(tanpi)
 #define ETM_MATH_NAMES(X)                                                                      \
-  X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atan2) X(atanh) X(ceil) X(copysign) X(cos)     \
-  X(cosh) X(cospi) X(divide) X(exp) X(exp2) X(exp10) X(fabs) X(abs) X(fdim) X(floor) X(fma)  \
+  X(ceil) X(copysign) X(fabs) X(abs) X(fdim) X(floor) X(fma)                                 \
   X(fmax) X(fmax3) X(fmedian3) X(fmin) X(fmin3) X(fmod) X(fract) X(frexp) X(ilogb) X(ldexp)  \
-  X(log) X(log2) X(log10) X(modf) X(nextafter) X(pow) X(powr) X(rint) X(round) X(rsqrt) X(sin) \
-  X(sincos) X(sinh) X(sinpi) X(sqrt) X(tan) X(tanh) X(tanpi) X(trunc) X(clamp) X(saturate)   \
+  X(modf) X(nextafter) X(rint) X(round) X(sincos) X(trunc) X(clamp) X(saturate)              \
   X(sign) X(smoothstep) X(step) X(mix) X(max) X(min) X(max3) X(min3) X(median3) X(distance)  \
   X(length) X(normalize) X(isfinite) X(isinf) X(isnan)
+namespace etm_msl {
+template <class A, bool = is_vector_like_v<A>>
+struct is_float_math_argument : std::is_convertible<const A&, float> {};
+template <class A>
+struct is_float_math_argument<A, true> : std::is_same<element_t<A>, float> {};
+template <class A>
+constexpr decltype(auto) float_math_argument(const A& x) {
+  if constexpr (is_vector_like_v<A>) {
+    return x;
+  } else {
+    return float(x);
+  }
+}
+}  // namespace etm_msl
+#define ETM_FLOAT_ONLY_NAME(name)                                                               \
+  template <class... A, std::enable_if_t<(etm_msl::is_float_math_argument<A>::value && ...), int> = 0> \
+  inline auto name(const A&... x)->decltype(::metal::name(etm_msl::float_math_argument(x)...)) {  \
+    return ::metal::name(etm_msl::float_math_argument(x)...);                                  \
+  }
 #define ETM_USING_METAL_NAME(name) using ::metal::name;
 namespace metal {
 namespace fast {
+ETM_FLOAT_ONLY_MATH_NAMES(ETM_FLOAT_ONLY_NAME)
 ETM_MATH_NAMES(ETM_USING_METAL_NAME)
 }
 namespace precise {
+ETM_FLOAT_ONLY_MATH_NAMES(ETM_FLOAT_ONLY_NAME)
 ETM_MATH_NAMES(ETM_USING_METAL_NAME)
 }
 }  // namespace metal
+#undef ETM_FLOAT_ONLY_NAME
+#undef ETM_FLOAT_ONLY_MATH_NAMES
 #undef ETM_USING_METAL_NAME
 #undef ETM_MATH_NAMES

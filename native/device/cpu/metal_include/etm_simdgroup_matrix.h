@@ -66,7 +66,9 @@ typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
-template <class T, int Columns, int Rows>
+// Rows defaults to Columns: make_filled_simdgroup_matrix<float, 8>(0.f) (llama.cpp's and
+// PyTorch's quantized kernels).
+template <class T, int Columns, int Rows = Columns>
 inline simdgroup_matrix<T, Columns, Rows> make_filled_simdgroup_matrix(T value) {
   simdgroup_matrix<T, Columns, Rows> matrix;
   matrix.elements = vec<T, 2>(value, value);
