@@ -278,7 +278,8 @@ bool wrapper_code(const std::string& kernel_name, const std::string& template_he
        << "for (uint32_t etm__y = 0; etm__y < etm__sy; ++etm__y) { "
        << "const uint32_t etm__row = etm__sx * (etm__y + etm__sy * etm__z); "
        << "_Pragma(\"GCC ivdep\") for (uint32_t etm__x = 0; etm__x < etm__sx; ++etm__x) { "
-       << "const uint32_t etm__index = etm__row + etm__x; (void)etm__index; " << call << " } } } "
+       << "const uint32_t etm__index = etm__row + etm__x; etm_cpu_kernel::enter_thread(etm__index); " << call
+       << " } } } "
        << "static inline void etm__thread(const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group, uint32_t etm__index) { "
        << "etm_cpu_kernel::enter_group(etm__launch, etm__group); " << bindings
        << "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; "
@@ -1047,6 +1048,7 @@ class Translator {
     source.function_name = kRegionPrefix + name;
     source.template_header = template_header;
     source.suffix_float_literals = options_.suffix_float_literals;
+    source.threadgroup_slots = &threadgroup_slots_;
     for (size_t k = 0; k < parameters.size(); ++k) {
       const Parameter& p = parameters[k];
       const KernelArgument& a = probe.arguments[k];
@@ -1134,6 +1136,7 @@ class Translator {
                 dimensions + ", " + std::to_string(next_threadgroup_site_++) + "u>(); ";
       }
       if (!ok) continue;
+      threadgroup_slots_[i] = code;
       const size_t b = tokens_[i].begin, e = tokens_[semicolon].end;
       code.append(static_cast<size_t>(std::count(text_.begin() + b, text_.begin() + e, '\n')), '\n');
       edits_.push_back({b, e, code});
@@ -1151,6 +1154,7 @@ class Translator {
   std::set<std::string> declared_kernels_;
   SynchronisingFunctions synchronising_;
   unsigned next_threadgroup_site_ = 0;
+  std::map<size_t, std::string> threadgroup_slots_;  // declaration's first token -> its arena references
   std::string error_;
 };
 
