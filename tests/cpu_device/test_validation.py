@@ -11,8 +11,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def run_cases(selection):
-    env = dict(os.environ, ETMETAL_VALIDATE="1")
+def run_cases(selection, **settings):
+    env = dict(os.environ, ETMETAL_VALIDATE="1", **settings)
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", selection,
                              str(HERE / "validated_cases.py")],
                             cwd=HERE.parents[1], env=env, capture_output=True, text=True)
@@ -27,3 +27,8 @@ def test_validated_cases_in_a_validating_process():
 @pytest.mark.slow
 def test_every_validated_case():
     run_cases("slow")
+
+
+@pytest.mark.slow
+def test_every_validated_case_on_fibers():
+    run_cases("slow or not slow", ETMETAL_CPU_EXECUTION="fibers")

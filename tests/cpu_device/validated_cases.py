@@ -3,6 +3,7 @@ flag selects how kernels are compiled, so it must be set before the library load
 bug's report is computed by hand from the kernel; the clean kernels must produce none. Two
 cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
 
+import os
 import re
 
 import numpy as np
@@ -133,6 +134,15 @@ kernel void simd_rotate(device const float* x, device float* y, constant int& or
 """
 
 
+# test_validation.py also runs the cases with every kernel on fibers.
+ON_FIBERS = os.environ.get("ETMETAL_CPU_EXECUTION") == "fibers"
+
+
+def runs_as(capfd, kernel, path):
+    """The kernel was loaded to run on `path` (its usual one), or on fibers when forced."""
+    assert f"kernel '{kernel}' runs as {'fibers' if ON_FIBERS else path}" in capfd.readouterr().err
+
+
 def compiled(source):
     if etmetal_py.device_kind() != "cpu":
         pytest.skip("the kernel sanitizer is the CPU device's")
@@ -175,9 +185,13 @@ def thread(x, group, local):
     return f"thread ({x}, 0, 0) (threadgroup ({group}, 0, 0), position ({local}, 0, 0) in it)"
 
 
-def test_read_one_element_past_a_buffer(core):
+def test_read_one_element_past_a_buffer(core, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    function = core.function("read_one_past")
+    # Checked on its usual path: the kernel's loop over the group's threads names each thread.
+    runs_as(capfd, "read_one_past", "loop")
     x, y = np.arange(100, dtype=np.float32), np.zeros(100, np.float32)
-    message = failure(lambda: core.function("read_one_past")(x, y, threads=100, group=32))
+    message = failure(lambda: function(x, y, threads=100, group=32))
     # Only thread 99 (group 3, position 3) reads x[100]: byte 400 of a 400-byte binding.
     assert problems(message, "read_one_past", 1) == [
         thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)" +
@@ -268,9 +282,13 @@ def test_32_kib_of_threadgroup_memory_loads_and_runs():
     np.testing.assert_array_equal(y, x[t * 64] + x[4096 + 4095 - t])
 
 
-def test_missing_barrier_is_a_race(core):
+def test_missing_barrier_is_a_race(core, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    function = core.function("missing_barrier")
+    # Checked on its usual path: the region loops name each thread and report the barriers.
+    runs_as(capfd, "missing_barrier", "barrier regions")
     x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
-    message = failure(lambda: core.function("missing_barrier")(x, y, threadgroups=1, group=64))
+    message = failure(lambda: function(x, y, threadgroups=1, group=64))
     # Threads run in index order between barriers. In each pair (2k, 2k + 1), the odd thread
     # overwrites the slot the even one read, then reads the slot the even one wrote: 2 x 32.
     lines = problems(message, "missing_barrier", 64)
@@ -358,13 +376,24 @@ def test_simdgroup_barrier_orders_its_lanes_and_its_absence_is_a_race(library):
     library.function("simd_rotate")(x, y, 1, threads=64, group=64)
     np.testing.assert_array_equal(y, np.roll(x.reshape(2, 32), 1, axis=1).reshape(64))
     message = failure(lambda: library.function("simd_rotate")(x, y, 0, threads=64, group=64))
-    # Lanes run one after another. In each SIMD group lanes 1..31 read a slot the previous lane
-    # wrote with no collective between (31 races), lane 0 reads the slot of lane 31, which has not
-    # written it yet (uninitialised) and then writes the byte lane 0 read (a race): 33 per group.
-    lines = problems(message, "simd_rotate", 66)
     read_line = at("y[i] = scratch[32 * simd + (lane + 31) % 32];")
+    if ON_FIBERS:
+        # Lanes run one after another. In each SIMD group lanes 1..31 read a slot the previous
+        # lane wrote with no collective between (31 races), lane 0 reads the slot of lane 31,
+        # which has not written it yet (uninitialised) and then writes the byte lane 0 read (a
+        # race): 33 per group.
+        lines = problems(message, "simd_rotate", 66)
+        scratch = offset_in(lines[1])
+        assert lines[0] == (thread(0, 0, 0) + f" reads 4 bytes at threadgroup memory offset {scratch + 124} that no "
+                            "thread of the group has written (uninitialised)" + read_line)
+        assert lines[1] == race(thread(1, 0, 1), "reads", scratch, thread(0, 0, 0), "wrote", read_line)
+        return
+    # As barrier regions (the `if` on a uniform value splits the body): every lane writes its
+    # slot, then every lane reads its neighbour's with no collective between: lane l reads what
+    # lane (l + 31) % 32 wrote, 32 races per SIMD group, in thread order.
+    lines = problems(message, "simd_rotate", 64)
     scratch = offset_in(lines[1])
-    assert lines[0] == (thread(0, 0, 0) + f" reads 4 bytes at threadgroup memory offset {scratch + 124} that no "
-                        "thread of the group has written (uninitialised)" + read_line)
-    assert lines[1] == (thread(1, 0, 1) + f" reads 4 bytes at threadgroup memory offset {scratch}, which " +
-                        thread(0, 0, 0) + " wrote since the last threadgroup_barrier (a data race)" + read_line)
+    expected = [race(thread(0, 0, 0), "reads", scratch + 124, thread(31, 0, 31), "wrote", read_line)]
+    expected += [race(thread(t, 0, t), "reads", scratch + 4 * (t - 1), thread(t - 1, 0, t - 1), "wrote", read_line)
+                 for t in range(1, 8)]
+    assert lines == expected + ["(56 more not shown)"]

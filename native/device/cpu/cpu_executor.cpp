@@ -378,19 +378,6 @@ void run_job(Job* job) {
   tl_context = saved;
 }
 
-// The thread a validated kernel without barriers runs now on this worker (kNoSequentialThread:
-// none); such kernels run their threads one after another, without fibers.
-constexpr uint32_t kNoSequentialThread = UINT32_MAX;
-thread_local uint32_t tl_sequential_thread = kNoSequentialThread;
-
-void run_threads_in_order(const KernelDispatch& dispatch, const etm_cpu_group& group) {
-  for (uint32_t t = 0; t < group.thread_count; ++t) {
-    tl_sequential_thread = t;
-    dispatch.thread_entry(&dispatch.launch, &group, t);
-  }
-  tl_sequential_thread = kNoSequentialThread;
-}
-
 void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
                 KernelFaultScope* scope) {
   const KernelDispatch& dispatch = job->dispatch();
@@ -410,13 +397,10 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
         }
       } else if (dispatch.use_fibers) {
         if (!state.scheduler.run_group(job, &group)) break;
-        if (dispatch.validation) dispatch.validation->end_group();
-      } else if (dispatch.validation) {
-        run_threads_in_order(dispatch, group);
-        dispatch.validation->end_group();
       } else {
         dispatch.loop_entry(&dispatch.launch, &group);
       }
+      if (dispatch.validation) dispatch.validation->end_group();
     }
   }
 }
@@ -570,13 +554,7 @@ void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_
 bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs) {
   const ExecutionContext* context = tl_context;
   const Fiber* fiber = context && context->scheduler ? context->scheduler->current() : nullptr;
-  if (!fiber) {
-    if (tl_sequential_thread == kNoSequentialThread) return false;
-    *index = tl_sequential_thread;
-    *barriers = 0;
-    if (simd_syncs) *simd_syncs = 0;
-    return true;
-  }
+  if (!fiber) return false;
   *index = fiber->index;
   *barriers = fiber->barriers;
   if (simd_syncs) *simd_syncs = fiber->simd_syncs;

@@ -31,8 +31,7 @@ struct KernelDispatch {
   // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit (plus
   // kValidationArenaSlack while validating).
   uint64_t threadgroup_bytes = 0;
-  // Set while validating (dispatch_validation.h): groups are reported to it and run on fibers,
-  // or, for kernels without barriers and SIMD-group functions, one thread after another.
+  // Set while validating (dispatch_validation.h): groups are reported to it as they start and end.
   DispatchValidation* validation = nullptr;
   // How long the dispatch may run (kernel_timeout_ms() when its pipeline was made; 0: no limit).
   uint64_t timeout_ms = 0;
@@ -41,9 +40,8 @@ struct KernelDispatch {
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
 Status execute_dispatch(const KernelDispatch& dispatch);
 
-// On a fiber of a running group, or in a validated group that runs its threads in order: the
-// thread's thread_index_in_threadgroup, the threadgroup_barriers and (when asked) the SIMD-group
-// collectives it has passed. False elsewhere.
+// On a fiber of a running group: the thread's thread_index_in_threadgroup, the
+// threadgroup_barriers and (when asked) the SIMD-group collectives it has passed. False elsewhere.
 bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs = nullptr);
 
 // The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.

@@ -49,8 +49,6 @@ struct ShadowByte {
   uint16_t last_thread;
   uint8_t written;
   uint8_t several_readers;
-  uint8_t value;          // the byte after the last checked access
-  uint8_t value_pending;  // a checked store has not happened yet when it is checked
 };
 
 uint16_t simdgroup_of(uint32_t thread) { return static_cast<uint16_t>(thread / kSimdWidth); }
@@ -78,14 +76,6 @@ uint32_t note_write(ShadowByte& s, uint16_t thread, uint32_t epoch, uint32_t syn
   return other;
 }
 
-// The group the calling worker runs now, and what its threads did to its threadgroup memory.
-struct WorkerShadow {
-  const DispatchValidation* owner = nullptr;
-  const etm_cpu_group* group = nullptr;
-  std::vector<ShadowByte> bytes;
-};
-
-thread_local WorkerShadow tl_shadow;
 
 const char* verb(uint32_t kind, bool past) {
   if (kind == ETM_CPU_ACCESS_LOAD) return past ? "read" : "reads";
@@ -141,6 +131,27 @@ std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1
 
 }  // namespace
 
+// The group the calling worker runs now, and what its threads did to its threadgroup memory.
+// A group that runs as barrier regions passes its barriers together and reports them here
+// (on fibers the executor keeps each thread's count).
+struct WorkerShadow {
+  const DispatchValidation* owner = nullptr;
+  const etm_cpu_group* group = nullptr;
+  std::vector<ShadowByte> bytes;
+  std::vector<unsigned char> values;  // the arena's bytes as the checks last saw them
+  // The last checked store or atomic update, which happens after its check: at the next check
+  // (or barrier, or the group's end) its bytes are what it wrote.
+  uint64_t pending_begin = 0;
+  uint64_t pending_end = 0;
+  uint32_t barriers = 0;
+  std::vector<uint32_t> simd_syncs;  // per thread
+  bool reported_partial_barrier = false;
+};
+
+namespace {
+thread_local WorkerShadow tl_shadow;
+}  // namespace
+
 bool validation_enabled() {
   static const bool enabled = [] {
     std::string value;  // the runtime reports an invalid value when it starts
@@ -194,6 +205,8 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
   table_.threadgroup_span = kThreadgroupMemoryLimit + kValidationArenaSlack;
   table_.state = this;
   table_.check = &DispatchValidation::check;
+  table_.barrier = &DispatchValidation::pass_barrier;
+  table_.simd_sync = &DispatchValidation::pass_simd_sync;
   allow_reads(buffers_.data(), buffers_.size() * sizeof(void*));
 }
 
@@ -208,7 +221,44 @@ void DispatchValidation::begin_group(const etm_cpu_group& group) {
   shadow.owner = this;
   shadow.group = &group;
   shadow.bytes.assign(threadgroup_bytes_, ShadowByte{});
-  for (uint64_t k = 0; k < threadgroup_bytes_; ++k) shadow.bytes[k].value = group.arena[k];
+  shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
+  shadow.pending_begin = shadow.pending_end = 0;
+  shadow.barriers = 0;
+  shadow.simd_syncs.assign(group.thread_count, 0);
+  shadow.reported_partial_barrier = false;
+}
+
+// Where the running thread is: told by the kernel's loops (`thread`), else by the executor.
+void DispatchValidation::locate_thread(const WorkerShadow& shadow, uint32_t thread, uint32_t* index,
+                                       uint32_t* barriers, uint32_t* syncs) {
+  if (thread != ETM_CPU_THREAD_UNKNOWN && thread < shadow.simd_syncs.size()) {
+    *index = thread;
+    *barriers = shadow.barriers;
+    *syncs = shadow.simd_syncs[thread];
+    return;
+  }
+  *index = kNoThread;
+  *barriers = *syncs = 0;
+  current_kernel_thread(index, barriers, syncs);
+}
+
+void DispatchValidation::pass_barrier(void* state, uint32_t live) {
+  auto* self = static_cast<DispatchValidation*>(state);
+  WorkerShadow& shadow = tl_shadow;
+  if (shadow.owner != self || !shadow.group) return;
+  const uint32_t count = shadow.group->thread_count;
+  self->released_in(shadow, live, shadow.reported_partial_barrier ? 0 : count - live);
+  shadow.reported_partial_barrier = shadow.reported_partial_barrier || live != count;
+  ++shadow.barriers;
+}
+
+void DispatchValidation::pass_simd_sync(void* state, uint32_t first, uint64_t lanes) {
+  WorkerShadow& shadow = tl_shadow;
+  if (shadow.owner != state) return;
+  for (; lanes; lanes &= lanes - 1) {
+    const uint64_t thread = first + static_cast<uint64_t>(__builtin_ctzll(lanes));
+    if (thread < shadow.simd_syncs.size()) ++shadow.simd_syncs[thread];
+  }
 }
 
 std::string DispatchValidation::thread_text(const etm_cpu_group& group, uint32_t thread) const {
@@ -236,15 +286,16 @@ void DispatchValidation::report(const std::string& what, const etm_cpu_group* gr
     reports_.push_back(Report{text, site});
 }
 
-void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site) {
+void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
+                               uint32_t running) {
   auto* self = static_cast<DispatchValidation*>(state);
   // Accesses inside a binding never get here, nor most that are far from every binding and the
   // arena: the kernel settles them (etm_cpu_counters.h).
-  const WorkerShadow& shadow = tl_shadow;
+  WorkerShadow& shadow = tl_shadow;
   if (shadow.owner != self || !shadow.group) return;
   const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
   if (address - arena < self->table_.threadgroup_span) {
-    self->check_threadgroup(address - arena, size, kind, site);
+    self->check_threadgroup(shadow, address - arena, size, kind, site, running);
     return;
   }
   const Binding* nearest = nullptr;
@@ -259,8 +310,8 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
     }
   }
   if (!nearest) return;  // the stack, the kernel's constants, the executor's exchange data
-  uint32_t thread = kNoThread, barriers = 0;
-  current_kernel_thread(&thread, &barriers);
+  uint32_t thread = kNoThread, barriers = 0, syncs = 0;
+  locate_thread(shadow, running, &thread, &barriers, &syncs);
   const auto offset = static_cast<int64_t>(address - nearest->begin);
   self->report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at byte offset " +
                    std::to_string(offset) + " of buffer " + std::to_string(nearest->index) + ", out of bounds (" +
@@ -271,31 +322,39 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
 // Stores the compiler did not instrument (a store after a load of the same location in one
 // basic block is checked once, as the load) show as changed bytes. No thread switch happens
 // inside a basic block, so the change is the last accessor's, in its epoch then.
-void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
-  WorkerShadow& shadow = tl_shadow;
+void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end) {
   const unsigned char* arena = shadow.group->arena;
+  unsigned char* values = shadow.values.data();
+  // The last checked store has happened: the bytes it changed are its own.
+  if (shadow.pending_end > shadow.pending_begin) {
+    std::memcpy(values + shadow.pending_begin, arena + shadow.pending_begin, shadow.pending_end - shadow.pending_begin);
+    shadow.pending_begin = shadow.pending_end = 0;
+  }
   // Racing bytes in a row with the same writer, partner and kind make one report.
   uint64_t run_begin = 0, run_end = 0;
   uint32_t run_writer = kNoThread, run_other = kNoThread;
   bool run_wrote = false;
   auto flush = [&] {
     if (run_end > run_begin)
-      report_race(run_begin, run_end - run_begin, ETM_CPU_ACCESS_STORE, run_writer, run_other,
+      report_race(*shadow.group, run_begin, run_end - run_begin, ETM_CPU_ACCESS_STORE, run_writer, run_other,
                   run_wrote ? "wrote" : "read", true, 0);
     run_begin = run_end = 0;
   };
   for (uint64_t k = begin; k < end; ++k) {
+    // Unchanged bytes, eight at a time.
+    uint64_t now, seen;
+    if (k + 8 <= end) {
+      std::memcpy(&now, arena + k, 8);
+      std::memcpy(&seen, values + k, 8);
+      if (now == seen) {
+        k += 7;
+        continue;
+      }
+    }
+    if (values[k] == arena[k]) continue;
+    values[k] = arena[k];
     ShadowByte& s = shadow.bytes[k];
-    // Checked stores before this point have happened (each check precedes its access).
-    if (s.value == arena[k]) {
-      s.value_pending = 0;
-      continue;
-    }
-    s.value = arena[k];
-    if (s.value_pending || !s.last_epoch) {
-      s.value_pending = 0;
-      continue;
-    }
+    if (!s.last_epoch) continue;
     const bool written_by_other = s.write_epoch == s.last_epoch && s.writer != s.last_thread;
     const uint32_t writer = s.last_thread;
     const uint32_t racing = note_write(s, s.last_thread, s.last_epoch, s.last_syncs);
@@ -312,9 +371,9 @@ void DispatchValidation::infer_writes(uint64_t begin, uint64_t end) {
   flush();
 }
 
-void DispatchValidation::report_race(uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread, uint32_t other,
-                                     const char* other_did, bool inferred, uintptr_t site) {
-  const etm_cpu_group& group = *tl_shadow.group;
+void DispatchValidation::report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind,
+                                     uint32_t thread, uint32_t other, const char* other_did, bool inferred,
+                                     uintptr_t site) {
   const std::string who = other == kSeveralThreads ? std::string("other threads") : thread_text(group, other);
   report(std::string(verb(kind, false)) + (inferred ? " (an update seen by its effect) " : " ") + bytes_text(size) +
              " at threadgroup memory offset " + std::to_string(offset) + ", which " + who + " " + other_did +
@@ -322,10 +381,10 @@ void DispatchValidation::report_race(uint64_t offset, uint64_t size, uint32_t ki
          &group, thread, site);
 }
 
-void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site) {
-  WorkerShadow& shadow = tl_shadow;
+void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind,
+                                           uintptr_t site, uint32_t running) {
   uint32_t thread = kNoThread, barriers = 0, syncs = 0;
-  current_kernel_thread(&thread, &barriers, &syncs);
+  locate_thread(shadow, running, &thread, &barriers, &syncs);
   bool inside = offset + size <= threadgroup_bytes_;
   for (uint64_t k = 0; inside && k < size; ++k) inside = threadgroup_valid_[offset + k] != 0;
   if (!inside) {
@@ -334,8 +393,12 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
            shadow.group, thread, site);
     return;
   }
+  infer_writes(shadow, offset, offset + size);
+  if (kind != ETM_CPU_ACCESS_LOAD) {
+    shadow.pending_begin = offset;
+    shadow.pending_end = offset + size;
+  }
   if (thread == kNoThread) return;
-  infer_writes(offset, offset + size);
   const uint32_t epoch = barriers + 1;
   const auto me = static_cast<uint16_t>(thread);
   bool uninitialised = false;
@@ -369,7 +432,6 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
         s.read_syncs = std::max(s.read_syncs, syncs);
       }
     } else {
-      s.value_pending = 1;
       const bool written_by_other = s.write_epoch == epoch && s.writer != me;
       const uint32_t racing = note_write(s, me, epoch, syncs);
       if (other == kNoThread && racing != kNoThread) {
@@ -383,12 +445,18 @@ void DispatchValidation::check_threadgroup(uint64_t offset, uint64_t size, uint3
                std::to_string(offset) + " that no thread of the group has written (uninitialised)",
            shadow.group, thread, site);
   } else if (other != kNoThread) {
-    report_race(offset, size, kind, thread, other, other_did, false, site);
+    report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
   }
 }
 
 void DispatchValidation::barrier_released(const etm_cpu_group& group, uint32_t released, uint32_t finished) {
-  infer_writes(0, threadgroup_bytes_);
+  WorkerShadow& shadow = tl_shadow;
+  if (shadow.owner == this && shadow.group == &group) released_in(shadow, released, finished);
+}
+
+void DispatchValidation::released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished) {
+  const etm_cpu_group& group = *shadow.group;
+  infer_writes(shadow, 0, threadgroup_bytes_);
   if (finished == 0) return;
   const std::string what = "threadgroup_barrier reached by " + std::to_string(released) + " of the " +
                            std::to_string(group.thread_count) + " threads of threadgroup (" +
@@ -398,7 +466,10 @@ void DispatchValidation::barrier_released(const etm_cpu_group& group, uint32_t r
   report(what, nullptr, kNoThread, 0);
 }
 
-void DispatchValidation::end_group() { infer_writes(0, threadgroup_bytes_); }
+void DispatchValidation::end_group() {
+  WorkerShadow& shadow = tl_shadow;
+  if (shadow.owner == this && shadow.group) infer_writes(shadow, 0, threadgroup_bytes_);
+}
 
 Status DispatchValidation::outcome(const Status& executed) const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -1,6 +1,8 @@
 // The kernel sanitizer of the CPU device (ETMETAL_VALIDATE=1). Kernels are built with the
-// compiler's access instrumentation (kernel_support/etm_cpu_counters.h) and run on fibers;
-// every load and store is judged here before it happens:
+// compiler's access instrumentation (kernel_support/etm_cpu_counters.h) and run on their usual
+// path: plain loops and barrier regions tell the checker which thread their code runs for and
+// which barriers and SIMD-group collectives the group passes; on fibers the executor knows.
+// Every load and store is judged here before it happens:
 // - device and constant memory: an access outside every binding but within reach of one
 //   (the bound buffer's own pages, or the padding around a set_bytes copy) is out of bounds
 //   of that binding;
@@ -40,6 +42,8 @@ bool validation_enabled();
 inline constexpr uint64_t kThreadgroupRedzoneBytes = 16;
 // What the redzones may add to a kernel's threadgroup memory beyond Metal's limit.
 inline constexpr uint64_t kValidationArenaSlack = 8 * 1024;
+
+struct WorkerShadow;
 
 class DispatchValidation {
  public:
@@ -81,11 +85,19 @@ class DispatchValidation {
     uintptr_t site;  // the kernel code that made the access (0: none)
   };
 
-  static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
-  void check_threadgroup(uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site);
-  void infer_writes(uint64_t begin, uint64_t end);
-  void report_race(uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread, uint32_t other,
-                   const char* other_did, bool inferred, uintptr_t site);
+  // The kernel's calls (etm_cpu_validation).
+  static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t running);
+  static void pass_barrier(void* state, uint32_t live);
+  static void pass_simd_sync(void* state, uint32_t first, uint64_t lanes);
+  // The calling worker's group state is looked up once per call from the kernel and handed on.
+  static void locate_thread(const WorkerShadow& shadow, uint32_t running, uint32_t* index, uint32_t* barriers,
+                            uint32_t* syncs);
+  void check_threadgroup(WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
+                         uint32_t running);
+  void released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished);
+  void infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end);
+  void report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
+                   uint32_t other, const char* other_did, bool inferred, uintptr_t site);
   void report(const std::string& what, const etm_cpu_group* group, uint32_t thread, uintptr_t site);
   std::string thread_text(const etm_cpu_group& group, uint32_t thread) const;
 

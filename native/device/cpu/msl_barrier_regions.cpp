@@ -459,6 +459,13 @@ class RegionWriter {
     if (whole_call && (name == "threadgroup_barrier" || name == "simdgroup_barrier" || barrier_helper)) {
       if (!masks_.empty()) return void(fail(begin, "a barrier under an if on per-thread values"));
       close_region();
+      // What the access checks need to know (no code without them: etm_cpu_kernel.h).
+      if (name == "simdgroup_barrier") {
+        body_ += "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) "
+                 "etm_cpu_kernel::pass_simd_sync(etm__base, etm_regions::active_lanes(etm__done, etm__base, etm__count));";
+      } else {
+        body_ += "\netm_cpu_kernel::pass_barrier(etm__live);";
+      }
       return;
     }
     if (whole_call && (name == "simdgroup_load" || name == "simdgroup_store" || name == "simdgroup_multiply" ||
@@ -580,11 +587,14 @@ class RegionWriter {
         const std::string type = "std::decay_t<decltype(" + data + "\n)>";
         operand = "etm_msl::data_and_fill<" + type + ">{" + data + "\n, static_cast<" + type + ">(" + fill + "\n)}";
       }
-      region_code_ += site + ".publish(etm__index, " + operand + "); ";
+      region_code_ += site + ".publish(etm__index, " + operand + "); etm_cpu_kernel::pass_simd_sync(etm__index, 1); ";
       region_has_code_ = true;
     }
     close_region();
-    body_ += group_steps;
+    // c10's helpers pass barriers; their group computation writes and reads the threadgroup
+    // buffer they get on the threads' behalf, between barriers of its own.
+    if (!group_steps.empty())
+      body_ += "\netm_cpu_kernel::pass_barrier(etm__live);" + group_steps + "\netm_cpu_kernel::pass_barrier(etm__live);";
     // Answer.
     for (size_t c = 0; c < calls.size(); ++c) {
       const CollectiveCall& call = calls[c];
@@ -879,7 +889,8 @@ class RegionWriter {
     region_open_ = false;
     if (!region_has_code_ && region_reset_.empty()) return;  // declarations without initializers only
     body_ += "\nfor (uint32_t etm__index = 0; etm__index < etm__count; ++etm__index) { " + region_reset_ + "if (" +
-             skip_condition() + ") continue; " + thread_code_ + region_code_ + "\n}";
+             skip_condition() + ") continue; etm_cpu_kernel::enter_thread(etm__index); " + thread_code_ + region_code_ +
+             "\n}";
     region_reset_.clear();
     if (region_returns_) body_ += " etm__next" + std::to_string(region_id_) + ":;";
     body_ += " }";
@@ -907,12 +918,16 @@ class RegionWriter {
         t_.is(begin, "struct") || t_.is(begin, "class") || t_.is(begin, "enum") || t_.is(begin, "union") ||
         (t_.is(begin, "threadgroup") && !has_pointer_declarator(begin, end))) {
       // The group's own: constants, types, threadgroup memory (a local of the region function,
-      // which runs the whole group).
+      // which runs the whole group; with access checks the thread form's arena slot, which the
+      // checks follow).
+      std::string declaration = text(begin, end);
+      if (t_.is(begin, "threadgroup") && s_.threadgroup_slots && s_.threadgroup_slots->count(begin))
+        declaration = "\n#if ETM_CPU_VALIDATE\n" + s_.threadgroup_slots->at(begin) + "\n#else" + declaration + "\n#endif\n";
       if (top) {
-        prologue_ += text(begin, end);
+        prologue_ += declaration;
       } else {
         close_region();
-        body_ += text(begin, end);
+        body_ += declaration;
       }
       if (t_.is(begin, "constexpr") || t_.is(begin, "static") || t_.is(begin, "threadgroup"))
         declare_group_names(begin, end, top);
@@ -1176,8 +1191,9 @@ class RegionWriter {
         "uint32_t(__builtin_ctzll(etm__active)); " +
         thread_code_ + aliases() +
         "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base}; "
+        "etm_cpu_kernel::pass_simd_sync(etm__base, etm__active); etm_cpu_kernel::enter_thread(etm__index); "
         "etm_regions::" +
-        name + "(etm__simdgroup, " + call + "); }";
+        name + "(etm__simdgroup, " + call + "); etm_cpu_kernel::pass_simd_sync(etm__base, etm__active); }";
   }
 
   const RegionKernelSource& s_;

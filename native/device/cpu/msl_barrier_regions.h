@@ -10,6 +10,7 @@
 // goto, lambdas ...) keeps the kernel on the fiber path, with the reason.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct RegionKernelSource {
   std::string template_header;  // "template <...> " or empty
   std::vector<RegionParameter> parameters;
   bool suffix_float_literals = false;
+  // The thread form's arena references for each `threadgroup` declaration (by its first token),
+  // which the region form uses instead of locals when built with access checks (they check the
+  // arena's bytes only).
+  const std::map<size_t, std::string>* threadgroup_slots = nullptr;
 };
 
 // Whether a thread attribute differs between the threads of one group.

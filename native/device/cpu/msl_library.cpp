@@ -290,13 +290,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
     dispatch.timeout_ms = timeout_ms_;
-    if (validation) {
-      // Checks need to know the running thread: groups run on fibers, or one thread after
-      // another (the executor tells which) when the kernel has no barriers.
-      dispatch.use_fibers = object_->needs_fibers();
-      dispatch.regions_entry = nullptr;
-      dispatch.validation = validation.get();
-    }
+    dispatch.validation = validation.get();
     Status status = execute_dispatch(dispatch);
     if (validation) status = validation->outcome(status);
     if (status.ok() && counting) {

@@ -938,6 +938,7 @@ class Translator {
     source.function_name = kRegionPrefix + name;
     source.template_header = template_header;
     source.suffix_float_literals = options_.suffix_float_literals;
+    source.threadgroup_slots = &threadgroup_slots_;
     for (size_t k = 0; k < parameters.size(); ++k) {
       const Parameter& p = parameters[k];
       const KernelArgument& a = probe.arguments[k];
@@ -1026,6 +1027,7 @@ class Translator {
                 dimensions + ", " + std::to_string(next_threadgroup_site_++) + "u>(); ";
       }
       if (!ok) continue;
+      threadgroup_slots_[i] = code;
       const size_t b = tokens_[i].begin, e = tokens_[semicolon].end;
       code.append(static_cast<size_t>(std::count(text_.begin() + b, text_.begin() + e, '\n')), '\n');
       edits_.push_back({b, e, code});
@@ -1043,6 +1045,7 @@ class Translator {
   std::set<std::string> declared_kernels_;
   SynchronisingFunctions synchronising_;
   unsigned next_threadgroup_site_ = 0;
+  std::map<size_t, std::string> threadgroup_slots_;  // declaration's first token -> its arena references
   std::string error_;
 };
 

@@ -45,7 +45,7 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     if (offset < range.length && size <= range.length - offset) return;
     near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
   }
-  if (near) table->check(table->state, address, size, kind, site);
+  if (near) table->check(table->state, address, size, kind, site, state.thread);
 }
 #endif
 

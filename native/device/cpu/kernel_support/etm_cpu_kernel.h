@@ -43,17 +43,19 @@ inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 #endif
 #if ETM_CPU_VALIDATE
 // The access checks of the dispatch the calling OS thread runs now, the launch and group data
-// its entry reads (no kernel memory: etm_cpu_counters.h lets those reads pass unchecked), and
-// the address of an atomic object the next instrumented access goes to (etm_atomic.h sets it
-// just before the builtin, so that access is checked as atomic). One variable: one TLS lookup
-// per access.
+// its entry reads (no kernel memory: etm_cpu_counters.h lets those reads pass unchecked), the
+// address of an atomic object the next instrumented access goes to (etm_atomic.h sets it
+// just before the builtin, so that access is checked as atomic), and the thread of the group
+// the loop or barrier-region code runs for (ETM_CPU_THREAD_UNKNOWN on fibers). One variable:
+// one TLS lookup per access.
 struct ValidationState {
   etm_cpu_validation* table;
   const etm_cpu_launch* launch;
   const etm_cpu_group* group;
   uintptr_t pending_atomic;
+  uint32_t thread;
 };
-inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0};
+inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN};
 #endif
 
 // Called first by every kernel entry: the group's arena (and the dispatch's counters or
@@ -73,10 +75,33 @@ __attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cp
   state.table = launch->validation;
   state.launch = launch;
   state.group = group;
+  state.thread = ETM_CPU_THREAD_UNKNOWN;
 #endif
 }
 #else
 inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { group_arena = group->arena; }
+#endif
+
+// The loop and barrier-region forms say which thread their code runs for next, and the
+// barrier-region form which barriers and SIMD-group collectives the group passes (only the
+// access checks need to know). Opaque to the optimiser, so no thread's accesses merge with
+// another's (the checks must see each thread's own).
+#if ETM_CPU_VALIDATE
+__attribute__((no_sanitize_address, noipa)) inline void enter_thread(uint32_t thread) {
+  validation_state.thread = thread;
+}
+__attribute__((no_sanitize_address, noipa)) inline void pass_barrier(uint32_t live) {
+  const etm_cpu_validation* table = validation_state.table;
+  if (table) table->barrier(table->state, live);
+}
+__attribute__((no_sanitize_address, noipa)) inline void pass_simd_sync(uint32_t first, uint64_t lanes) {
+  const etm_cpu_validation* table = validation_state.table;
+  if (table) table->simd_sync(table->state, first, lanes);
+}
+#else
+inline void enter_thread(uint32_t) {}
+inline void pass_barrier(uint32_t) {}
+inline void pass_simd_sync(uint32_t, uint64_t) {}
 #endif
 
 // Static threadgroup variables get fixed offsets when the object is loaded: each

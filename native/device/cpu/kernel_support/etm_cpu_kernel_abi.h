@@ -30,9 +30,14 @@ typedef struct etm_cpu_counters {
 // bindings, and launch data the entry reads) is fine, and so is one neither in the group's
 // threadgroup memory (`threadgroup_span` bytes from the group's arena) nor within `reach` bytes
 // of a range (the stack, the kernel's constants). Every other one goes to `check` before it
-// happens, with the address of the code that makes it (`site`, 0 when unknown). Atomic accesses
-// are marked, since they never race.
+// happens, with the address of the code that makes it (`site`, 0 when unknown) and the thread
+// of the group it runs for when the kernel's own loops know it (the loop and barrier-region
+// forms; ETM_CPU_THREAD_UNKNOWN on fibers, whose executor knows). Atomic accesses are marked,
+// since they never race. Barrier-region code also reports the group's synchronisation: each
+// threadgroup_barrier the group passes (`live`: the threads that have not returned), and the
+// SIMD-group collectives threads pass (threads first + i for each bit i of `lanes`).
 enum { ETM_CPU_ACCESS_LOAD = 0, ETM_CPU_ACCESS_STORE = 1, ETM_CPU_ACCESS_ATOMIC = 2 };
+#define ETM_CPU_THREAD_UNKNOWN UINT32_MAX
 
 typedef struct etm_cpu_range {
   uintptr_t begin;
@@ -45,7 +50,9 @@ typedef struct etm_cpu_validation {
   uint32_t range_count;
   uint64_t threadgroup_span;
   void* state;
-  void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site);
+  void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t thread);
+  void (*barrier)(void* state, uint32_t live);
+  void (*simd_sync)(void* state, uint32_t first, uint64_t lanes);
 } etm_cpu_validation;
 
 // One dispatch, shared by all threadgroups.

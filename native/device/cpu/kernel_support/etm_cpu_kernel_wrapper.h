@@ -214,6 +214,7 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
         const uint32_t row = sx * (y + sy * z);
 #pragma GCC ivdep
         for (uint32_t x = 0; x < sx; ++x) {
+          enter_thread(row + x);
           Kernel(Bindings::template value<P>(bound, launch, group, thread_coordinates{x, y, z, row + x})...);
         }
       }
