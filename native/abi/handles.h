@@ -20,7 +20,19 @@ namespace etm::abi {
 // registry advances its generation on every removal, which makes all its cached entries stale,
 // so a freed handle is never answered from here.
 template <typename T>
-struct LookupCache {
+class LookupCache {
+ public:
+  // The object cached for `handle` of `registry` at `generation`, else null.
+  static T* find(const void* registry, const void* handle, uint64_t generation) {
+    const Entry& cached = entry(handle);
+    const bool hit = cached.handle == handle && cached.registry == registry && cached.generation == generation;
+    return hit ? cached.object : nullptr;
+  }
+  static void store(const void* registry, const void* handle, T* object, uint64_t generation) {
+    entry(handle) = {registry, handle, object, generation};
+  }
+
+ private:
   struct Entry {
     const void* registry = nullptr;
     const void* handle = nullptr;
@@ -54,14 +66,12 @@ class HandleRegistry {
 
   // The live object behind `handle`; throws for null, freed and unknown handles.
   T* get(const void* handle) const {
-    auto& cached = LookupCache<T>::entry(handle);
-    if (cached.handle == handle && cached.registry == this &&
-        cached.generation == generation_.load(std::memory_order_acquire)) {
-      return cached.object;
+    if (T* cached = LookupCache<T>::find(this, handle, generation_.load(std::memory_order_acquire))) {
+      return cached;
     }
     std::shared_lock lock(mutex_);
     T* object = find(live_, handle)->second.get();
-    cached = {this, handle, object, generation_.load(std::memory_order_relaxed)};
+    LookupCache<T>::store(this, handle, object, generation_.load(std::memory_order_relaxed));
     return object;
   }
 
@@ -118,17 +128,15 @@ class BorrowedHandles {
   }
 
   T* get(const void* handle) const {
-    auto& cached = LookupCache<T>::entry(handle);
-    if (cached.handle == handle && cached.registry == this &&
-        cached.generation == generation_.load(std::memory_order_acquire)) {
-      return cached.object;
+    if (T* cached = LookupCache<T>::find(this, handle, generation_.load(std::memory_order_acquire))) {
+      return cached;
     }
     ETM_REQUIRE(handle, "null ", kind_, " handle");
     std::shared_lock lock(mutex_);
     auto it = live_.find(handle);
     ETM_REQUIRE(it != live_.end(), "invalid ", kind_, " handle ", handle,
                 " (its library was deleted, or not a ", kind_, ")");
-    cached = {this, handle, it->second, generation_.load(std::memory_order_relaxed)};
+    LookupCache<T>::store(this, handle, it->second, generation_.load(std::memory_order_relaxed));
     return it->second;
   }
 
