@@ -200,10 +200,16 @@ def finish(child):
     return float(out.split()[-1])
 
 
-def compiler_runs(log):
+def compiler_commands(log):
+    """The kernel compiles the wrapper logged (not version probes, not the prelude's precompile)."""
     if not log.exists():
-        return 0
-    return sum(1 for line in log.read_text().splitlines() if "--version" not in line)
+        return []
+    return [line for line in log.read_text().splitlines()
+            if "--version" not in line and "c++-header" not in line]
+
+
+def compiler_runs(log):
+    return len(compiler_commands(log))
 
 
 def test_cache_hit_does_not_run_the_compiler(child_setup):
@@ -216,6 +222,31 @@ def test_cache_hit_does_not_run_the_compiler(child_setup):
     assert warm < 0.25, f"warm library creation took {warm:.3f} s"
 
 
+def test_precompiled_prelude_is_used_and_a_damaged_one_is_ignored(child_setup):
+    """g++ gets the kernel-support headers precompiled; the kernel compiles go through it, and a
+    damaged file is passed over for the header text."""
+    tmp_path, env, log = child_setup
+    finish(start_child(tmp_path, env, 3))
+    cache = tmp_path / "cache" / "cpu"
+    if "clang" in subprocess.run([env["ETMETAL_CXX"], "--version"], capture_output=True, text=True).stdout:
+        assert not list(cache.glob("headers-*/precompiled-*")), "clang got a precompiled prelude"
+        return
+    (precompiled,) = cache.glob("headers-*/precompiled-*/etm_cpu_prelude.h.gch")
+    assert sum("c++-header" in line for line in log.read_text().splitlines()) == 1
+    # With the header text unusable, only the precompiled prelude lets a new kernel compile.
+    (header,) = cache.glob("headers-*/kernel_support/etm_cpu_prelude.h")
+    header.write_text('#error "the precompiled prelude was not used"\n')
+    kernel = tmp_path / "kernel.metal"
+    kernel.write_text(SQUARE_PLUS + "// a second source\n")
+    finish(start_child(tmp_path, env, 4))
+    # A damaged precompiled file: g++ reads the header instead (here, the #error).
+    precompiled.write_bytes(b"not a precompiled header" * 100)
+    kernel.write_text(SQUARE_PLUS + "// a third source\n")
+    child = start_child(tmp_path, env, 5)
+    _, err = child.communicate(timeout=300)
+    assert child.returncode != 0 and "the precompiled prelude was not used" in err
+
+
 def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
     tmp_path, env, log = child_setup
     children = [start_child(tmp_path, env, plus) for plus in (1, 2)]
@@ -225,10 +256,6 @@ def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
     assert len(list((cache / "objects").glob("*.so"))) == 1
     assert list((cache / "tmp").iterdir()) == []
     assert len(list(cache.glob("headers-*"))) == 1
-
-
-def compiler_commands(log):
-    return [line for line in log.read_text().splitlines() if "--version" not in line]
 
 
 @pytest.mark.slow  # ~15 s of compiles in child processes

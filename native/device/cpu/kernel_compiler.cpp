@@ -26,6 +26,7 @@
 
 #include "device/cpu/embedded_headers.h"
 #include "device/cpu/kernel_cache.h"
+#include "device/cpu/msl_preprocessor.h"
 #include "device/cpu/msl_translator.h"
 
 extern char** environ;
@@ -553,14 +554,48 @@ void KernelCompiler::note_stored(const std::string& path) {
   }
 }
 
+// Most of a small kernel's compile is parsing the kernel-support headers, so g++ gets them
+// precompiled. g++ looks for "etm_cpu_prelude.h.gch" in each include folder before the header
+// itself and uses it only where it judges it valid (same compiler, options and macros), else
+// reads the header: a missing, stale or damaged file costs time, never a result. clang is left
+// out: its precompiled headers are named on the command line and fail the compile when stale.
+void KernelCompiler::prepare_precompiled_prelude() {
+  if (is_clang_) return;
+  std::string material = description_ + '\0' + compiler_path_ + '\0';
+  for (const std::string& flag : flags_) material += flag + '\0';
+  const std::string folder = header_directory_ + "/precompiled-" + content_hash(material);
+  const std::string path = folder + "/etm_cpu_prelude.h.gch";
+  if (!file_exists(path)) {
+    const std::string temporary = cache_directory_ + "/tmp/prelude-" + unique_suffix() + ".gch";
+    std::vector<std::string> argv = {compiler_path_};
+    argv.insert(argv.end(), flags_.begin(), flags_.end());
+    // Defined as each translated source defines them before its #include.
+    for (const auto& [name, value] : predefined_metal_macros(kCpuMetalVersion)) {
+      argv.push_back("-D" + name + "=" + value);
+    }
+    argv.insert(argv.end(), {"-x", "c++-header", header_directory_ + "/kernel_support/etm_cpu_prelude.h", "-o",
+                             temporary});
+    std::string output;
+    int code = 0;
+    bool timed_out = false;
+    const bool built = run_process(argv, &output, &code, compile_timeout_seconds(), &timed_out) && code == 0 &&
+                       !timed_out && make_directories(folder) && std::rename(temporary.c_str(), path.c_str()) == 0;
+    if (!built) ::unlink(temporary.c_str());
+  }
+  if (file_exists(path)) precompiled_include_ = "-I" + folder;
+}
+
 Status KernelCompiler::run_compiler(const std::string& source, const std::vector<std::string>& selection,
                                     bool syntax_only, const std::string& output_path) {
+  std::call_once(precompile_once_, [this] { prepare_precompiled_prelude(); });
   const std::string base = cache_directory_ + "/tmp/" + unique_suffix();
   const std::string source_path = base + ".cpp";
   if (!write_file(source_path, source.data(), source.size())) {
     return Status::error("cannot write " + source_path);
   }
   std::vector<std::string> argv = {compiler_path_};
+  // First, so that g++ finds the precompiled prelude before the header's own folder.
+  if (!precompiled_include_.empty()) argv.push_back(precompiled_include_);
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), selection.begin(), selection.end());
   if (syntax_only) {
@@ -607,7 +642,7 @@ Status KernelCompiler::run_compiler(const std::string& source, const std::vector
 Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t entry_index,
                                     const std::vector<std::string>& specialization,
                                     const SourceProvider& provide_source, std::string* object_path) {
-  std::vector<std::string> selection = {"-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index)};
+  std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=0", "-DETM_CPU_KERNEL_INDEX=" + std::to_string(entry_index)};
   selection.insert(selection.end(), specialization.begin(), specialization.end());
   const std::string key = key_for(source_hash, selection);
   const std::string final_path = cache_directory_ + "/objects/" + key + ".so";
@@ -637,7 +672,7 @@ Status KernelCompiler::build_kernel(const std::string& source_hash, uint32_t ent
 
 Status KernelCompiler::check_library(const std::string& source_hash, const SourceProvider& provide_source,
                                      const std::vector<std::string>& extra) {
-  std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1"};
+  std::vector<std::string> selection = {"-DETM_CPU_ALL_KERNELS=1", "-DETM_CPU_KERNEL_INDEX=-1"};
   selection.insert(selection.end(), extra.begin(), extra.end());
   const std::string marker = cache_directory_ + "/checks/" + key_for(source_hash, selection);
   if (file_exists(marker)) {

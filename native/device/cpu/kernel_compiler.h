@@ -62,6 +62,9 @@ class KernelCompiler {
   void note_stored(const std::string& path);
   Status run_compiler(const std::string& source, const std::vector<std::string>& selection, bool syntax_only,
                       const std::string& output_path);
+  // Precompiles kernel_support/etm_cpu_prelude.h for g++ once per compiler, flags and header
+  // set (a cache entry shared by processes); sets precompiled_include_ when it exists.
+  void prepare_precompiled_prelude();
 
   std::string compiler_path_;
   std::string description_;  // the compiler's --version output (its identity)
@@ -70,6 +73,8 @@ class KernelCompiler {
   std::string header_directory_;
   std::string headers_hash_;
   std::vector<std::string> flags_;
+  std::once_flag precompile_once_;
+  std::string precompiled_include_;  // -I<folder of the precompiled prelude>, or empty
   std::string isa_identity_;  // the host CPU's features when compiling for them, else empty
   uint64_t cache_max_bytes_ = 0;  // 0: no limit
   std::atomic<uint64_t> bytes_since_eviction_{0};

@@ -267,7 +267,13 @@ class Translator {
     for (const auto& [name, value] : predefined_metal_macros(kCpuMetalVersion)) {
       prelude += "#define " + name + " " + value + "\n";
     }
-    out->source = prelude + "#include \"etm_cpu_kernel.h\"\n#include <metal_stdlib>\n#include \"etm_cpu_kernel_wrapper.h\"\n#line 1 \"" +
+    // The compiler driver builds one kernel (ETM_CPU_KERNEL_INDEX) or, to check the library,
+    // all (ETM_CPU_ALL_KERNELS); the test lives here, after the precompiled prelude, which
+    // must not name either macro.
+    out->source = prelude +
+                  "#include \"etm_cpu_prelude.h\"\n"
+                  "#define ETM_CPU_KERNEL_SELECTED(index) (ETM_CPU_ALL_KERNELS || ETM_CPU_KERNEL_INDEX == (index))\n"
+                  "#line 1 \"" +
                   std::string(kMslSourceName) + "\"\n" + body + "\n";
     out->kernels = std::move(kernels_);
     return Status();

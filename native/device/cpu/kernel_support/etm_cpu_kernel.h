@@ -11,15 +11,6 @@
 
 #define ETM_CPU_KERNEL_EXPORT __attribute__((visibility("default")))
 
-// The compiler driver builds either one kernel (ETM_CPU_KERNEL_INDEX) or, to check a whole
-// library, every kernel (ETM_CPU_ALL_KERNELS).
-#ifndef ETM_CPU_ALL_KERNELS
-#define ETM_CPU_ALL_KERNELS 0
-#endif
-#ifndef ETM_CPU_KERNEL_INDEX
-#define ETM_CPU_KERNEL_INDEX (-1)
-#endif
-#define ETM_CPU_KERNEL_SELECTED(index) (ETM_CPU_ALL_KERNELS || ETM_CPU_KERNEL_INDEX == (index))
 // Set (to 1) for objects built with device-memory traffic counters.
 #ifndef ETM_CPU_COUNTERS
 #define ETM_CPU_COUNTERS 0
