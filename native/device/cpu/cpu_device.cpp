@@ -98,6 +98,15 @@ struct Recording {
   std::vector<size_t> threadgroup_lengths;
   DispatchArgs args;  // scratch space for running the dispatches
 
+  // Room for a command buffer of the default commit policy (40 dispatches of a few
+  // arguments), so that recording one does not regrow the tables as it goes.
+  Recording() {
+    commands.reserve(64);
+    bindings.reserve(256);
+    bytes.reserve(1024);
+    threadgroup_lengths.reserve(16);
+  }
+
   void clear() {
     commands.clear();
     bindings.clear();
@@ -155,11 +164,8 @@ class HostComputeEncoder final : public ComputeEncoder {
   void set_bytes(const void* data, size_t length, uint32_t index) override {
     BoundBuffer& bound = slot(index);
     bound.buffer.reset();
-    // 16-byte aligned, as any scalar or vector the kernel reads there needs.
-    bound.offset = (recorded_.bytes.size() + 15) / 16 * 16;
+    bound.offset = record_bytes(data, length);
     bound.bytes_length = length;
-    recorded_.bytes.resize(bound.offset + length);
-    std::memcpy(recorded_.bytes.data() + bound.offset, data, length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
@@ -180,6 +186,31 @@ class HostComputeEncoder final : public ComputeEncoder {
   void dispatch_threadgroups(Size3 groups, Size3 group) override {
     dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
   }
+  // Appends the argument table to the recording directly (the per-argument bindings are
+  // neither read nor kept).
+  void dispatch(const DispatchDescription& work) override {
+    const Size3 group = work.group;
+    const Size3 grid = work.whole_groups ? Size3{work.size.x * group.x, work.size.y * group.y, work.size.z * group.z}
+                                         : work.size;
+    recorded_.commands.emplace_back(DispatchCommand{std::static_pointer_cast<CpuPipeline>(*work.pipeline),
+                                                    static_cast<uint32_t>(recorded_.bindings.size()),
+                                                    work.argument_count,
+                                                    static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
+                                                    work.threadgroup_length_count,
+                                                    grid,
+                                                    group});
+    for (uint32_t i = 0; i < work.argument_count; ++i) {
+      const ArgumentBinding& argument = work.arguments[i];
+      if (argument.bytes_length) {
+        recorded_.bindings.push_back(BoundBuffer{nullptr, record_bytes(argument.bytes, argument.bytes_length),
+                                                 argument.bytes_length, SIZE_MAX});
+      } else {
+        recorded_.bindings.push_back(BoundBuffer{argument.buffer, argument.offset, 0, argument.extent});
+      }
+    }
+    recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(), work.threadgroup_lengths,
+                                         work.threadgroup_lengths + work.threadgroup_length_count);
+  }
   // Commands of a host command buffer run one after another: every write is already visible.
   void memory_barrier() override {}
 
@@ -187,6 +218,15 @@ class HostComputeEncoder final : public ComputeEncoder {
   BoundBuffer& slot(uint32_t index) {
     if (bindings_.size() <= index) bindings_.resize(index + 1);
     return bindings_[index];
+  }
+
+  // Copies set_bytes data into the byte pool; returns its offset there.
+  size_t record_bytes(const void* data, size_t length) {
+    // 16-byte aligned, as any scalar or vector the kernel reads there needs.
+    const size_t offset = (recorded_.bytes.size() + 15) / 16 * 16;
+    recorded_.bytes.resize(offset + length);
+    std::memcpy(recorded_.bytes.data() + offset, data, length);
+    return offset;
   }
 
   Recording& recorded_;
