@@ -36,9 +36,7 @@ void require_within(const BufferLocation& location, size_t offset, size_t length
               location.available, " bytes from ", what, ")");
 }
 
-void dispatch(AOTIMetalKernelFunctionHandle func, device::Size3 grid,
-              const device::Size3* requested_group) {
-  KernelFunction& kernel = kernel_of(func);
+void dispatch(KernelFunction& kernel, device::Size3 grid, const device::Size3* requested_group) {
   const uint64_t max_threads = kernel.max_threads_per_group();
   device::Size3 group = requested_group ? *requested_group : device::Size3{max_threads, 1, 1};
   Runtime::get().current_stream().dispatch(&kernel, grid, group);
@@ -160,9 +158,10 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_int(AOTIMetalKernelFunctionHand
 extern "C" AOTITorchError aoti_torch_mps_dispatch_single(AOTIMetalKernelFunctionHandle func,
                                                          uint64_t length) {
   return guarded_encoding(__func__, [&] {
-    const uint64_t group = std::min<uint64_t>(length, kernel_of(func).max_threads_per_group());
+    KernelFunction& kernel = kernel_of(func);
+    const uint64_t group = std::min<uint64_t>(length, kernel.max_threads_per_group());
     const device::Size3 group_size{group, 1, 1};
-    dispatch(func, device::Size3{length, 1, 1}, &group_size);
+    dispatch(kernel, device::Size3{length, 1, 1}, &group_size);
   });
 }
 
@@ -170,7 +169,7 @@ extern "C" AOTITorchError aoti_torch_mps_dispatch_single_with_group_size(
     AOTIMetalKernelFunctionHandle func, uint64_t length, uint64_t group_size) {
   return guarded_encoding(__func__, [&] {
     const device::Size3 group{group_size, 1, 1};
-    dispatch(func, device::Size3{length, 1, 1}, &group);
+    dispatch(kernel_of(func), device::Size3{length, 1, 1}, &group);
   });
 }
 
@@ -187,23 +186,24 @@ device::Size3 grid_from(const uint64_t* length, size_t length_size) {
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_array(AOTIMetalKernelFunctionHandle func,
                                                         const uint64_t* length, size_t length_size) {
-  return guarded_encoding(__func__, [&] { dispatch(func, grid_from(length, length_size), nullptr); });
+  return guarded_encoding(__func__, [&] { dispatch(kernel_of(func), grid_from(length, length_size), nullptr); });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_array_with_group_size(
     AOTIMetalKernelFunctionHandle func, const uint64_t* length, size_t length_size,
     const uint64_t* group_size, size_t group_size_size) {
   return guarded_encoding(__func__, [&] {
+    KernelFunction& kernel = kernel_of(func);
     const device::Size3 grid = grid_from(length, length_size);
     if (group_size_size == 0) {
-      dispatch(func, grid, nullptr);
+      dispatch(kernel, grid, nullptr);
       return;
     }
     ETM_REQUIRE(group_size, "group_size is null");
     ETM_REQUIRE(group_size_size == length_size, "group_size has ", group_size_size,
                 " dimensions but the grid has ", length_size);
     const device::Size3 group = grid_from(group_size, group_size_size);
-    dispatch(func, grid, &group);
+    dispatch(kernel, grid, &group);
   });
 }
 

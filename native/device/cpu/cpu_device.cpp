@@ -53,13 +53,17 @@ class HostBuffer final : public Buffer {
   size_t length_;
 };
 
-// An argument table slot. set_bytes data lives in the command buffer's byte pool, so that
-// recording a dispatch allocates nothing once the pools have grown.
+// An argument table slot. Longer set_bytes data lives in the command buffer's byte pool, so
+// that recording a dispatch allocates nothing once the pools have grown.
 struct BoundBuffer {
   std::shared_ptr<Buffer> buffer;
-  size_t offset = 0;       // into `buffer`, or into the byte pool for set_bytes data
+  size_t offset = 0;       // into `buffer`, or into the byte pool for longer set_bytes data
   size_t bytes_length = 0; // non-zero: set_bytes data
   size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
+  // set_bytes data of up to 16 bytes (scalars, small vectors: most of it), 16-byte aligned as
+  // any scalar or vector the kernel reads there needs.
+  static constexpr size_t kInlineBytes = 16;
+  alignas(16) unsigned char value[kInlineBytes];
 };
 
 struct DispatchCommand {
@@ -164,8 +168,7 @@ class HostComputeEncoder final : public ComputeEncoder {
   void set_bytes(const void* data, size_t length, uint32_t index) override {
     BoundBuffer& bound = slot(index);
     bound.buffer.reset();
-    bound.offset = record_bytes(data, length);
-    bound.bytes_length = length;
+    record_bytes(bound, data, length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
@@ -201,11 +204,13 @@ class HostComputeEncoder final : public ComputeEncoder {
                                                     group});
     for (uint32_t i = 0; i < work.argument_count; ++i) {
       const ArgumentBinding& argument = work.arguments[i];
+      BoundBuffer& bound = recorded_.bindings.emplace_back();
       if (argument.bytes_length) {
-        recorded_.bindings.push_back(BoundBuffer{nullptr, record_bytes(argument.bytes, argument.bytes_length),
-                                                 argument.bytes_length, SIZE_MAX});
+        record_bytes(bound, argument.bytes, argument.bytes_length);
       } else {
-        recorded_.bindings.push_back(BoundBuffer{argument.buffer, argument.offset, 0, argument.extent});
+        bound.buffer = argument.buffer;
+        bound.offset = argument.offset;
+        bound.extent = argument.extent;
       }
     }
     recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(), work.threadgroup_lengths,
@@ -220,13 +225,17 @@ class HostComputeEncoder final : public ComputeEncoder {
     return bindings_[index];
   }
 
-  // Copies set_bytes data into the byte pool; returns its offset there.
-  size_t record_bytes(const void* data, size_t length) {
+  // Copies set_bytes data into `bound`, or into the byte pool when it is longer.
+  void record_bytes(BoundBuffer& bound, const void* data, size_t length) {
+    bound.bytes_length = length;
+    if (length <= BoundBuffer::kInlineBytes) {
+      std::memcpy(bound.value, data, length);
+      return;
+    }
     // 16-byte aligned, as any scalar or vector the kernel reads there needs.
-    const size_t offset = (recorded_.bytes.size() + 15) / 16 * 16;
-    recorded_.bytes.resize(offset + length);
-    std::memcpy(recorded_.bytes.data() + offset, data, length);
-    return offset;
+    bound.offset = (recorded_.bytes.size() + 15) / 16 * 16;
+    recorded_.bytes.resize(bound.offset + length);
+    std::memcpy(recorded_.bytes.data() + bound.offset, data, length);
   }
 
   Recording& recorded_;
@@ -249,7 +258,8 @@ Status run_dispatch(const DispatchCommand& command, Recording& recorded, Dispatc
       address = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       length = std::min(bound.buffer->length() - bound.offset, bound.extent);
     } else if (bound.bytes_length) {
-      address = recorded.bytes.data() + bound.offset;
+      address = bound.bytes_length <= BoundBuffer::kInlineBytes ? const_cast<unsigned char*>(bound.value)
+                                                                : recorded.bytes.data() + bound.offset;
       length = bound.bytes_length;
     }
     args.buffers[i] = address;
