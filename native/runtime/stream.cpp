@@ -55,11 +55,15 @@ BufferUses::Use& Stream::note_buffer_use(const device::Buffer* buffer, bool writ
   uses_.reserve(1);
   bool first_use;
   BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
-  const bool first_write = writing && !use.written;
+  if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
+  return use;
+}
+
+void Stream::order_first_use(BufferUses::Use& use, bool first_use, bool writing) {
+  const auto* buffer = static_cast<const device::Buffer*>(use.buffer);
   use.written = use.written || writing;
   if (first_use) open_bytes_ += static_cast<int64_t>(buffer->length());
-  if (first_use || first_write) write_order_.wait_before_use(buffer, progress_.get(), writing);
-  return use;
+  write_order_.wait_before_use(buffer, progress_.get(), writing);
 }
 
 void Stream::wait_for_other_streams(const BufferPtr& buffer) {
@@ -183,7 +187,11 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
   for (size_t i = 0; i < argument_count_; ++i) {
     const device::Buffer* buffer = arguments_[i].buffer.get();
     if (!buffer) continue;  // by-value data, or an empty tensor bound as nil
-    BufferUses::Use& use = note_buffer_use(buffer, kernel->writes_buffer(static_cast<uint32_t>(i)));
+    // note_buffer_use, without a call per buffer when it is not new here.
+    const bool writing = kernel->writes_buffer(static_cast<uint32_t>(i));
+    bool first_use;
+    BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
+    if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
     conflict = conflict || use.interval == uses_.interval();
     bound[bound_count++] = &use;
   }

@@ -97,6 +97,9 @@ class Stream {
   // Records a use of `buffer` in the open command buffer, waiting for other streams' work
   // on it at its first use there (and at its first write); returns its entry.
   BufferUses::Use& note_buffer_use(const device::Buffer* buffer, bool writing);
+  // The first use (or first write) of a buffer in the open command buffer: counts its bytes
+  // and waits for other streams' work on it.
+  void order_first_use(BufferUses::Use& use, bool first_use, bool writing);
   void require_encoding(const KernelFunction* kernel) const;
   device::ArgumentBinding& argument_slot(KernelFunction* kernel, unsigned index);
   void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,

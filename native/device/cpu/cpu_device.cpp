@@ -54,9 +54,10 @@ class HostBuffer final : public Buffer {
 };
 
 // An argument table slot. Longer set_bytes data lives in the command buffer's byte pool, so
-// that recording a dispatch allocates nothing once the pools have grown.
+// that recording a dispatch allocates nothing once the pools have grown. The buffer is held
+// by the recording (Recording::retain).
 struct BoundBuffer {
-  std::shared_ptr<Buffer> buffer;
+  Buffer* buffer = nullptr;
   size_t offset = 0;       // into `buffer`, or into the byte pool for longer set_bytes data
   size_t bytes_length = 0; // non-zero: set_bytes data
   size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
@@ -67,7 +68,7 @@ struct BoundBuffer {
 };
 
 struct DispatchCommand {
-  std::shared_ptr<CpuPipeline> pipeline;
+  CpuPipeline* pipeline;  // held by the recording
   uint32_t first_binding;  // in Recording::bindings
   uint32_t binding_count;
   uint32_t first_threadgroup_length;
@@ -101,6 +102,32 @@ struct Recording {
   std::vector<unsigned char> bytes;
   std::vector<size_t> threadgroup_lengths;
   DispatchArgs args;  // scratch space for running the dispatches
+  // What the dispatches use, held until the command buffer completes: each buffer and pipeline
+  // about once however many dispatches bind it (a reference count per binding cost more).
+  std::vector<std::shared_ptr<Buffer>> retained_buffers;
+  std::vector<std::shared_ptr<Pipeline>> retained_pipelines;
+  static constexpr size_t kRecentBuffers = 16;
+  const Buffer* recent_buffers[kRecentBuffers] = {};  // each one in retained_buffers
+  const Pipeline* last_pipeline = nullptr;            // in retained_pipelines
+
+  Buffer* retain(const std::shared_ptr<Buffer>& buffer) {
+    Buffer* raw = buffer.get();
+    if (!raw) return nullptr;
+    const Buffer*& recent =
+        recent_buffers[(reinterpret_cast<uintptr_t>(raw) >> 4) * 0x9e3779b97f4a7c15ull >> 60];
+    if (recent != raw) {
+      retained_buffers.push_back(buffer);
+      recent = raw;
+    }
+    return raw;
+  }
+  CpuPipeline* retain(const std::shared_ptr<Pipeline>& pipeline) {
+    if (pipeline && pipeline.get() != last_pipeline) {
+      retained_pipelines.push_back(pipeline);
+      last_pipeline = pipeline.get();
+    }
+    return static_cast<CpuPipeline*>(pipeline.get());
+  }
 
   // Room for a command buffer of the default commit policy (40 dispatches of a few
   // arguments), so that recording one does not regrow the tables as it goes.
@@ -109,6 +136,8 @@ struct Recording {
     bindings.reserve(256);
     bytes.reserve(1024);
     threadgroup_lengths.reserve(16);
+    retained_buffers.reserve(64);
+    retained_pipelines.reserve(16);
   }
 
   void clear() {
@@ -116,6 +145,10 @@ struct Recording {
     bindings.clear();
     bytes.clear();
     threadgroup_lengths.clear();
+    retained_buffers.clear();
+    retained_pipelines.clear();
+    std::fill(std::begin(recent_buffers), std::end(recent_buffers), nullptr);
+    last_pipeline = nullptr;
   }
 };
 
@@ -154,12 +187,10 @@ class HostComputeEncoder final : public ComputeEncoder {
  public:
   explicit HostComputeEncoder(Recording& recorded) : recorded_(recorded) {}
 
-  void set_pipeline(std::shared_ptr<Pipeline> pipeline) override {
-    pipeline_ = std::static_pointer_cast<CpuPipeline>(std::move(pipeline));
-  }
+  void set_pipeline(std::shared_ptr<Pipeline> pipeline) override { pipeline_ = recorded_.retain(pipeline); }
   void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) override {
     BoundBuffer& bound = slot(index);
-    bound.buffer = std::move(buffer);
+    bound.buffer = recorded_.retain(buffer);
     bound.offset = offset;
     bound.bytes_length = 0;
     bound.extent = SIZE_MAX;
@@ -167,7 +198,7 @@ class HostComputeEncoder final : public ComputeEncoder {
   void set_buffer_extent(size_t length, uint32_t index) override { slot(index).extent = length; }
   void set_bytes(const void* data, size_t length, uint32_t index) override {
     BoundBuffer& bound = slot(index);
-    bound.buffer.reset();
+    bound.buffer = nullptr;
     record_bytes(bound, data, length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
@@ -184,7 +215,7 @@ class HostComputeEncoder final : public ComputeEncoder {
                             group};
     for (const BoundBuffer& bound : bindings_) recorded_.bindings.push_back(bound);
     for (size_t length : threadgroup_lengths_) recorded_.threadgroup_lengths.push_back(length);
-    recorded_.commands.emplace_back(std::move(command));
+    recorded_.commands.emplace_back(command);
   }
   void dispatch_threadgroups(Size3 groups, Size3 group) override {
     dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
@@ -195,7 +226,7 @@ class HostComputeEncoder final : public ComputeEncoder {
     const Size3 group = work.group;
     const Size3 grid = work.whole_groups ? Size3{work.size.x * group.x, work.size.y * group.y, work.size.z * group.z}
                                          : work.size;
-    recorded_.commands.emplace_back(DispatchCommand{std::static_pointer_cast<CpuPipeline>(*work.pipeline),
+    recorded_.commands.emplace_back(DispatchCommand{recorded_.retain(*work.pipeline),
                                                     static_cast<uint32_t>(recorded_.bindings.size()),
                                                     work.argument_count,
                                                     static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
@@ -208,13 +239,15 @@ class HostComputeEncoder final : public ComputeEncoder {
       if (argument.bytes_length) {
         record_bytes(bound, argument.bytes, argument.bytes_length);
       } else {
-        bound.buffer = argument.buffer;
+        bound.buffer = recorded_.retain(argument.buffer);
         bound.offset = argument.offset;
         bound.extent = argument.extent;
       }
     }
-    recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(), work.threadgroup_lengths,
-                                         work.threadgroup_lengths + work.threadgroup_length_count);
+    if (work.threadgroup_length_count) {
+      recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(), work.threadgroup_lengths,
+                                           work.threadgroup_lengths + work.threadgroup_length_count);
+    }
   }
   // Commands of a host command buffer run one after another: every write is already visible.
   void memory_barrier() override {}
@@ -239,14 +272,13 @@ class HostComputeEncoder final : public ComputeEncoder {
   }
 
   Recording& recorded_;
-  std::shared_ptr<CpuPipeline> pipeline_;
+  CpuPipeline* pipeline_ = nullptr;
   std::vector<BoundBuffer> bindings_;
   std::vector<size_t> threadgroup_lengths_;
 };
 
 // `args` is scratch space reused across dispatches (its vectors keep their capacity).
 Status run_dispatch(const DispatchCommand& command, Recording& recorded, DispatchArgs& args) {
-  if (!command.pipeline) return Status::error("dispatch without a pipeline");
   args.buffers.resize(command.binding_count);
   args.buffer_lengths.resize(command.binding_count);
   args.device_memory.resize(command.binding_count);
@@ -271,15 +303,18 @@ Status run_dispatch(const DispatchCommand& command, Recording& recorded, Dispatc
   args.threads_per_group = command.group;
   args.grid = command.grid;
   Status status = command.pipeline->execute(args);
-  if (status.ok()) return status;
-  const std::string named = "kernel '" + command.pipeline->name() + "'";
-  if (status.message().rfind(named, 0) != 0) return Status::error(named + ": " + status.message());
-  return status;
+  if (!status.ok()) {
+    const std::string named = "kernel '" + command.pipeline->name() + "'";
+    if (status.message().rfind(named, 0) != 0) status = Status::error(named + ": " + status.message());
+  }
+  return status;  // the one object returned: no copy
 }
 
 Status run_command(const Command& command, Recording& recorded, DispatchArgs& args) {
-  if (const auto* dispatch = std::get_if<DispatchCommand>(&command))
+  if (const auto* dispatch = std::get_if<DispatchCommand>(&command)) {
+    if (!dispatch->pipeline) return Status::error("dispatch without a pipeline");
     return run_dispatch(*dispatch, recorded, args);
+  }
   if (const auto* copy = std::get_if<CopyCommand>(&command)) {
     std::memmove(static_cast<unsigned char*>(copy->destination->contents()) + copy->destination_offset,
                  static_cast<unsigned char*>(copy->source->contents()) + copy->source_offset,

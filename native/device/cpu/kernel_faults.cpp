@@ -398,26 +398,57 @@ DispatchTimeout::~DispatchTimeout() {
   if (faults_) FaultHandlers::unwatch(faults_);
 }
 
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), thread_(current_thread_id()) {
-  thread_local SignalStack signal_stack;
-  FaultHandlers::install();
-  for (size_t i = 0; i < kMaxScopes; ++i) {
-    long expected = 0;
-    if (g_scope_threads[i].compare_exchange_strong(expected, thread_, std::memory_order_acq_rel)) {
-      g_scope_faults[i].store(faults_, std::memory_order_release);
-      g_scopes[i].store(this, std::memory_order_release);
-      slot_ = i;
-      return;
+namespace {
+
+// A thread's entry in the scope table, claimed at its first scope and kept until it exits, so
+// that arming a scope is two stores. SIZE_MAX while every entry is taken (its faults then
+// keep their default action).
+struct ScopeSlot {
+  size_t index = SIZE_MAX;
+  ScopeSlot() { claim(); }
+  ScopeSlot(const ScopeSlot&) = delete;
+  ScopeSlot& operator=(const ScopeSlot&) = delete;
+  void claim() {
+    const long thread = current_thread_id();
+    for (size_t i = 0; i < kMaxScopes; ++i) {
+      long expected = 0;
+      if (g_scope_threads[i].compare_exchange_strong(expected, thread, std::memory_order_acq_rel)) {
+        index = i;
+        return;
+      }
     }
   }
-  // Every slot taken: this thread's faults keep their default action.
+  ~ScopeSlot() {
+    if (index < kMaxScopes) g_scope_threads[index].store(0, std::memory_order_release);
+  }
+};
+
+// The calling thread's entry; its first call also gives the thread a signal stack and makes
+// sure the handlers are installed.
+size_t thread_scope_slot() {
+  struct ThreadState {
+    ThreadState() { FaultHandlers::install(); }
+    SignalStack signal_stack;
+    ScopeSlot slot;
+  };
+  thread_local ThreadState state;
+  if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
+  return state.slot.index;
+}
+
+}  // namespace
+
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {
+  slot_ = thread_scope_slot();
+  if (slot_ >= kMaxScopes) return;
+  g_scope_faults[slot_].store(faults_, std::memory_order_release);
+  g_scopes[slot_].store(this, std::memory_order_release);
 }
 
 KernelFaultScope::~KernelFaultScope() {
   if (slot_ < kMaxScopes) {
     g_scopes[slot_].store(nullptr, std::memory_order_release);
     g_scope_faults[slot_].store(nullptr, std::memory_order_release);
-    g_scope_threads[slot_].store(0, std::memory_order_release);
   }
 }
 

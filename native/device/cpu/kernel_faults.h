@@ -92,8 +92,7 @@ class KernelFaultScope {
   enum class Fault { none, stack_overflow, memory_access, timeout };
   sigjmp_buf recovery_;
   DispatchFaults* faults_;
-  long thread_ = 0;
-  size_t slot_ = SIZE_MAX;  // this scope's entry in the handlers' table (SIZE_MAX: none)
+  size_t slot_ = SIZE_MAX;  // this thread's entry in the handlers' table (SIZE_MAX: none)
   uint32_t group_[3] = {0, 0, 0};
   volatile Fault fault_ = Fault::none;
   volatile uintptr_t address_ = 0;

@@ -301,6 +301,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.threadgroup_bytes = threadgroup_bytes;
     dispatch.timeout_ms = timeout_ms_;
     dispatch.validation = validation.get();
+    if (!validation && !counting) return execute_dispatch(dispatch);  // returned in place: no copy
     Status status = execute_dispatch(dispatch);
     if (validation) status = validation->outcome(status);
     if (status.ok() && counting) {
