@@ -39,7 +39,7 @@ void require_within(const BufferLocation& location, size_t offset, size_t length
 void dispatch(KernelFunction& kernel, device::Size3 grid, const device::Size3* requested_group) {
   const uint64_t max_threads = kernel.max_threads_per_group();
   device::Size3 group = requested_group ? *requested_group : device::Size3{max_threads, 1, 1};
-  Runtime::get().current_stream().dispatch(&kernel, grid, group);
+  Runtime::thread_stream().dispatch(&kernel, grid, group);
 }
 
 }  // namespace
@@ -116,7 +116,7 @@ extern "C" AOTITorchError etmetal_get_kernel_function_with_constants(
 
 extern "C" AOTITorchError aoti_torch_mps_start_encoding(AOTIMetalKernelFunctionHandle func) {
   return guarded_encoding(__func__, [&] {
-    Runtime::get().current_stream().start_encoding(&kernel_of(func));
+    Runtime::thread_stream().start_encoding(&kernel_of(func));
   });
 }
 
@@ -125,7 +125,7 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionH
   return guarded_encoding(__func__, [&] {
     KernelFunction& kernel = kernel_of(func);
     const Tensor& t = tensor_of(tensor);
-    Stream& stream = Runtime::get().current_stream();
+    Stream& stream = Runtime::thread_stream();
     if (t.dim() == 0 && t.device_type == kDeviceCpu) {
       // A host scalar travels by value, as Metal's setBytes; MSL has no double.
       unsigned char* data = t.data();
@@ -151,7 +151,7 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionH
 extern "C" AOTITorchError aoti_torch_mps_set_arg_int(AOTIMetalKernelFunctionHandle func,
                                                      unsigned idx, int64_t val) {
   return guarded_encoding(__func__, [&] {
-    Runtime::get().current_stream().set_argument_bytes(&kernel_of(func), idx, &val, sizeof val);
+    Runtime::thread_stream().set_argument_bytes(&kernel_of(func), idx, &val, sizeof val);
   });
 }
 

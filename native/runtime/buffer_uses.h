@@ -44,6 +44,8 @@ class BufferUses {
     if (++interval_ == 0) interval_ = 1;  // after a wrap a stale entry only adds a barrier
   }
 
+  size_t size() const { return size_; }
+
   void clear() {
     if (size_ == 0) return;
     for (Use& use : slots_) use = Use{};

@@ -109,7 +109,10 @@ void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const vo
   argument.buffer.reset();
   std::vector<unsigned char>& bytes = argument_bytes_[index];
   bytes.resize(length);
-  std::memcpy(bytes.data(), data, length);
+  if (length == sizeof(int64_t))
+    std::memcpy(bytes.data(), data, sizeof(int64_t));  // set_arg_int's: inline, no library call
+  else
+    std::memcpy(bytes.data(), data, length);
   argument.bytes = bytes.data();
   argument.bytes_length = length;
 }
@@ -280,6 +283,8 @@ void Stream::commit_open() {
   if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
   std::vector<const device::Buffer*> written;
   std::vector<const device::Buffer*> read;
+  written.reserve(uses_.size());
+  read.reserve(uses_.size());
   uses_.for_each([&](const BufferUses::Use& use) {
     (use.written ? written : read).push_back(static_cast<const device::Buffer*>(use.buffer));
   });

@@ -77,16 +77,18 @@ struct DispatchCommand {
   Size3 group;
 };
 
+// Commands refer to what the recording holds: they need no destructor, so clearing a
+// recording is one step however many commands it has.
 struct CopyCommand {
-  std::shared_ptr<Buffer> source;
+  Buffer* source;
   size_t source_offset;
-  std::shared_ptr<Buffer> destination;
+  Buffer* destination;
   size_t destination_offset;
   size_t length;
 };
 
 struct FillCommand {
-  std::shared_ptr<Buffer> destination;
+  Buffer* destination;
   size_t offset;
   size_t length;
   uint8_t value;
@@ -175,7 +177,9 @@ class RecordingPool {
   }
 
  private:
-  static constexpr size_t kMaxSpare = 4;  // a stream has about two command buffers alive
+  // Encoding usually runs ahead of execution by several command buffers: when the queue
+  // catches up, their recordings wait here for the next ones.
+  static constexpr size_t kMaxSpare = 16;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Recording>> spare_;
 };
@@ -261,6 +265,10 @@ class HostComputeEncoder final : public ComputeEncoder {
   // Copies set_bytes data into `bound`, or into the byte pool when it is longer.
   void record_bytes(BoundBuffer& bound, const void* data, size_t length) {
     bound.bytes_length = length;
+    if (length == sizeof(int64_t)) {
+      std::memcpy(bound.value, data, sizeof(int64_t));  // set_arg_int's: inline, no library call
+      return;
+    }
     if (length <= BoundBuffer::kInlineBytes) {
       std::memcpy(bound.value, data, length);
       return;
@@ -343,12 +351,12 @@ class HostCommandBuffer final : public CommandBuffer,
   void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
                    std::shared_ptr<Buffer> destination, size_t destination_offset,
                    size_t length) override {
-    recorded_->commands.push_back(CopyCommand{std::move(source), source_offset, std::move(destination),
+    recorded_->commands.push_back(CopyCommand{recorded_->retain(source), source_offset, recorded_->retain(destination),
                                     destination_offset, length});
   }
   void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
                    uint8_t value) override {
-    recorded_->commands.push_back(FillCommand{std::move(destination), offset, length, value});
+    recorded_->commands.push_back(FillCommand{recorded_->retain(destination), offset, length, value});
   }
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));

@@ -219,11 +219,12 @@ class CpuKernelPipeline : public CpuPipeline {
 
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
-    uint32_t dynamic_offsets[kMaxArgumentIndex + 1] = {};
+    uint32_t dynamic_offsets[kMaxArgumentIndex + 1];  // read only at the kernel's threadgroup indices
     // While validating each block is followed by unused bytes, which Metal's limit ignores.
     const bool validating = validation_enabled();
     const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
     uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
+    if (has_threadgroup_arguments_ || validating) std::fill(std::begin(dynamic_offsets), std::end(dynamic_offsets), 0);
     std::vector<std::pair<uint64_t, uint64_t>> dynamic_blocks;
     size_t padded_size = 0;
     for (const BufferCheck& check : buffer_checks_) {
