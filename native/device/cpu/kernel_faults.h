@@ -23,9 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <vector>
 
 namespace etm::device::cpu {
 
