@@ -120,6 +120,15 @@ inline uint64_t group_lanes(uint32_t base, uint32_t count) {
   return count - base >= 32u ? 0xffffffffull : (uint64_t(1) << (count - base)) - 1u;
 }
 
+// Lanes [base, base + 32) of the group whose flag is set (a predicate mask's threads).
+inline uint64_t flagged_lanes(const bool* flags, uint32_t base, uint32_t count) {
+  if (count - base >= 32u) return lane_flags(flags, base);
+  uint64_t lanes = 0;
+  for (uint32_t lane = 0; lane < count - base; ++lane)
+    if (flags[base + lane]) lanes |= uint64_t(1) << lane;
+  return lanes;
+}
+
 // Lanes [base, base + 32) of the group that are inside it and have not returned.
 inline uint64_t active_lanes(const bool* done, uint32_t base, uint32_t count) {
   if (count - base >= 32u) return ~lane_flags(done, base) & 0xffffffffu;
@@ -317,29 +326,39 @@ inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>
 
 inline constexpr size_t kCollectiveSlotBytes = 64;
 
-// One collective call site: each thread's published operand (the operand type's size apart)
-// and whether it took part (one flag per thread, padded to whole simdgroups, so publishing
-// writes no word other threads write too). The region before the collective resets it thread
-// by thread (reset, then publish when the thread takes part); the region after reads it.
+// One collective call site: each thread's published operand (the operand type's size apart),
+// whether it took part (one flag per thread, padded to whole simdgroups, so publishing writes
+// no word other threads write too), and each simdgroup's reduction once computed. Before the
+// region that publishes, the group resets the site; that region publishes for each thread
+// that takes part; the region after reads it.
 struct collective {
   unsigned char* slots;
   bool* joined;
+  unsigned char* reductions;  // kCollectiveSlotBytes per simdgroup, after the flags
+  uint32_t count;
   size_t stride = kCollectiveSlotBytes;  // the size of the operand type the site publishes
-  uint32_t cached_base = UINT32_MAX;  // the simdgroup whose reduction `cached` holds
+  bool reduced = false;               // `reductions` holds every simdgroup's reduction
   uint32_t joined_base = UINT32_MAX;  // the simdgroup whose lanes `joined_lanes` holds
   uint64_t joined_lanes = 0;
-  alignas(16) unsigned char cached[kCollectiveSlotBytes];
 
-  // Storage for `count` operands of up to kCollectiveSlotBytes and joined_bytes(count) flags.
-  collective(void* slot_storage, void* joined_storage, uint32_t count)
-      : slots(static_cast<unsigned char*>(slot_storage)), joined(static_cast<bool*>(joined_storage)) {
+  // Storage for `count` operands of up to kCollectiveSlotBytes, and flags_bytes(count).
+  collective(void* slot_storage, void* flag_storage, uint32_t count)
+      : slots(static_cast<unsigned char*>(slot_storage)),
+        joined(static_cast<bool*>(flag_storage)),
+        reductions(static_cast<unsigned char*>(flag_storage) + joined_bytes(count)),
+        count(count) {
     for (uint32_t i = count; i < joined_bytes(count); ++i) joined[i] = false;
   }
   static constexpr size_t joined_bytes(uint32_t count) { return size_t((count + 31u) / 32u) * 32u; }
+  // The flags, then a reduction per simdgroup (joined_bytes is a multiple of 32: aligned).
+  static constexpr size_t flags_bytes(uint32_t count) {
+    return joined_bytes(count) + size_t((count + 31u) / 32u) * kCollectiveSlotBytes;
+  }
 
-  void reset(uint32_t index) {
-    joined[index] = false;
-    if (index == 0) cached_base = joined_base = UINT32_MAX;
+  void reset() {
+    for (uint32_t i = 0; i < count; ++i) joined[i] = false;
+    reduced = false;
+    joined_base = UINT32_MAX;
   }
   template <class T> void publish(uint32_t index, const T& value) {
     static_assert(sizeof(T) <= kCollectiveSlotBytes, "a SIMD-group collective exchanges at most 64 bytes per lane");
@@ -360,35 +379,65 @@ struct collective {
   }
 };
 
-// A simdgroup-wide reduction into the site's cache. With every lane joined it combines lanes
-// 0..31 in order, as reduce_lanes does, from the packed operands. Out of line: once per
-// simdgroup, while every thread reads the cache.
+// The reductions of eight full simdgroups (repeats allowed), each combining lanes 0..31 in
+// order, as reduce_lanes does. The eight chains of dependent operations run side by side in
+// registers instead of one after another.
 template <class T, class Combine>
-__attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
-  const uint32_t base = index & ~31u;
-  T result;
-  if (c.lanes_joined(base) == 0xffffffffu) {
-    const unsigned char* values = c.slots + size_t(base) * sizeof(T);
-    __builtin_memcpy(static_cast<void*>(&result), values, sizeof(T));
-    for (uint32_t lane = 1; lane < 32; ++lane) {
-      T value;
-      __builtin_memcpy(static_cast<void*>(&value), values + lane * sizeof(T), sizeof(T));
-      result = T(combine(result, value));
-    }
-  } else {
-    result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
+inline void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], Combine combine) {
+  auto operand = [&](uint32_t b, uint32_t lane) {
+    T value;
+    __builtin_memcpy(static_cast<void*>(&value), c.slots + (size_t(groups[b]) * 32u + lane) * sizeof(T), sizeof(T));
+    return value;
+  };
+  T results[8];
+#pragma GCC unroll 8
+  for (uint32_t b = 0; b < 8; ++b) results[b] = operand(b, 0);
+  for (uint32_t lane = 1; lane < 32; ++lane) {
+#pragma GCC unroll 8
+    for (uint32_t b = 0; b < 8; ++b) results[b] = T(combine(results[b], operand(b, lane)));
   }
-  __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
-  c.cached_base = base;
+#pragma GCC unroll 8
+  for (uint32_t b = 0; b < 8; ++b)
+    __builtin_memcpy(c.reductions + size_t(groups[b]) * kCollectiveSlotBytes, static_cast<const void*>(&results[b]),
+                     sizeof(T));
 }
 
-// A simdgroup-wide reduction, computed by the first of its threads to ask.
+// Every simdgroup's reduction of the site (those where some lane joined), computed when the
+// first thread asks: all operands are published by then. Full simdgroups go eight at a time;
+// the others combine their joined lanes as reduce_lanes does. Out of line: once per site and
+// group, while every thread reads the results.
+template <class T, class Combine> __attribute__((noinline)) void reduce_simdgroups(collective& c, Combine combine) {
+  const uint32_t simdgroups = (c.count + 31u) / 32u;
+  uint32_t full[8];
+  uint32_t batched = 0;
+  for (uint32_t g = 0; g < simdgroups; ++g) {
+    const uint64_t joined = lane_flags(c.joined, g * 32u);
+    if (joined == 0xffffffffu) {
+      full[batched++] = g;
+      if (batched == 8) {
+        reduce_eight_simdgroups<T>(c, full, combine);
+        batched = 0;
+      }
+    } else if (joined != 0) {
+      const T result =
+          etm_msl::reduce_lanes<T>({c.slots + size_t(g) * 32u * sizeof(T), sizeof(T), joined, 0u, 32u}, false, combine);
+      __builtin_memcpy(c.reductions + size_t(g) * kCollectiveSlotBytes, static_cast<const void*>(&result), sizeof(T));
+    }
+  }
+  if (batched) {
+    for (uint32_t b = batched; b < 8; ++b) full[b] = full[0];  // computed again, stored again: the same value
+    reduce_eight_simdgroups<T>(c, full, combine);
+  }
+  c.reduced = true;
+}
+
+// A simdgroup-wide reduction (or the caller's quad's).
 template <class T, class Combine>
 __attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
   if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
-  if (c.cached_base != (index & ~31u)) reduce_simdgroup<T>(c, index, combine);
+  if (!c.reduced) reduce_simdgroups<T>(c, combine);
   T result;
-  __builtin_memcpy(static_cast<void*>(&result), c.cached, sizeof(T));
+  __builtin_memcpy(static_cast<void*>(&result), c.reductions + size_t(index >> 5) * kCollectiveSlotBytes, sizeof(T));
   return result;
 }
 
@@ -527,7 +576,9 @@ template <class Arguments, class Result> struct group_call {
       : calls(static_cast<Arguments*>(call_storage)),
         results(static_cast<Result*>(result_storage)),
         joined(static_cast<bool*>(joined_storage)) {}
-  void reset(uint32_t index) { joined[index] = false; }
+  void reset(uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) joined[i] = false;
+  }
   void publish(uint32_t index, const Arguments& a) {
     ::new (static_cast<void*>(calls + index)) Arguments(a);
     joined[index] = true;
