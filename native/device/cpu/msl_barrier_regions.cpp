@@ -42,6 +42,14 @@ int collective_operands(const std::string& name) {
   return -1;
 }
 
+// simd_ reductions: the group computes every simdgroup's result once all threads have
+// published (etm_regions::simd_reduce_<name>), each thread then reads its simdgroup's.
+bool is_simd_reduction(const std::string& name) {
+  static const std::set<std::string> kReductions = {"simd_sum", "simd_product", "simd_min", "simd_max",
+                                                    "simd_and", "simd_or",      "simd_xor"};
+  return kReductions.count(name) != 0;
+}
+
 // Collectives whose operand is a vote (bool) and whose region form is no template.
 bool is_vote_collective(const std::string& name) {
   const std::string base = name.substr(5);
@@ -586,6 +594,16 @@ class RegionWriter {
     // buffer they get on the threads' behalf, between barriers of its own.
     if (!group_steps.empty())
       body_ += "\netm_cpu_kernel::pass_barrier(etm__live);" + group_steps + "\netm_cpu_kernel::pass_barrier(etm__live);";
+    // The simd_ reductions, for the whole group. Their operand type is the operand's in a
+    // thread's view (thread 0's names, unevaluated).
+    for (size_t c = 0; c < calls.size(); ++c) {
+      if (calls[c].group || !is_simd_reduction(calls[c].name)) continue;
+      std::string operand;
+      region_text(calls[c].arguments[0].first, calls[c].arguments[0].second, &operand);
+      body_ += "\n{ const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + aliases() +
+               "etm_regions::simd_reduce_" + calls[c].name.substr(5) + "<std::decay_t<decltype(" + operand + "\n)>>(" +
+               sites[c] + "); }";
+    }
     // Answer.
     for (size_t c = 0; c < calls.size(); ++c) {
       const CollectiveCall& call = calls[c];
@@ -593,7 +611,7 @@ class RegionWriter {
         replacements_[call.first] = {t_.partner(call.open) + 1, sites[c] + ".results[etm__index]"};
         continue;
       }
-      std::string replacement = "etm_regions::" + call.name;
+      std::string replacement = "etm_regions::" + (is_simd_reduction(call.name) ? "simd_reduction" : call.name);
       if (!is_vote_collective(call.name)) {
         std::string operand;
         region_text(call.arguments[0].first, call.arguments[0].second, &operand);

@@ -105,6 +105,16 @@ struct simdgroup {
 
 // Bit i of the result: flags[base + i] is set, for the 32 flags from base (bool bytes 0 or 1).
 inline uint64_t lane_flags(const bool* flags, uint32_t base) {
+#if defined(__SSE2__)
+  // Negated, a true byte is 0xff: the byte mask instruction gathers the sign bits.
+  typedef char bytes16 __attribute__((vector_size(16)));
+  bytes16 low, high;
+  __builtin_memcpy(&low, flags + base, sizeof low);
+  __builtin_memcpy(&high, flags + base + 16, sizeof high);
+  const uint32_t low_bits = uint32_t(__builtin_ia32_pmovmskb128(-low));
+  const uint32_t high_bits = uint32_t(__builtin_ia32_pmovmskb128(-high));
+  return uint64_t(low_bits | high_bits << 16);
+#else
   uint64_t lanes = 0;
   for (uint32_t word = 0; word < 4; ++word) {
     uint64_t bytes;
@@ -113,6 +123,7 @@ inline uint64_t lane_flags(const bool* flags, uint32_t base) {
     lanes |= (((bytes & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56) << (8 * word);
   }
   return lanes;
+#endif
 }
 
 // Lanes [base, base + 32) of the group that are inside it.
@@ -337,7 +348,6 @@ struct collective {
   unsigned char* reductions;  // kCollectiveSlotBytes per simdgroup, after the flags
   uint32_t count;
   size_t stride = kCollectiveSlotBytes;  // the size of the operand type the site publishes
-  bool reduced = false;               // `reductions` holds every simdgroup's reduction
   uint32_t joined_base = UINT32_MAX;  // the simdgroup whose lanes `joined_lanes` holds
   uint64_t joined_lanes = 0;
 
@@ -357,7 +367,6 @@ struct collective {
 
   void reset() {
     for (uint32_t i = 0; i < count; ++i) joined[i] = false;
-    reduced = false;
     joined_base = UINT32_MAX;
   }
   template <class T> void publish(uint32_t index, const T& value) {
@@ -402,11 +411,10 @@ inline void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], 
                      sizeof(T));
 }
 
-// Every simdgroup's reduction of the site (those where some lane joined), computed when the
-// first thread asks: all operands are published by then. Full simdgroups go eight at a time;
-// the others combine their joined lanes as reduce_lanes does. Out of line: once per site and
-// group, while every thread reads the results.
-template <class T, class Combine> __attribute__((noinline)) void reduce_simdgroups(collective& c, Combine combine) {
+// Every simdgroup's reduction of the site (those where some lane joined), once every thread
+// has published: full simdgroups eight at a time, the others combining their joined lanes as
+// reduce_lanes does.
+template <class T, class Combine> void reduce_simdgroups(collective& c, Combine combine) {
   const uint32_t simdgroups = (c.count + 31u) / 32u;
   uint32_t full[8];
   uint32_t batched = 0;
@@ -428,43 +436,44 @@ template <class T, class Combine> __attribute__((noinline)) void reduce_simdgrou
     for (uint32_t b = batched; b < 8; ++b) full[b] = full[0];  // computed again, stored again: the same value
     reduce_eight_simdgroups<T>(c, full, combine);
   }
-  c.reduced = true;
 }
 
-// A simdgroup-wide reduction (or the caller's quad's).
-template <class T, class Combine>
-__attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
-  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
-  if (!c.reduced) reduce_simdgroups<T>(c, combine);
+// The reductions: simd_ ones computed for the whole group between the region that publishes
+// and the one that answers (simd_reduce_<name>, then simd_reduction in each thread), quad_
+// ones by each thread from its quad's lanes.
+template <class T> inline T simd_reduction(const collective& c, uint32_t index) {
   T result;
   __builtin_memcpy(static_cast<void*>(&result), c.reductions + size_t(index >> 5) * kCollectiveSlotBytes, sizeof(T));
   return result;
 }
+template <class T> struct minimum {
+  T operator()(const T& a, const T& b) const { return T(::metal::min(a, b)); }
+};
+template <class T> struct maximum {
+  T operator()(const T& a, const T& b) const { return T(::metal::max(a, b)); }
+};
+template <class T> using bitwise_and = etm_msl::bitwise<T, etm_msl::bit_and>;
+template <class T> using bitwise_or = etm_msl::bitwise<T, etm_msl::bit_or>;
+template <class T> using bitwise_xor = etm_msl::bitwise<T, etm_msl::bit_xor>;
+#define ETM_REGION_REDUCTION(name, Combine)                                \
+  template <class T> inline void simd_reduce_##name(collective& c) {       \
+    reduce_simdgroups<T>(c, Combine{});                                    \
+  }                                                                        \
+  template <class T> inline T quad_##name(collective& c, uint32_t i) {     \
+    return etm_msl::reduce_lanes<T>(c.lanes(i), true, Combine{});          \
+  }
+ETM_REGION_REDUCTION(sum, etm_msl::plus<T>)
+ETM_REGION_REDUCTION(product, etm_msl::times<T>)
+ETM_REGION_REDUCTION(min, minimum<T>)
+ETM_REGION_REDUCTION(max, maximum<T>)
+ETM_REGION_REDUCTION(and, bitwise_and<T>)
+ETM_REGION_REDUCTION(or, bitwise_or<T>)
+ETM_REGION_REDUCTION(xor, bitwise_xor<T>)
+#undef ETM_REGION_REDUCTION
 
-// The region form of each simd_ / quad_ collective: the operand comes from the lane array,
-// the other arguments as in Metal.
+// The region form of the other simd_ / quad_ collectives: the operand comes from the lane
+// array, the other arguments as in Metal.
 #define ETM_REGION_COLLECTIVES(prefix, quad, vote_type)                                               \
-  template <class T> inline T prefix##sum(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::plus<T>{});                                                 \
-  }                                                                                                   \
-  template <class T> inline T prefix##product(collective& c, uint32_t i) {                            \
-    return reduce<T>(c, i, quad, etm_msl::times<T>{});                                                \
-  }                                                                                                   \
-  template <class T> inline T prefix##min(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, [](const T& a, const T& b) { return T(::metal::min(a, b)); });      \
-  }                                                                                                   \
-  template <class T> inline T prefix##max(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, [](const T& a, const T& b) { return T(::metal::max(a, b)); });      \
-  }                                                                                                   \
-  template <class T> inline T prefix##and(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_and>{});                           \
-  }                                                                                                   \
-  template <class T> inline T prefix##or(collective& c, uint32_t i) {                                 \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_or>{});                            \
-  }                                                                                                   \
-  template <class T> inline T prefix##xor(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_xor>{});                           \
-  }                                                                                                   \
   template <class T> inline T prefix##prefix_inclusive_sum(collective& c, uint32_t i) {               \
     return etm_msl::scan_lanes<T>(c.lanes(i), quad, true, T(0), etm_msl::plus<T>{});                 \
   }                                                                                                   \
