@@ -234,12 +234,28 @@ template <class TD, class TA, class TB, class TC>
 inline constexpr bool all_float = std::is_same_v<TD, float> && std::is_same_v<TA, float> &&
                                   std::is_same_v<TB, float> && std::is_same_v<TC, float>;
 
+// d = a * b + c (c null: zero) in float through row vectors, for any element types and lanes.
+// Out of line: only the float blocks of full simdgroups are worth their inlined code.
+template <class TD, class TA, class TB, class TC>
+__attribute__((noinline)) void multiply_gathered(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                 metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                 metal::simdgroup_matrix<TB, 8, 8>& b,
+                                                 metal::simdgroup_matrix<TC, 8, 8>* c) {
+  row_vector ma[8], mb[8], mc[8] = {};
+  gather(g, a, ma);
+  gather(g, b, mb);
+  if (c) gather(g, *c, mc);
+  multiply_rows(ma, mb, mc);
+  scatter(g, d, mc);
+}
+
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
 template <class TD, class TA, class TB, class TC>
-inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
-                                          metal::simdgroup_matrix<TA, 8, 8>& a,
-                                          metal::simdgroup_matrix<TB, 8, 8>& b,
-                                          metal::simdgroup_matrix<TC, 8, 8>& c) {
+__attribute__((always_inline)) inline void simdgroup_multiply_accumulate(const simdgroup& g,
+                                                                         metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                                         metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                                         metal::simdgroup_matrix<TB, 8, 8>& b,
+                                                                         metal::simdgroup_matrix<TC, 8, 8>& c) {
   if constexpr (all_float<TD, TA, TB, TC>) {
     if (g.full()) {
       multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)),
@@ -247,17 +263,13 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
       return;
     }
   }
-  row_vector ma[8], mb[8], mc[8];
-  gather(g, a, ma);
-  gather(g, b, mb);
-  gather(g, c, mc);
-  multiply_rows(ma, mb, mc);
-  scatter(g, d, mc);
+  multiply_gathered(g, d, a, b, &c);
 }
 
 template <class TD, class TA, class TB>
-inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
-                               metal::simdgroup_matrix<TA, 8, 8>& a, metal::simdgroup_matrix<TB, 8, 8>& b) {
+__attribute__((always_inline)) inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                              metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                              metal::simdgroup_matrix<TB, 8, 8>& b) {
   if constexpr (all_float<TD, TA, TB, float>) {
     if (g.full()) {
       multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)), nullptr,
@@ -265,11 +277,7 @@ inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8
       return;
     }
   }
-  row_vector ma[8], mb[8], mc[8] = {};
-  gather(g, a, ma);
-  gather(g, b, mb);
-  multiply_rows(ma, mb, mc);
-  scatter(g, d, mc);
+  multiply_gathered(g, d, a, b, static_cast<metal::simdgroup_matrix<float, 8, 8>*>(nullptr));
 }
 
 // Element (r, c) of the matrix from source[(origin.y + r) * elements_per_row + origin.x + c],
@@ -281,6 +289,15 @@ inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>&
   T* elements = reinterpret_cast<T*>(g.block(destination));
   const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
   if (g.full()) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+      if (!transpose_matrix) {
+#pragma GCC unroll 8
+        for (ulong row = 0; row < 8; ++row)
+          *reinterpret_cast<unaligned_row*>(elements + 8 * row) =
+              *reinterpret_cast<const unaligned_row*>(origin + row * elements_per_row);
+        return;
+      }
+    }
     for (ulong row = 0; row < 8; ++row) {
       if (!transpose_matrix && std::is_same_v<T, S>) {
         __builtin_memcpy(elements + 8 * row, origin + row * elements_per_row, 8 * sizeof(T));
