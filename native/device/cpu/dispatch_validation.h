@@ -94,10 +94,15 @@ class DispatchValidation {
                             uint32_t* syncs);
   void check_threadgroup(WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
                          uint32_t running);
+  void check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
+                    uint32_t running);
   void released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished);
   void infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end);
   void report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
                    uint32_t other, const char* other_did, bool inferred, uintptr_t site);
+  // `problem` follows the access's description ("reads 4 bytes at threadgroup memory offset 8").
+  void report_threadgroup(const WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
+                          uintptr_t site, const char* problem);
   void report(const std::string& what, const etm_cpu_group* group, uint32_t thread, uintptr_t site);
   std::string thread_text(const etm_cpu_group& group, uint32_t thread) const;
 
@@ -106,7 +111,8 @@ class DispatchValidation {
   std::vector<etm_cpu_range> ranges_;  // what the kernel lets pass: bindings, launch data
   std::vector<void*> buffers_;
   std::vector<unsigned char> constant_copies_;
-  std::vector<uint8_t> threadgroup_valid_;  // per byte of the layout: 1 inside a variable or block
+  // Per byte of the layout: the end of the variable or block that holds it (0: none does).
+  std::vector<uint32_t> valid_end_;
   uint64_t threadgroup_bytes_;
   etm_cpu_validation table_{};
 

@@ -38,7 +38,12 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
-  bool near = address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span;
+  // Threadgroup memory (its own allocation, apart from every range) goes to the checker at once.
+  if (address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span) {
+    table->check(table->state, address, size, kind, site, state.thread);
+    return;
+  }
+  bool near = false;
   for (uint32_t i = 0; i < table->range_count; ++i) {
     const etm_cpu_range& range = table->ranges[i];
     const uint64_t offset = address - range.begin;

@@ -104,6 +104,17 @@ inline void pass_barrier(uint32_t) {}
 inline void pass_simd_sync(uint32_t, uint64_t) {}
 #endif
 
+// Checked kernels read the group's values (thread positions, sizes) from a copy of their own:
+// the opaque enter_thread calls make them reload what `group` points to for every thread, and
+// each such load would be an access check; the copy's fields stay in registers.
+#if ETM_CPU_VALIDATE
+#define ETM_CPU_LOCAL_GROUP(group)               \
+  const etm_cpu_group group##_copy = *(group); \
+  group = &group##_copy;
+#else
+#define ETM_CPU_LOCAL_GROUP(group)
+#endif
+
 // Static threadgroup variables get fixed offsets when the object is loaded: each
 // instantiated (type, declaration site) pair reserves its bytes once.
 inline uint64_t& static_threadgroup_end() {
