@@ -27,6 +27,17 @@
   __attribute__((optimize("-funswitch-loops", "-fsplit-loops", "-fvect-cost-model=cheap")))
 #endif
 
+// Helpers of the barrier-region form that touch only the region function's own storage (lane
+// arrays, flags, frames on its stack) and read no argument by reference. In checked kernels
+// they stay out of line and unchecked (a call costs less than the access checks, and none of
+// it is the kernel's memory); otherwise they keep `otherwise` (inlining attributes).
+#if defined(ETM_CPU_VALIDATE) && ETM_CPU_VALIDATE
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) __attribute__((no_sanitize_address, noinline))
+#else
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) otherwise
+#endif
+#define ETM_REGION_UNCHECKED ETM_REGION_UNCHECKED_ELSE()
+
 namespace etm_regions {
 using metal::ulong2;
 
@@ -337,24 +348,25 @@ struct collective {
   }
   static constexpr size_t joined_bytes(uint32_t count) { return size_t((count + 31u) / 32u) * 32u; }
 
-  void reset(uint32_t index) {
+  ETM_REGION_UNCHECKED void reset(uint32_t index) {
     joined[index] = false;
     if (index == 0) cached_base = joined_base = UINT32_MAX;
   }
-  template <class T> void publish(uint32_t index, const T& value) {
+  // The operand by value: the kernel's read of it is the caller's.
+  template <class T> ETM_REGION_UNCHECKED void publish(uint32_t index, T value) {
     static_assert(sizeof(T) <= kCollectiveSlotBytes, "a SIMD-group collective exchanges at most 64 bytes per lane");
     stride = sizeof(T);
     __builtin_memcpy(slots + size_t(index) * sizeof(T), static_cast<const void*>(&value), sizeof(T));
     joined[index] = true;
   }
-  uint64_t lanes_joined(uint32_t base) {
+  ETM_REGION_UNCHECKED uint64_t lanes_joined(uint32_t base) {
     if (joined_base != base) {
       joined_lanes = lane_flags(joined, base);
       joined_base = base;
     }
     return joined_lanes;
   }
-  etm_msl::lane_values lanes(uint32_t index) {
+  ETM_REGION_UNCHECKED etm_msl::lane_values lanes(uint32_t index) {
     const uint32_t base = index & ~31u;
     return {slots + size_t(base) * stride, stride, lanes_joined(base), index & 31u, 32u};
   }
@@ -364,7 +376,7 @@ struct collective {
 // 0..31 in order, as reduce_lanes does, from the packed operands. Out of line: once per
 // simdgroup, while every thread reads the cache.
 template <class T, class Combine>
-__attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
+ETM_REGION_UNCHECKED_ELSE(__attribute__((noinline))) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
   const uint32_t base = index & ~31u;
   T result;
   if (c.lanes_joined(base) == 0xffffffffu) {
@@ -384,7 +396,7 @@ __attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, C
 
 // A simdgroup-wide reduction, computed by the first of its threads to ask.
 template <class T, class Combine>
-__attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
+ETM_REGION_UNCHECKED_ELSE(__attribute__((always_inline))) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
   if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
   if (c.cached_base != (index & ~31u)) reduce_simdgroup<T>(c, index, combine);
   T result;
@@ -527,8 +539,8 @@ template <class Arguments, class Result> struct group_call {
       : calls(static_cast<Arguments*>(call_storage)),
         results(static_cast<Result*>(result_storage)),
         joined(static_cast<bool*>(joined_storage)) {}
-  void reset(uint32_t index) { joined[index] = false; }
-  void publish(uint32_t index, const Arguments& a) {
+  ETM_REGION_UNCHECKED void reset(uint32_t index) { joined[index] = false; }
+  ETM_REGION_UNCHECKED void publish(uint32_t index, const Arguments& a) {
     ::new (static_cast<void*>(calls + index)) Arguments(a);
     joined[index] = true;
   }
@@ -796,7 +808,7 @@ inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& cal
 template <class T> T& stand_in();
 
 // Frames for `count` threads in caller-provided storage (alloca'd by the region function).
-template <class Frame> inline Frame* construct_frames(void* storage, uint32_t count) {
+template <class Frame> ETM_REGION_UNCHECKED inline Frame* construct_frames(void* storage, uint32_t count) {
   Frame* frames = static_cast<Frame*>(storage);
   for (uint32_t i = 0; i < count; ++i) ::new (static_cast<void*>(frames + i)) Frame();
   return frames;
