@@ -163,7 +163,7 @@ std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1
 // A group that runs as barrier regions passes its barriers together and reports them here
 // (on fibers the executor keeps each thread's count).
 struct WorkerShadow {
-  const DispatchValidation* owner = nullptr;
+  DispatchValidation* owner = nullptr;
   const etm_cpu_group* group = nullptr;
   std::vector<ShadowByte> bytes;
   std::vector<unsigned char> values;  // the arena's bytes as the checks last saw them
@@ -245,6 +245,8 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
   table_.threadgroup_span = kThreadgroupMemoryLimit + kValidationArenaSlack;
   table_.state = this;
   table_.check = &DispatchValidation::check;
+  table_.worker = &DispatchValidation::worker;
+  table_.check_threadgroup = &DispatchValidation::check_threadgroup_access;
   table_.barrier = &DispatchValidation::pass_barrier;
   table_.simd_sync = &DispatchValidation::pass_simd_sync;
   allow_reads(buffers_.data(), buffers_.size() * sizeof(void*));
@@ -298,9 +300,9 @@ void DispatchValidation::pass_barrier(void* state, uint32_t live) {
   ++shadow.barriers;
 }
 
-void DispatchValidation::pass_simd_sync(void* state, uint32_t first, uint64_t lanes) {
-  WorkerShadow* shadow = tl_shadow;
-  if (!shadow || shadow->owner != state) return;
+void DispatchValidation::pass_simd_sync(void* worker, uint32_t first, uint64_t lanes) {
+  auto* shadow = static_cast<WorkerShadow*>(worker);
+  if (!shadow || !shadow->group) return;
   for (; lanes; lanes &= lanes - 1) {
     const uint64_t thread = first + static_cast<uint64_t>(__builtin_ctzll(lanes));
     if (thread < shadow->simd_syncs.size()) ++shadow->simd_syncs[thread];
@@ -335,19 +337,26 @@ void DispatchValidation::report(const std::string& what, const etm_cpu_group* gr
 void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
                                uint32_t running) {
   auto* self = static_cast<DispatchValidation*>(state);
-  // Accesses inside a binding never get here, nor most that are far from every binding and the
-  // arena: the kernel settles them (etm_cpu_counters.h).
+  // Accesses inside a binding never get here, nor most that are far from every binding, nor
+  // threadgroup memory's: the kernel settles them or hands them to check_threadgroup_access
+  // (etm_cpu_counters.h).
   WorkerShadow* shadow = tl_shadow;
   if (!shadow || shadow->owner != self || !shadow->group) return;
-  const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow->group->arena);
-  if (address - arena < self->table_.threadgroup_span) {
-    self->check_threadgroup(*shadow, address - arena, size, kind, site, running);
-    return;
-  }
   self->check_device(*shadow, address, size, kind, site, running);
 }
 
-__attribute__((noinline)) void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind,
+void* DispatchValidation::worker(void* state) {
+  WorkerShadow* shadow = tl_shadow;
+  return shadow && shadow->owner == state ? shadow : nullptr;
+}
+
+void DispatchValidation::check_threadgroup_access(void* worker, uint64_t offset, uint64_t size, uint32_t kind,
+                                                  uintptr_t site, uint32_t running) {
+  auto* shadow = static_cast<WorkerShadow*>(worker);
+  if (shadow && shadow->group) shadow->owner->check_threadgroup(*shadow, offset, size, kind, site, running);
+}
+
+void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind,
                                       uintptr_t site, uint32_t running) {
   const Binding* nearest = nullptr;
   uint64_t nearest_distance = UINT64_MAX;

@@ -87,8 +87,11 @@ class DispatchValidation {
 
   // The kernel's calls (etm_cpu_validation).
   static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t running);
+  static void* worker(void* state);
+  static void check_threadgroup_access(void* worker, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
+                                       uint32_t running);
   static void pass_barrier(void* state, uint32_t live);
-  static void pass_simd_sync(void* state, uint32_t first, uint64_t lanes);
+  static void pass_simd_sync(void* worker, uint32_t first, uint64_t lanes);
   // The calling worker's group state is looked up once per call from the kernel and handed on.
   static void locate_thread(const WorkerShadow& shadow, uint32_t running, uint32_t* index, uint32_t* barriers,
                             uint32_t* syncs);

@@ -39,8 +39,9 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     return;
   }
   // Threadgroup memory (its own allocation, apart from every range) goes to the checker at once.
-  if (address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span) {
-    table->check(table->state, address, size, kind, site, state.thread);
+  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(state.group->arena);
+  if (offset_in_arena < table->threadgroup_span) {
+    table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
     return;
   }
   bool near = false;
