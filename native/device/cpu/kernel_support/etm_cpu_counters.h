@@ -24,7 +24,10 @@ namespace etm_cpu_kernel {
 #if ETM_CPU_VALIDATE
 __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  ValidationState& state = validation_state;
+  // The variable's address once: g++ would redo its TLS descriptor call after branches.
+  ValidationState* state_address = &validation_state;
+  __asm__("" : "+r"(state_address));
+  ValidationState& state = *state_address;
   const etm_cpu_validation* table = state.table;
   if (!table) return;
   if (state.pending_atomic && address == state.pending_atomic) {
