@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -78,6 +79,16 @@ void copy_bytes(unsigned char* to, const unsigned char* from, uint64_t size) {
     default: std::memcpy(to, from, size);
   }
 }
+
+// The bytes of ShadowByte that hold its state (no padding among them).
+constexpr size_t kShadowStateBytes = offsetof(ShadowByte, several_readers) + sizeof(uint8_t);
+bool same_state(const ShadowByte& a, const ShadowByte& b) { return std::memcmp(&a, &b, kShadowStateBytes) == 0; }
+
+// An element's bytes are usually accessed together and share one state: a run of them keeps it
+// in its first byte's entry (run_length, at most kMaxRun) until an access or an inferred write
+// touches part of it. Others bytes of a run are marked kInRun; 0 marks a byte with its own state.
+constexpr uint8_t kInRun = UINT8_MAX;
+constexpr uint64_t kMaxRun = 16;
 
 uint16_t simdgroup_of(uint32_t thread) { return static_cast<uint16_t>(thread / kSimdWidth); }
 
@@ -166,6 +177,7 @@ struct WorkerShadow {
   DispatchValidation* owner = nullptr;
   const etm_cpu_group* group = nullptr;
   std::vector<ShadowByte> bytes;
+  std::vector<uint8_t> run_length;  // per byte: a run's length at its first byte, kInRun, or 0
   std::vector<unsigned char> values;  // the arena's bytes as the checks last saw them
   // The last checked store or atomic update, which happens after its check: at the next check
   // (or barrier, or the group's end) its bytes are what it wrote.
@@ -174,6 +186,21 @@ struct WorkerShadow {
   uint32_t barriers = 0;
   std::vector<uint32_t> simd_syncs;  // per thread
   bool reported_partial_barrier = false;
+
+  // Gives every byte of [begin, end) its own state again.
+  void split_runs(uint64_t begin, uint64_t end) {
+    uint64_t k = begin;
+    while (k > 0 && run_length[k] == kInRun) --k;  // the first byte of the run holding `begin`
+    for (; k < end; ++k) {
+      const uint8_t length = run_length[k];
+      if (length == 0 || length == kInRun) continue;
+      for (uint64_t j = k + 1; j < k + length; ++j) {
+        bytes[j] = bytes[k];
+        run_length[j] = 0;
+      }
+      run_length[k] = 0;
+    }
+  }
 
   void settle_pending() {
     copy_bytes(values.data() + pending_begin, group->arena + pending_begin, pending_end - pending_begin);
@@ -268,6 +295,7 @@ void DispatchValidation::begin_group(const etm_cpu_group& group) {
   shadow.group = &group;
   shadow.bytes.resize(threadgroup_bytes_);
   std::memset(static_cast<void*>(shadow.bytes.data()), 0, threadgroup_bytes_ * sizeof(ShadowByte));
+  shadow.run_length.assign(threadgroup_bytes_, 0);
   shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
   shadow.pending_begin = shadow.pending_end = 0;
   shadow.barriers = 0;
@@ -410,6 +438,7 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
     }
     if (values[k] == arena[k]) continue;
     values[k] = arena[k];
+    if (shadow.run_length[k] != 0) shadow.split_runs(k, k + 1);
     ShadowByte& s = shadow.bytes[k];
     if (!s.last_epoch) continue;
     const bool written_by_other = s.write_epoch == s.last_epoch && s.writer != s.last_thread;
@@ -499,7 +528,23 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
     }
   };
   ShadowByte* bytes = shadow.bytes.data() + offset;
-  for (uint64_t k = 0; k < size; ++k) visit(bytes[k]);
+  uint8_t* run = shadow.run_length.data() + offset;
+  if (size > 1 && run[0] == size) {
+    visit(bytes[0]);  // the element's run: one state for its bytes
+  } else {
+    shadow.split_runs(offset, offset + size);
+    // Bytes in one state before the access are in one state after it (and add no finding the
+    // first byte does not): they become a run.
+    bool uniform = size > 1 && size <= kMaxRun;
+    for (uint64_t k = 1; uniform && k < size; ++k) uniform = same_state(bytes[k], bytes[0]);
+    if (uniform) {
+      visit(bytes[0]);
+      run[0] = static_cast<uint8_t>(size);
+      std::memset(run + 1, kInRun, size - 1);
+    } else {
+      for (uint64_t k = 0; k < size; ++k) visit(bytes[k]);
+    }
+  }
   if (uninitialised) {
     report_threadgroup(shadow, offset, size, kind, thread, site, " that no thread of the group has written (uninitialised)");
   } else if (other != kNoThread) {
