@@ -86,7 +86,8 @@ bool same_state(const ShadowByte& a, const ShadowByte& b) { return std::memcmp(&
 
 // An element's bytes are usually accessed together and share one state: a run of them keeps it
 // in its first byte's entry (run_length, at most kMaxRun) until an access or an inferred write
-// touches part of it. Others bytes of a run are marked kInRun; 0 marks a byte with its own state.
+// touches part of it. The other bytes of a run are marked kInRun; 0 marks a byte with its own
+// state.
 constexpr uint8_t kInRun = UINT8_MAX;
 constexpr uint64_t kMaxRun = 16;
 
