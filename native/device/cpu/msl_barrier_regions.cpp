@@ -206,16 +206,18 @@ class RegionWriter {
     out = "\n#if !ETM_CPU_NO_REGIONS\n#line " + std::to_string(t_.line(open)) + "\n" + s_.template_header +
           "ETM_REGION_FUNCTION inline int " + s_.function_name + "(" + parameters +
           "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-          "(void)etm__launch; const uint32_t etm__count = etm__group->thread_count; "
+          "(void)etm__launch; ETM_CPU_LOCAL_GROUP(etm__group) const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
           "etm__count), etm__count); " +
           matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
-          "uint32_t etm__live = etm__count; (void)etm__live; "
-          "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
-          parameter_copies_ + "} " + group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
+          "uint32_t etm__live = etm__count; (void)etm__live; __builtin_memset(etm__done, 0, etm__count); " +
+          (parameter_copies_.empty() ? ""
+                                     : "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { " +
+                                           parameter_copies_ + "} ") +
+          group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
     return true;
   }
 

@@ -27,6 +27,17 @@
   __attribute__((optimize("-funswitch-loops", "-fsplit-loops", "-fvect-cost-model=cheap")))
 #endif
 
+// Helpers of the barrier-region form that touch only the region function's own storage (lane
+// arrays, flags, frames on its stack) and read no argument by reference. In checked kernels
+// they stay out of line and unchecked (a call costs less than the access checks, and none of
+// it is the kernel's memory); otherwise they keep `otherwise` (inlining attributes).
+#if defined(ETM_CPU_VALIDATE) && ETM_CPU_VALIDATE
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) __attribute__((no_sanitize_address, noinline))
+#else
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) otherwise
+#endif
+#define ETM_REGION_UNCHECKED ETM_REGION_UNCHECKED_ELSE()
+
 namespace etm_regions {
 using metal::ulong2;
 
@@ -382,24 +393,25 @@ struct collective {
     return joined_bytes(count) + size_t((count + 31u) / 32u) * kCollectiveSlotBytes;
   }
 
-  void reset() {
+  ETM_REGION_UNCHECKED void reset() {
     for (uint32_t i = 0; i < count; ++i) joined[i] = false;
     joined_base = UINT32_MAX;
   }
-  template <class T> void publish(uint32_t index, const T& value) {
+  // The operand by value: the kernel's read of it is the caller's.
+  template <class T> ETM_REGION_UNCHECKED void publish(uint32_t index, T value) {
     static_assert(sizeof(T) <= kCollectiveSlotBytes, "a SIMD-group collective exchanges at most 64 bytes per lane");
     stride = sizeof(T);
     __builtin_memcpy(slots + size_t(index) * sizeof(T), static_cast<const void*>(&value), sizeof(T));
     joined[index] = true;
   }
-  uint64_t lanes_joined(uint32_t base) {
+  ETM_REGION_UNCHECKED uint64_t lanes_joined(uint32_t base) {
     if (joined_base != base) {
       joined_lanes = lane_flags(joined, base);
       joined_base = base;
     }
     return joined_lanes;
   }
-  etm_msl::lane_values lanes(uint32_t index) {
+  ETM_REGION_UNCHECKED etm_msl::lane_values lanes(uint32_t index) {
     const uint32_t base = index & ~31u;
     return {slots + size_t(base) * stride, stride, lanes_joined(base), index & 31u, 32u};
   }
@@ -409,7 +421,7 @@ struct collective {
 // order, as reduce_lanes does. The eight chains of dependent operations run side by side in
 // registers instead of one after another.
 template <class T, class Combine>
-inline void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], Combine combine) {
+ETM_REGION_UNCHECKED_ELSE(inline) void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], Combine combine) {
   auto operand = [&](uint32_t b, uint32_t lane) {
     T value;
     __builtin_memcpy(static_cast<void*>(&value), c.slots + (size_t(groups[b]) * 32u + lane) * sizeof(T), sizeof(T));
@@ -431,7 +443,7 @@ inline void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], 
 // Every simdgroup's reduction of the site (those where some lane joined), once every thread
 // has published: full simdgroups eight at a time, the others combining their joined lanes as
 // reduce_lanes does.
-template <class T, class Combine> void reduce_simdgroups(collective& c, Combine combine) {
+template <class T, class Combine> ETM_REGION_UNCHECKED void reduce_simdgroups(collective& c, Combine combine) {
   const uint32_t simdgroups = (c.count + 31u) / 32u;
   uint32_t full[8];
   uint32_t batched = 0;
@@ -458,7 +470,7 @@ template <class T, class Combine> void reduce_simdgroups(collective& c, Combine 
 // The reductions: simd_ ones computed for the whole group between the region that publishes
 // and the one that answers (simd_reduce_<name>, then simd_reduction in each thread), quad_
 // ones by each thread from its quad's lanes.
-template <class T> inline T simd_reduction(const collective& c, uint32_t index) {
+template <class T> ETM_REGION_UNCHECKED_ELSE(inline) T simd_reduction(const collective& c, uint32_t index) {
   T result;
   __builtin_memcpy(static_cast<void*>(&result), c.reductions + size_t(index >> 5) * kCollectiveSlotBytes, sizeof(T));
   return result;
@@ -476,7 +488,7 @@ template <class T> using bitwise_xor = etm_msl::bitwise<T, etm_msl::bit_xor>;
   template <class T> inline void simd_reduce_##name(collective& c) {       \
     reduce_simdgroups<T>(c, Combine{});                                    \
   }                                                                        \
-  template <class T> inline T quad_##name(collective& c, uint32_t i) {     \
+  template <class T> ETM_REGION_UNCHECKED_ELSE(inline) T quad_##name(collective& c, uint32_t i) {\
     return etm_msl::reduce_lanes<T>(c.lanes(i), true, Combine{});          \
   }
 ETM_REGION_REDUCTION(sum, etm_msl::plus<T>)
@@ -602,10 +614,10 @@ template <class Arguments, class Result> struct group_call {
       : calls(static_cast<Arguments*>(call_storage)),
         results(static_cast<Result*>(result_storage)),
         joined(static_cast<bool*>(joined_storage)) {}
-  void reset(uint32_t count) {
+  ETM_REGION_UNCHECKED void reset(uint32_t count) {
     for (uint32_t i = 0; i < count; ++i) joined[i] = false;
   }
-  void publish(uint32_t index, const Arguments& a) {
+  ETM_REGION_UNCHECKED void publish(uint32_t index, const Arguments& a) {
     ::new (static_cast<void*>(calls + index)) Arguments(a);
     joined[index] = true;
   }
@@ -873,7 +885,7 @@ inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& cal
 template <class T> T& stand_in();
 
 // Frames for `count` threads in caller-provided storage (alloca'd by the region function).
-template <class Frame> inline Frame* construct_frames(void* storage, uint32_t count) {
+template <class Frame> ETM_REGION_UNCHECKED inline Frame* construct_frames(void* storage, uint32_t count) {
   Frame* frames = static_cast<Frame*>(storage);
   for (uint32_t i = 0; i < count; ++i) ::new (static_cast<void*>(frames + i)) Frame();
   return frames;
