@@ -1,13 +1,18 @@
-// histc (ATen's histogram with equal-width bins), in three kernels:
-//   histc_range   one threadgroup: the data's [min, max] when the caller gave min == max
-//                 (NaN propagates; an empty range is widened to [min - 1, max + 1]);
-//   histc_count   one thread per element: its bin, by torch's rule (below), counted with a
-//                 relaxed atomic add into 32-bit counters;
-//   histc_store   one thread per bin: the count in the output dtype.
+// histc (ATen's histogram with equal-width bins), in up to four kernels:
+//   histc_range_partial  many threadgroups, each the [min, max] of its share of the elements
+//                        (when the caller gave min == max; NaN propagates);
+//   histc_range          one threadgroup: the partials combined (an empty range is widened
+//                        to [min - 1, max + 1]);
+//   histc_count          many threadgroups, each counting its share of the elements into a
+//                        histogram in threadgroup memory, then adding its nonzero bins to the
+//                        32-bit device counters (one atomic add per bin and threadgroup);
+//                        histc_count_global, for more bins than threadgroup memory holds,
+//                        adds each element to the device counters;
+//   histc_store          one thread per bin: the count in the output dtype.
 // Bin positions are computed in float32 (for half and bfloat inputs, on the converted value).
-// torch's rule: elements outside [lo, hi] (and NaN) are skipped; pos = (v - lo) * bins /
-// (hi - lo), truncated, then corrected against the bin edges linspace(lo, hi, bins + 1) by a
-// search among the neighbouring edges; v == hi falls into the last bin.
+// torch's rule (its LINEAR_INTERPOLATION, without the local search among the bin edges that
+// torch.histogram adds): elements outside [lo, hi] (and NaN) are skipped; pos = (v - lo) *
+// bins / (hi - lo) in float32, truncated; v == hi falls into the last bin.
 #include <metal_stdlib>
 using namespace metal;
 #include "params/histogram.h"
@@ -18,27 +23,56 @@ constant constexpr uint kRangeThreads = 256;
 inline float min_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : min(a, b); }
 inline float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : max(a, b); }
 
+// Both range kernels reduce kHistcGroupThreads pairs in threadgroup memory by halving.
 template <typename T>
-kernel void histc_range(constant T* self [[buffer(0)]], device float* range [[buffer(1)]],
-                        constant HistcParams& p [[buffer(2)]],
-                        uint t [[thread_index_in_threadgroup]],
-                        uint n [[threads_per_threadgroup]]) {
-  threadgroup float low[kRangeThreads];
-  threadgroup float high[kRangeThreads];
+kernel void histc_range_partial(constant T* self [[buffer(0)]], device float2* partials [[buffer(1)]],
+                                constant HistcParams& p [[buffer(2)]],
+                                uint group [[threadgroup_position_in_grid]],
+                                uint groups [[threadgroups_per_grid]],
+                                uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float low[kHistcGroupThreads];
+  threadgroup float high[kHistcGroupThreads];
   float lo = INFINITY, hi = -INFINITY;
-  for (uint i = t; i < p.numel; i += n) {
-    const float v = float(self[element_offset(i, p.sizes, p.strides, p.dims)]);
+  for (ulong i = ulong(group) * kHistcGroupThreads + t; i < p.numel; i += ulong(groups) * kHistcGroupThreads) {
+    const float v = float(self[element_offset(uint(i), p.sizes, p.strides, p.dims)]);
     lo = min_nan(lo, v);
     hi = max_nan(hi, v);
   }
   low[t] = lo;
   high[t] = hi;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (t != 0) return;
-  for (uint k = 1; k < n; ++k) {
-    lo = min_nan(lo, low[k]);
-    hi = max_nan(hi, high[k]);
+  for (uint half_span = kHistcGroupThreads / 2; half_span > 0; half_span /= 2) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < half_span) {
+      low[t] = min_nan(low[t], low[t + half_span]);
+      high[t] = max_nan(high[t], high[t + half_span]);
+    }
   }
+  if (t == 0) partials[group] = float2(low[0], high[0]);
+}
+
+kernel void histc_range(constant float2* partials [[buffer(0)]], device float* range [[buffer(1)]],
+                        constant uint& count [[buffer(2)]],
+                        uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float low[kHistcGroupThreads];
+  threadgroup float high[kHistcGroupThreads];
+  float lo = INFINITY, hi = -INFINITY;
+  for (uint i = t; i < count; i += kHistcGroupThreads) {
+    const float2 pair = partials[i];
+    lo = min_nan(lo, pair.x);
+    hi = max_nan(hi, pair.y);
+  }
+  low[t] = lo;
+  high[t] = hi;
+  for (uint half_span = kHistcGroupThreads / 2; half_span > 0; half_span /= 2) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < half_span) {
+      low[t] = min_nan(low[t], low[t + half_span]);
+      high[t] = max_nan(high[t], high[t + half_span]);
+    }
+  }
+  if (t != 0) return;
+  lo = low[0];
+  hi = high[0];
   if (lo == hi) {
     lo -= 1.0f;
     hi += 1.0f;
@@ -54,23 +88,49 @@ inline float bin_edge(float lo, float hi, uint bins, long i) {
   return i < steps / 2 ? lo + step * float(i) : hi - step * float(steps - i - 1);
 }
 
+// Element v's bin by torch's rule, or -1 when it is outside [lo, hi] or NaN.
+inline long histc_bin(float v, float lo, float hi, uint bins) {
+  if (!(v >= lo && v <= hi)) return -1;
+  const long pos = long((v - lo) * float(bins) / (hi - lo));
+  return pos == long(bins) ? pos - 1 : pos;
+}
+
+// A valid range: the host checks it (the given one before, the data's once the kernels ran).
+inline bool usable_range(float lo, float hi) { return isfinite(lo) && isfinite(hi) && lo < hi; }
+
 template <typename T>
 kernel void histc_count(constant T* self [[buffer(0)]], device atomic_uint* counts [[buffer(1)]],
                         constant float* range [[buffer(2)]], constant HistcParams& p [[buffer(3)]],
-                        uint i [[thread_position_in_grid]]) {
+                        uint group [[threadgroup_position_in_grid]],
+                        uint groups [[threadgroups_per_grid]],
+                        uint t [[thread_index_in_threadgroup]]) {
+  threadgroup atomic_uint local[kHistcSharedBins];
+  threadgroup float bounds[2];
+  for (uint b = t; b < p.bins; b += kHistcGroupThreads) atomic_store_explicit(&local[b], 0u, memory_order_relaxed);
+  if (t < 2) bounds[t] = range[t];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float lo = bounds[0], hi = bounds[1];
+  if (usable_range(lo, hi)) {
+    for (ulong i = ulong(group) * kHistcGroupThreads + t; i < p.numel; i += ulong(groups) * kHistcGroupThreads) {
+      const long bin = histc_bin(float(self[element_offset(uint(i), p.sizes, p.strides, p.dims)]), lo, hi, p.bins);
+      if (bin >= 0) atomic_fetch_add_explicit(&local[bin], 1u, memory_order_relaxed);
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint b = t; b < p.bins; b += kHistcGroupThreads) {
+    const uint count = atomic_load_explicit(&local[b], memory_order_relaxed);
+    if (count != 0) atomic_fetch_add_explicit(&counts[b], count, memory_order_relaxed);
+  }
+}
+
+template <typename T>
+kernel void histc_count_global(constant T* self [[buffer(0)]], device atomic_uint* counts [[buffer(1)]],
+                               constant float* range [[buffer(2)]], constant HistcParams& p [[buffer(3)]],
+                               uint i [[thread_position_in_grid]]) {
   const float lo = range[0], hi = range[1];
-  if (!isfinite(lo) || !isfinite(hi) || !(lo < hi)) return;  // reported by the host's check
-  const float v = float(self[element_offset(i, p.sizes, p.strides, p.dims)]);
-  if (!(v >= lo && v <= hi)) return;
-  const long bins = long(p.bins);
-  long pos = long((v - lo) * float(bins) / (hi - lo));
-  // The first edge greater than v, among edges [pos - 1, pos + 2), minus one.
-  long edge = max(pos - 1, 0L);
-  const long end = min(pos + 2, bins + 1);
-  while (edge < end && bin_edge(lo, hi, p.bins, edge) <= v) ++edge;
-  pos = edge - 1;
-  if (pos == bins) pos -= 1;
-  atomic_fetch_add_explicit(&counts[pos], 1u, memory_order_relaxed);
+  if (!usable_range(lo, hi)) return;
+  const long bin = histc_bin(float(self[element_offset(i, p.sizes, p.strides, p.dims)]), lo, hi, p.bins);
+  if (bin >= 0) atomic_fetch_add_explicit(&counts[bin], 1u, memory_order_relaxed);
 }
 
 template <typename T>
@@ -80,10 +140,12 @@ kernel void histc_store(constant uint* counts [[buffer(0)]], device T* out [[buf
 }
 
 #define HISTC_KERNELS(T, NAME)                                                       \
-  template [[host_name("histc_range_" #NAME)]] [[kernel]]                           \
-  decltype(histc_range<T>) histc_range<T>;                                          \
+  template [[host_name("histc_range_partial_" #NAME)]] [[kernel]]                   \
+  decltype(histc_range_partial<T>) histc_range_partial<T>;                          \
   template [[host_name("histc_count_" #NAME)]] [[kernel]]                           \
   decltype(histc_count<T>) histc_count<T>;                                          \
+  template [[host_name("histc_count_global_" #NAME)]] [[kernel]]                    \
+  decltype(histc_count_global<T>) histc_count_global<T>;                            \
   template [[host_name("histc_store_" #NAME)]] [[kernel]]                           \
   decltype(histc_store<T>) histc_store<T>;
 

@@ -234,6 +234,49 @@ def sort_case(rows, width, dtype):
     return run, minimum
 
 
+
+def histc_case(numel, bins, low, high, dtype):
+    x = torch.randn(numel).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + bins * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_histc(dx.handle, bins, low, high, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def nonzero_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = ((torch.rand(shape, generator=g) < density) * torch.randn(shape, generator=g).add(3)).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + torch.count_nonzero(x).item() * len(shape) * 8  # int64 indices
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_nonzero(dx.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def masked_select_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    mask = torch.rand(shape, generator=g) < density
+    dx, dm = device(x), device(mask)
+    minimum = nbytes(mask) + 2 * int(mask.sum()) * x.element_size()  # the selected elements read and written
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_masked_select(dx.handle, dm.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 F32, F16 = torch.float32, torch.float16
 CASES = [  # (op, shape label, factory, arguments)
     ("sdpa", "decode B1 H32/8 S1024 D128 f32", sdpa_case, (1, 32, 8, 1, 1024, 128, F32, False)),
@@ -256,6 +299,12 @@ CASES = [  # (op, shape label, factory, arguments)
     ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
     ("sort", "64 x 1024 f32", sort_case, (64, 1024, F32)),
     ("sort", "8 x 32000 f16", sort_case, (8, 32000, F16)),
+    ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
+    ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
+    ("histc", "1M f16 4096 bins in [-3, 3]", histc_case, (1 << 20, 4096, -3.0, 3.0, F16)),
+    ("nonzero", "2M f32 at 1%", nonzero_case, ((1 << 21,), 0.01, F32)),
+    ("nonzero", "2048 x 1024 bool at 50%", nonzero_case, ((2048, 1024), 0.5, torch.bool)),
+    ("masked_select", "2M f32 at 10%", masked_select_case, ((1 << 21,), 0.1, F32)),
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),

@@ -1,5 +1,6 @@
 #include "ops/histogram.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -19,6 +20,13 @@ namespace {
 constexpr const char* kOp = "histc";
 constexpr const char* kShaderFile = "histogram.metal";
 constexpr uint64_t kRangeThreads = 256;  // kRangeThreads in the shader
+// histc's range and count passes: each threadgroup takes at least kHistcGroupElements
+// elements and 16 per bin (each threadgroup adds its bins to the device counters: with fewer
+// elements per bin that merge would cost more than reading the input), in at most
+// kHistcMaxGroups threadgroups (whose partial results the next step combines).
+constexpr uint64_t kHistcGroupElements = 8192;
+constexpr uint64_t kHistcElementsPerBin = 16;
+constexpr uint64_t kHistcMaxGroups = 4096;
 
 std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
@@ -219,23 +227,38 @@ std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, doub
   stream.fill_buffer(counts->storage->buffer, counts->buffer_offset(),
                      static_cast<size_t>(bins) * counts->itemsize(), 0);
   const std::string name(suffix);
+  const auto groups_of = [&](uint64_t group_elements) {
+    return static_cast<uint32_t>(std::min(kHistcMaxGroups, (p.numel + group_elements - 1) / group_elements));
+  };
   if (data_range) {
-    KernelLaunch launch(shader_kernel(kShaderFile, "histc_range_" + name));
-    launch.tensor(0, self).tensor(1, *range).value(2, p)
+    const uint32_t groups = groups_of(kHistcGroupElements);
+    auto partials = runtime.empty_tensor({2 * int64_t{groups}}, {1}, static_cast<int32_t>(DType::float32));
+    {
+      KernelLaunch launch(shader_kernel(kShaderFile, "histc_range_partial_" + name));
+      launch.tensor(0, self).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, 1, 1}, {kHistcGroupThreads, 1, 1});
+    }
+    KernelLaunch launch(shader_kernel(kShaderFile, "histc_range"));
+    launch.tensor(0, *partials).tensor(1, *range).value(2, groups)
         .completion_check([range]() -> std::string {
           const float* bounds = reinterpret_cast<const float*>(range->data());
           if (std::isfinite(bounds[0]) && std::isfinite(bounds[1])) return {};
           return std::string(kOp) + ": range of " + range_text(bounds[0], bounds[1]) + " is not finite";
         })
-        .threads({kRangeThreads, 1, 1}, {kRangeThreads, 1, 1});
+        .threadgroups({1, 1, 1}, {kHistcGroupThreads, 1, 1});
   } else {
     // A fresh buffer no command has used yet: written from the host before any encoding.
     float* bounds = reinterpret_cast<float*>(range->data());
     bounds[0] = static_cast<float>(min);
     bounds[1] = static_cast<float>(max);
   }
-  {
+  if (p.bins <= kHistcSharedBins) {
+    const uint32_t groups = groups_of(std::max(kHistcGroupElements, kHistcElementsPerBin * p.bins));
     KernelLaunch launch(shader_kernel(kShaderFile, "histc_count_" + name));
+    launch.tensor(0, self).tensor(1, *counts).tensor(2, *range).value(3, p)
+        .threadgroups({groups, 1, 1}, {kHistcGroupThreads, 1, 1});
+  } else {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histc_count_global_" + name));
     const device::Size3 grid{p.numel, 1, 1};
     launch.tensor(0, self).tensor(1, *counts).tensor(2, *range).value(3, p)
         .threads(grid, default_group(grid, launch));

@@ -8,6 +8,10 @@ namespace etm::ops {
 #endif
 
 ETM_PARAMS_CONSTANT uint32 kHistogramMaxDims = 9;
+// histc's range and count kernels: threads per threadgroup, and the most bins a threadgroup
+// counts in threadgroup memory (16 KiB of counters).
+ETM_PARAMS_CONSTANT uint32 kHistcGroupThreads = 256;
+ETM_PARAMS_CONSTANT uint32 kHistcSharedBins = 4096;
 
 struct HistcParams {
   int64 strides[kHistogramMaxDims];
