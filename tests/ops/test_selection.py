@@ -73,6 +73,18 @@ def test_nonzero_views_nan_empty_0_dim():
         assert torch.equal(static, torch.nonzero_static(x, size=4, fill_value=-1))
 
 
+def test_more_chunks_than_one_scan_tile():
+    # 1.5 M elements: 1,465 chunks of 1,024, more than the scan's tile of 1,024 chunk counts.
+    generator = torch.Generator().manual_seed(12)
+    x = (torch.rand(3, 500_000, generator=generator) < 0.3).to(torch.uint8)
+    assert torch.equal(output(*nonzero(x)), torch.nonzero(x))
+    strided = x.t()[::2]  # every other column, as rows: a non-contiguous view
+    assert torch.equal(output(*nonzero(strided)), torch.nonzero(strided))
+    values = torch.arange(1_500_000, dtype=torch.int32).view(3, 500_000)
+    mask = x.bool()
+    assert torch.equal(output(*masked_select(values, mask)), torch.masked_select(values, mask))
+
+
 def masked_select(x, mask):
     r0 = ffi.new("AtenTensorHandle*")
     t, m = as_device(x), as_device(mask)
