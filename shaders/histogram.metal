@@ -154,17 +154,45 @@ HISTC_KERNELS(half, half)
 HISTC_KERNELS(bfloat, bfloat)
 
 // torch.histogram / histogramdd with bin counts (ATen's histogramdd_bin_edges and its
-// LINEAR_INTERPOLATION_WITH_LOCAL_SEARCH kernel), float32, in three kernels:
-//   histogram_edges    one threadgroup per coordinate: its range (the given one, or the data's
-//                      [min, max], NaN propagating; [0, 1] without data; a point widened by
-//                      0.5 each side) and its edges linspace(lo, hi, bins + 1);
+// LINEAR_INTERPOLATION_WITH_LOCAL_SEARCH kernel), float32, in up to four kernels:
+//   histogram_range_partial  without a given range: threadgroups (g, k), each the [min, max]
+//                            (NaN propagating) of its share of coordinate k's values;
+//   histogram_edges    one threadgroup per coordinate: its range (the given one, or its
+//                      partials combined; [0, 1] without data; a point widened by 0.5 each
+//                      side) and its edges linspace(lo, hi, bins + 1);
 //   histogram_count    one thread per point: its bin in every coordinate (interpolated, then
 //                      corrected against the edges), skipped when any coordinate is outside
 //                      its edges or NaN; adds its weight (or 1) with a relaxed atomic add;
 //   histogram_density  one threadgroup: each bin divided by the total, then by its length in
 //                      every coordinate, in torch's order.
-kernel void histogram_edges(constant float* self [[buffer(0)]], device float* edges [[buffer(1)]],
-                            constant HistogramParams& p [[buffer(2)]],
+kernel void histogram_range_partial(constant float* self [[buffer(0)]], device float2* partials [[buffer(1)]],
+                                    constant HistogramParams& p [[buffer(2)]],
+                                    uint2 group [[threadgroup_position_in_grid]],
+                                    uint2 groups [[threadgroups_per_grid]],
+                                    uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float low[kRangeThreads];
+  threadgroup float high[kRangeThreads];
+  const long column = long(group.y) * p.column_stride;
+  float lo = INFINITY, hi = -INFINITY;
+  for (ulong i = ulong(group.x) * kRangeThreads + t; i < p.rows; i += ulong(groups.x) * kRangeThreads) {
+    const float v = self[element_offset(uint(i), p.sizes, p.strides, p.dims) + column];
+    lo = min_nan(lo, v);
+    hi = max_nan(hi, v);
+  }
+  low[t] = lo;
+  high[t] = hi;
+  for (uint half_span = kRangeThreads / 2; half_span > 0; half_span /= 2) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < half_span) {
+      low[t] = min_nan(low[t], low[t + half_span]);
+      high[t] = max_nan(high[t], high[t + half_span]);
+    }
+  }
+  if (t == 0) partials[group.y * groups.x + group.x] = float2(low[0], high[0]);
+}
+
+kernel void histogram_edges(constant float2* partials [[buffer(0)]], device float* edges [[buffer(1)]],
+                            constant HistogramParams& p [[buffer(2)]], constant uint& groups [[buffer(3)]],
                             uint k [[threadgroup_position_in_grid]],
                             uint t [[thread_index_in_threadgroup]],
                             uint n [[threads_per_threadgroup]]) {
@@ -172,19 +200,23 @@ kernel void histogram_edges(constant float* self [[buffer(0)]], device float* ed
   threadgroup float high[kRangeThreads];
   if (p.data_range) {
     float lo = INFINITY, hi = -INFINITY;
-    for (uint i = t; i < p.rows; i += n) {
-      const float v = self[element_offset(i, p.sizes, p.strides, p.dims) + long(k) * p.column_stride];
-      lo = min_nan(lo, v);
-      hi = max_nan(hi, v);
+    for (uint i = t; i < groups; i += n) {
+      const float2 pair = partials[k * groups + i];
+      lo = min_nan(lo, pair.x);
+      hi = max_nan(hi, pair.y);
     }
     low[t] = lo;
     high[t] = hi;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (t == 0) {
-      for (uint j = 1; j < n; ++j) {
-        lo = min_nan(lo, low[j]);
-        hi = max_nan(hi, high[j]);
+    for (uint half_span = kRangeThreads / 2; half_span > 0; half_span /= 2) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (t < half_span) {
+        low[t] = min_nan(low[t], low[t + half_span]);
+        high[t] = max_nan(high[t], high[t + half_span]);
       }
+    }
+    if (t == 0) {
+      lo = low[0];
+      hi = high[0];
       if (p.rows == 0) {
         lo = 0.0f;
         hi = 1.0f;

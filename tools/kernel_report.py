@@ -248,6 +248,19 @@ def histc_case(numel, bins, low, high, dtype):
     return run, minimum
 
 
+def histogram_case(numel, bins):
+    x = torch.randn(numel)
+    dx = device(x)
+    minimum = nbytes(x) + (2 * bins + 1) * x.element_size()  # hist and edges
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_histogram_bin_ct(dx.handle, bins, ffi.NULL, 0, ffi.NULL, 0, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
 def nonzero_case(shape, density, dtype):
     g = torch.Generator().manual_seed(0)
     x = ((torch.rand(shape, generator=g) < density) * torch.randn(shape, generator=g).add(3)).to(dtype)
@@ -302,6 +315,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
     ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
     ("histc", "1M f16 4096 bins in [-3, 3]", histc_case, (1 << 20, 4096, -3.0, 3.0, F16)),
+    ("histogram", "1M f32 100 bins, data range", histogram_case, (1 << 20, 100)),
     ("nonzero", "2M f32 at 1%", nonzero_case, ((1 << 21,), 0.01, F32)),
     ("nonzero", "2048 x 1024 bool at 50%", nonzero_case, ((2048, 1024), 0.5, torch.bool)),
     ("masked_select", "2M f32 at 10%", masked_select_case, ((1 << 21,), 0.1, F32)),

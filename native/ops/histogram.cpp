@@ -20,13 +20,19 @@ namespace {
 constexpr const char* kOp = "histc";
 constexpr const char* kShaderFile = "histogram.metal";
 constexpr uint64_t kRangeThreads = 256;  // kRangeThreads in the shader
-// histc's range and count passes: each threadgroup takes at least kHistcGroupElements
-// elements and 16 per bin (each threadgroup adds its bins to the device counters: with fewer
-// elements per bin that merge would cost more than reading the input), in at most
-// kHistcMaxGroups threadgroups (whose partial results the next step combines).
-constexpr uint64_t kHistcGroupElements = 8192;
-constexpr uint64_t kHistcElementsPerBin = 16;
-constexpr uint64_t kHistcMaxGroups = 4096;
+// The range passes (histc's and histogram's) and histc's count pass: each threadgroup takes
+// at least kGroupElements elements, and in the count pass 16 per bin (each threadgroup adds
+// its bins to the device counters: with fewer elements per bin that merge would cost more
+// than reading the input), in at most kMaxGroups threadgroups (whose partial results the next
+// step combines).
+constexpr uint64_t kGroupElements = 8192;
+constexpr uint64_t kElementsPerBin = 16;
+constexpr uint64_t kMaxGroups = 4096;
+
+// Threadgroups for `elements` elements, `group_elements` or more a threadgroup.
+uint32_t groups_for(uint64_t elements, uint64_t group_elements) {
+  return static_cast<uint32_t>(std::min(kMaxGroups, (elements + group_elements - 1) / group_elements));
+}
 
 std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
@@ -122,9 +128,19 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
   // A histogram of no coordinates is one bin that nothing falls into (torch's 0-D result).
   const bool has_edges = columns > 0;
   if (has_edges) {
+    // The data's range: partial [min, max] pairs of each coordinate's share of the points.
+    const bool data_partials = p.data_range && p.rows > 0;
+    const uint32_t groups = data_partials ? groups_for(p.rows, kGroupElements) : 0;
+    std::unique_ptr<Tensor> partials;
+    if (data_partials) {
+      partials = runtime.empty_tensor({2 * int64_t{groups} * columns}, {1}, static_cast<int32_t>(DType::float32));
+      KernelLaunch launch(shader_kernel(kShaderFile, "histogram_range_partial"));
+      launch.tensor(0, self).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, static_cast<uint64_t>(columns), 1}, {kRangeThreads, 1, 1});
+    }
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_edges"));
-    // Without points the kernel reads no element of self, which may have no buffer.
-    launch.tensor(0, p.rows > 0 ? self : *out.edges).tensor(1, *out.edges).value(2, p);
+    // Without partials the kernel reads none: any buffer will do.
+    launch.tensor(0, partials ? *partials : *out.edges).tensor(1, *out.edges).value(2, p).value(3, groups);
     if (p.data_range) {
       // The edges' storage outlives this call: the check reads it once the kernels ran.
       launch.completion_check([op, storage = out.edges->storage, first = out.edges->storage_offset, p]() {
@@ -227,11 +243,8 @@ std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, doub
   stream.fill_buffer(counts->storage->buffer, counts->buffer_offset(),
                      static_cast<size_t>(bins) * counts->itemsize(), 0);
   const std::string name(suffix);
-  const auto groups_of = [&](uint64_t group_elements) {
-    return static_cast<uint32_t>(std::min(kHistcMaxGroups, (p.numel + group_elements - 1) / group_elements));
-  };
   if (data_range) {
-    const uint32_t groups = groups_of(kHistcGroupElements);
+    const uint32_t groups = groups_for(p.numel, kGroupElements);
     auto partials = runtime.empty_tensor({2 * int64_t{groups}}, {1}, static_cast<int32_t>(DType::float32));
     {
       KernelLaunch launch(shader_kernel(kShaderFile, "histc_range_partial_" + name));
@@ -253,7 +266,7 @@ std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, doub
     bounds[1] = static_cast<float>(max);
   }
   if (p.bins <= kHistcSharedBins) {
-    const uint32_t groups = groups_of(std::max(kHistcGroupElements, kHistcElementsPerBin * p.bins));
+    const uint32_t groups = groups_for(p.numel, std::max(kGroupElements, kElementsPerBin * p.bins));
     KernelLaunch launch(shader_kernel(kShaderFile, "histc_count_" + name));
     launch.tensor(0, self).tensor(1, *counts).tensor(2, *range).value(3, p)
         .threadgroups({groups, 1, 1}, {kHistcGroupThreads, 1, 1});
