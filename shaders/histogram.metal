@@ -163,6 +163,8 @@ HISTC_KERNELS(bfloat, bfloat)
 //   histogram_count    one thread per point: its bin in every coordinate (interpolated, then
 //                      corrected against the edges), skipped when any coordinate is outside
 //                      its edges or NaN; adds its weight (or 1) with a relaxed atomic add;
+//                      histogram_count_shared, unweighted with few bins: many points a
+//                      thread, counted per threadgroup in threadgroup memory;
 //   histogram_density  one threadgroup: each bin divided by the total, then by its length in
 //                      every coordinate, in torch's order.
 kernel void histogram_range_partial(constant float* self [[buffer(0)]], device float2* partials [[buffer(1)]],
@@ -238,19 +240,20 @@ kernel void histogram_edges(constant float2* partials [[buffer(0)]], device floa
   for (uint i = t; i <= p.bins[k]; i += n) row[i] = bin_edge(lo, hi, p.bins[k], long(i));
 }
 
-kernel void histogram_count(constant float* self [[buffer(0)]], constant float* weight [[buffer(1)]],
-                            constant float* edges [[buffer(2)]], device atomic_float* hist [[buffer(3)]],
-                            constant HistogramParams& p [[buffer(4)]],
-                            uint i [[thread_position_in_grid]]) {
+// Point i's flat bin index, or -1 when it is skipped (a coordinate outside its edges or NaN;
+// a range that is not finite is reported by the host's check). `edges` in constant or
+// threadgroup memory.
+template <typename Edges>
+inline long point_bin(constant float* self, Edges edges, constant HistogramParams& p, uint i) {
   const long row = element_offset(i, p.sizes, p.strides, p.dims);
   uint index = 0;
   for (uint k = 0; k < p.columns; ++k) {
-    constant float* e = edges + p.edge_offsets[k];
+    const Edges e = edges + p.edge_offsets[k];
     const long bins = long(p.bins[k]);
     const float lo = e[0], hi = e[bins];
-    if (!isfinite(lo) || !isfinite(hi)) return;  // reported by the host's check
+    if (!isfinite(lo) || !isfinite(hi)) return -1;
     const float v = self[row + long(k) * p.column_stride];
-    if (!(v >= lo && v <= hi)) return;
+    if (!(v >= lo && v <= hi)) return -1;
     const long pos = long((v - lo) * float(bins) / (hi - lo));
     // The first edge greater than v, among edges [pos - 1, pos + 2), minus one.
     long edge = max(pos - 1, 0L);
@@ -259,8 +262,43 @@ kernel void histogram_count(constant float* self [[buffer(0)]], constant float* 
     const long bin = min(edge - 1, bins - 1);
     index = index * p.bins[k] + uint(bin);
   }
+  return long(index);
+}
+
+kernel void histogram_count(constant float* self [[buffer(0)]], constant float* weight [[buffer(1)]],
+                            constant float* edges [[buffer(2)]], device atomic_float* hist [[buffer(3)]],
+                            constant HistogramParams& p [[buffer(4)]],
+                            uint i [[thread_position_in_grid]]) {
+  const long index = point_bin(self, edges, p, i);
+  if (index < 0) return;
   const float w = p.weighted ? weight[element_offset(i, p.weight_sizes, p.weight_strides, p.weight_dims)] : 1.0f;
   atomic_fetch_add_explicit(&hist[index], w, memory_order_relaxed);
+}
+
+// Unweighted, with at most kHistogramSharedBins bins and kHistogramSharedEdges edges: each
+// threadgroup copies the edges to threadgroup memory, counts its share of the points there,
+// then adds its nonzero bins to hist (exact while a bin holds at most 2^24 points).
+kernel void histogram_count_shared(constant float* self [[buffer(0)]], constant float* edges [[buffer(1)]],
+                                   device atomic_float* hist [[buffer(2)]],
+                                   constant HistogramParams& p [[buffer(3)]],
+                                   constant uint& edge_count [[buffer(4)]],
+                                   uint group [[threadgroup_position_in_grid]],
+                                   uint groups [[threadgroups_per_grid]],
+                                   uint t [[thread_index_in_threadgroup]]) {
+  threadgroup atomic_uint local[kHistogramSharedBins];
+  threadgroup float local_edges[kHistogramSharedEdges];
+  for (uint b = t; b < p.hist_numel; b += kRangeThreads) atomic_store_explicit(&local[b], 0u, memory_order_relaxed);
+  for (uint e = t; e < edge_count; e += kRangeThreads) local_edges[e] = edges[e];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (ulong i = ulong(group) * kRangeThreads + t; i < p.rows; i += ulong(groups) * kRangeThreads) {
+    const long index = point_bin(self, &local_edges[0], p, uint(i));
+    if (index >= 0) atomic_fetch_add_explicit(&local[index], 1u, memory_order_relaxed);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint b = t; b < p.hist_numel; b += kRangeThreads) {
+    const uint count = atomic_load_explicit(&local[b], memory_order_relaxed);
+    if (count != 0) atomic_fetch_add_explicit(&hist[b], float(count), memory_order_relaxed);
+  }
 }
 
 kernel void histogram_density(device float* hist [[buffer(0)]], constant float* edges [[buffer(1)]],

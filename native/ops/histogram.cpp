@@ -157,7 +157,13 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
     }
     launch.threads({kRangeThreads * static_cast<uint64_t>(columns), 1, 1}, {kRangeThreads, 1, 1});
   }
-  if (p.rows > 0 && has_edges) {
+  const bool shared_count = !points.weight && hist_numel <= kHistogramSharedBins && edge_count <= kHistogramSharedEdges;
+  if (p.rows > 0 && has_edges && shared_count) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histogram_count_shared"));
+    const uint32_t groups = groups_for(p.rows, std::max<uint64_t>(kGroupElements, kElementsPerBin * hist_numel));
+    launch.tensor(0, self).tensor(1, *out.edges).tensor(2, *out.hist).value(3, p)
+        .value(4, static_cast<uint32_t>(edge_count)).threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
+  } else if (p.rows > 0 && has_edges) {
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_count"));
     const device::Size3 grid{p.rows, 1, 1};
     launch.tensor(0, self).tensor(1, points.weight ? *points.weight : self).tensor(2, *out.edges)

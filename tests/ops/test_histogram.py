@@ -159,8 +159,8 @@ def test_histogramdd_strided_empty_and_no_coordinates():
 
 
 def test_data_range_over_many_threadgroups():
-    # 20,000 points span 3 threadgroups of the range pass (8,192 points each); the extremes and
-    # a NaN sit in the last one.
+    # 20,000 points span 3 threadgroups of the range and count passes (8,192 points each); the
+    # extremes and a NaN sit in the last one.
     torch.manual_seed(13)
     x = torch.randn(20_000)
     x[19_000], x[17_500] = 40.0, -30.0
@@ -173,6 +173,8 @@ def test_data_range_over_many_threadgroups():
     points = torch.randn(3, 9_000, 2).permute(1, 0, 2)  # [9000, 3, 2], strided
     points[8_999, 2, 1] = 7.0
     assert torch.equal(histogramdd(points, [5, 6]), expected_histogramdd(points, [5, 6]))
+    # More bins than a threadgroup counts in its memory (2,048): counted in device memory.
+    assert torch.equal(histogramdd(points, [60, 50]), expected_histogramdd(points, [60, 50]))
     points[8_500, 1, 0] = float("nan")
     code, r0 = call_histogramdd(points, [5, 6])
     assert code == 0
