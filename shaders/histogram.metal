@@ -165,8 +165,9 @@ HISTC_KERNELS(bfloat, bfloat)
 //                      its edges or NaN; adds its weight (or 1) with a relaxed atomic add;
 //                      histogram_count_shared, unweighted with few bins: many points a
 //                      thread, counted per threadgroup in threadgroup memory;
-//   histogram_density  one threadgroup: each bin divided by the total, then by its length in
-//                      every coordinate, in torch's order.
+//   histogram_total_partial, histogram_density  for density: partial sums of the bins over
+//                      many threadgroups, then each bin divided by the total, then by its
+//                      length in every coordinate, in torch's order.
 kernel void histogram_range_partial(constant float* self [[buffer(0)]], device float2* partials [[buffer(1)]],
                                     constant HistogramParams& p [[buffer(2)]],
                                     uint2 group [[threadgroup_position_in_grid]],
@@ -301,24 +302,44 @@ kernel void histogram_count_shared(constant float* self [[buffer(0)]], constant 
   }
 }
 
-kernel void histogram_density(device float* hist [[buffer(0)]], constant float* edges [[buffer(1)]],
-                              constant HistogramParams& p [[buffer(2)]],
-                              uint t [[thread_index_in_threadgroup]],
-                              uint n [[threads_per_threadgroup]]) {
+// The sum of threadgroup g's share of the bins (each thread's in order, then a tree).
+kernel void histogram_total_partial(constant float* hist [[buffer(0)]], device float* partials [[buffer(1)]],
+                                    constant HistogramParams& p [[buffer(2)]],
+                                    uint group [[threadgroup_position_in_grid]],
+                                    uint groups [[threadgroups_per_grid]],
+                                    uint t [[thread_index_in_threadgroup]]) {
   threadgroup float partial[kRangeThreads];
   float sum = 0.0f;
-  for (uint j = t; j < p.hist_numel; j += n) sum += hist[j];
+  for (ulong j = ulong(group) * kRangeThreads + t; j < p.hist_numel; j += ulong(groups) * kRangeThreads) sum += hist[j];
   partial[t] = sum;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (t == 0) {
-    for (uint j = 1; j < n; ++j) sum += partial[j];
-    partial[0] = sum;
+  for (uint half_span = kRangeThreads / 2; half_span > 0; half_span /= 2) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < half_span) partial[t] += partial[t + half_span];
+  }
+  if (t == 0) partials[group] = partial[0];
+}
+
+// Each threadgroup adds up the partial sums (the same way in every threadgroup), then divides
+// its share of the bins.
+kernel void histogram_density(device float* hist [[buffer(0)]], constant float* edges [[buffer(1)]],
+                              constant HistogramParams& p [[buffer(2)]], constant float* partials [[buffer(3)]],
+                              constant uint& partial_count [[buffer(4)]],
+                              uint group [[threadgroup_position_in_grid]],
+                              uint groups [[threadgroups_per_grid]],
+                              uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float partial[kRangeThreads];
+  float sum = 0.0f;
+  for (uint i = t; i < partial_count; i += kRangeThreads) sum += partials[i];
+  partial[t] = sum;
+  for (uint half_span = kRangeThreads / 2; half_span > 0; half_span /= 2) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < half_span) partial[t] += partial[t + half_span];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const float total = partial[0];
-  for (uint j = t; j < p.hist_numel; j += n) {
+  for (ulong j = ulong(group) * kRangeThreads + t; j < p.hist_numel; j += ulong(groups) * kRangeThreads) {
     float value = hist[j] / total;
-    uint rest = j, stride = p.hist_numel;
+    uint rest = uint(j), stride = p.hist_numel;
     for (uint k = 0; k < p.columns; ++k) {
       stride /= p.bins[k];
       const uint bin = rest / stride;

@@ -170,9 +170,16 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
         .tensor(3, *out.hist).value(4, p).threads(grid, default_group(grid, launch));
   }
   if (density) {
+    const uint32_t groups = groups_for(static_cast<uint64_t>(hist_numel), kGroupElements);
+    auto partials = runtime.empty_tensor({int64_t{groups}}, {1}, static_cast<int32_t>(DType::float32));
+    {
+      KernelLaunch launch(shader_kernel(kShaderFile, "histogram_total_partial"));
+      launch.tensor(0, *out.hist).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
+    }
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_density"));
-    launch.tensor(0, *out.hist).tensor(1, has_edges ? *out.edges : *out.hist).value(2, p)
-        .threads({kRangeThreads, 1, 1}, {kRangeThreads, 1, 1});
+    launch.tensor(0, *out.hist).tensor(1, has_edges ? *out.edges : *out.hist).value(2, p).tensor(3, *partials)
+        .value(4, groups).threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
   }
   return out;
 }

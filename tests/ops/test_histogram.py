@@ -175,6 +175,10 @@ def test_data_range_over_many_threadgroups():
     assert torch.equal(histogramdd(points, [5, 6]), expected_histogramdd(points, [5, 6]))
     # More bins than a threadgroup counts in its memory (2,048): counted in device memory.
     assert torch.equal(histogramdd(points, [60, 50]), expected_histogramdd(points, [60, 50]))
+    # density over 10,000 bins: the total is summed over 2 threadgroups, each dividing its share.
+    weight = torch.rand(9_000, 3)
+    torch.testing.assert_close(histogramdd(points, [100, 100], None, weight, True),
+                               expected_histogramdd(points, [100, 100], None, weight, True), rtol=1e-5, atol=1e-6)
     points[8_500, 1, 0] = float("nan")
     code, r0 = call_histogramdd(points, [5, 6])
     assert code == 0
