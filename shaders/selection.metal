@@ -11,7 +11,7 @@
 //                    output's length are dropped).
 // The write kernels repeat that scan in their bodies: the CPU device runs a kernel whose
 // barriers sit in a helper function on fibers, far slower than its barrier regions.
-// repeat_interleave counts and writes with one thread per chunk of kSelectionChunk (a chunk's
+// repeat_interleave counts and writes with one thread per chunk of p.chunk repeats (a chunk's
 // rows are the sum of its repeats).
 #include <metal_stdlib>
 using namespace metal;

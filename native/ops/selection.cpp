@@ -16,8 +16,12 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "selection.metal";
+// repeat_interleave: the repeats one thread counts and writes (each chunk's count is scanned:
+// 8 bytes of counts per chunk, small beside 64 repeats).
+constexpr uint32_t kRepeatChunk = 64;
+
 // `chunk`: the elements a counting pass takes together (kSelectionBlock: a threadgroup's
-// block of flags; kSelectionChunk: repeat_interleave's thread).
+// block of flags; kRepeatChunk).
 SelectionParams layout(const char* op, const Tensor& t, uint32_t chunk) {
   ETM_REQUIRE(t.dim() <= kSelectionMaxDims, op, ": at most ", kSelectionMaxDims, " dimensions are supported, not ", t.dim());
   SelectionParams p{};
@@ -202,7 +206,7 @@ std::unique_ptr<Tensor> repeat_interleave(const Tensor& repeats, std::optional<i
   if (output_size) ETM_REQUIRE(*output_size >= 0, op, ": output_size must be >= 0, got ", *output_size);
   const std::string name = is_long ? "long" : "int";
   Runtime& runtime = Runtime::get();
-  SelectionParams p = layout(op, repeats, kSelectionChunk);
+  SelectionParams p = layout(op, repeats, kRepeatChunk);
   std::shared_ptr<Tensor> negative = runtime.empty_tensor({1}, {1}, static_cast<int32_t>(DType::int32));
   runtime.current_stream().fill_buffer(negative->storage->buffer, negative->buffer_offset(), 4, 0);
   std::shared_ptr<Tensor> counts =

@@ -9,11 +9,9 @@ namespace etm::ops {
 
 ETM_PARAMS_CONSTANT uint32 kSelectionMaxDims = 9;
 // nonzero and the masked ops: threads per threadgroup, each flagging a word of 32 elements,
-// and the elements of a threadgroup's block; repeat_interleave: the elements one thread
-// counts; the threads of the exclusive_scan threadgroup.
+// and the elements of a threadgroup's block; the threads of the exclusive_scan threadgroup.
 ETM_PARAMS_CONSTANT uint32 kSelectionGroupThreads = 256;
 ETM_PARAMS_CONSTANT uint32 kSelectionBlock = kSelectionGroupThreads * 32;
-ETM_PARAMS_CONSTANT uint32 kSelectionChunk = 1024;
 ETM_PARAMS_CONSTANT uint32 kSelectionScanThreads = 256;
 
 struct SelectionParams {
@@ -21,7 +19,7 @@ struct SelectionParams {
   uint32 sizes[kSelectionMaxDims];
   uint32 dims;
   uint32 numel;
-  uint32 chunk;             // elements per chunk (kSelectionBlock or kSelectionChunk)
+  uint32 chunk;             // elements per chunk (a block, or repeat_interleave's chunk)
   uint32 chunks;
   int64 rows;               // rows of the output (the rest of the rows is dropped)
   int64 fill_value;         // nonzero_static: rows past the count
