@@ -110,12 +110,18 @@ kernel void nonzero_write(device const uint* words [[buffer(0)]], device const l
   }
 }
 
-// nonzero_static: rows from the count on hold fill_value.
+// nonzero_static: rows from the count on hold fill_value (the count read once a threadgroup).
 kernel void nonzero_fill(device const long* offsets [[buffer(0)]], device long* out [[buffer(1)]],
-                         constant SelectionParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
-  if (long(i) / long(p.dims) >= offsets[p.chunks]) out[i] = p.fill_value;
+                         constant SelectionParams& p [[buffer(2)]], uint i [[thread_position_in_grid]],
+                         uint t [[thread_index_in_threadgroup]]) {
+  threadgroup long count;
+  if (t == 0) count = offsets[p.chunks];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (long(i) / long(p.dims) >= count) out[i] = p.fill_value;
 }
 
+// repeat_interleave: chunk counts are sums of repeats; a negative repeat counts as 0 and sets
+// `negative` (the host reports it).
 template <typename T>
 kernel void repeat_chunk_counts(device const T* repeats [[buffer(0)]], device long* counts [[buffer(1)]],
                                 device atomic_uint* negative [[buffer(2)]],
