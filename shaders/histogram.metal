@@ -23,7 +23,9 @@ constant constexpr uint kRangeThreads = 256;
 inline float min_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : min(a, b); }
 inline float max_nan(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : max(a, b); }
 
-// Both range kernels reduce kHistcGroupThreads pairs in threadgroup memory by halving.
+// The range and sum kernels reduce their threads' values in threadgroup memory by halving,
+// each in its own body: the CPU device runs a kernel whose barriers sit in a helper function
+// on fibers, far slower than its barrier regions.
 template <typename T>
 kernel void histc_range_partial(constant T* self [[buffer(0)]], device float2* partials [[buffer(1)]],
                                 constant HistcParams& p [[buffer(2)]],
