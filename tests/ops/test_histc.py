@@ -94,6 +94,16 @@ def test_many_threadgroups_and_many_bins():
         etmetal_py.synchronize()
 
 
+@pytest.mark.slow
+def test_more_elements_than_the_threadgroups_take_at_their_least():
+    # 2^25 + 12,345 elements: past 4,096 threadgroups of 8,192, so each thread takes more.
+    torch.manual_seed(17)
+    x = torch.randn((1 << 25) + 12_345)
+    x[-1] = 9.0
+    assert torch.equal(histc(x, 100, 0.0, 0.0), torch.histc(x, 100, 0.0, 0.0))
+    assert torch.equal(histc(x, 4000, -4.0, 4.0), torch.histc(x, 4000, -4.0, 4.0))
+
+
 def test_bad_input():
     x = torch.randn(10)
     poisoning_failure(call_histc(x, 0, 0.0, 1.0)[0], "aoti_torch_mps_histc", "bins must be > 0")
