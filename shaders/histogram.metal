@@ -344,10 +344,9 @@ kernel void histogram_density(device float* hist [[buffer(0)]], constant float* 
     uint rest = uint(j), stride = p.hist_numel;
     for (uint k = 0; k < p.columns; ++k) {
       stride /= p.bins[k];
-      const uint bin = rest / stride;
+      const uint edge = p.edge_offsets[k] + rest / stride;
       rest %= stride;
-      constant float* e = edges + p.edge_offsets[k];
-      value /= e[bin + 1] - e[bin];
+      value /= edges[edge + 1] - edges[edge];
     }
     hist[j] = value;
   }
