@@ -76,6 +76,61 @@ def rms_norm_case(rows, width, dtype):
     return run, minimum
 
 
+def histc_case(numel, bins, low, high, dtype):
+    x = torch.randn(numel).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + bins * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_histc(dx.handle, bins, low, high, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def histogram_case(numel, bins):
+    x = torch.randn(numel)
+    dx = device(x)
+    minimum = nbytes(x) + (2 * bins + 1) * x.element_size()  # hist and edges
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_histogram_bin_ct(dx.handle, bins, ffi.NULL, 0, ffi.NULL, 0, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def nonzero_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = ((torch.rand(shape, generator=g) < density) * torch.randn(shape, generator=g).add(3)).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + torch.count_nonzero(x).item() * len(shape) * 8  # int64 indices
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_nonzero(dx.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def masked_select_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    mask = torch.rand(shape, generator=g) < density
+    dx, dm = device(x), device(mask)
+    minimum = nbytes(mask) + 2 * int(mask.sum()) * x.element_size()  # the selected elements read and written
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_masked_select(dx.handle, dm.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def mm_case(m, k, n, dtype, weight_transposed=False):
     a = torch.randn(m, k).to(dtype)
     b = torch.randn(n, k).to(dtype) if weight_transposed else torch.randn(k, n).to(dtype)
@@ -259,6 +314,13 @@ CASES = [  # (op, shape label, factory, arguments)
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
+    ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
+    ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
+    ("histc", "1M f16 4096 bins in [-3, 3]", histc_case, (1 << 20, 4096, -3.0, 3.0, F16)),
+    ("histogram", "1M f32 100 bins, data range", histogram_case, (1 << 20, 100)),
+    ("nonzero", "2M f32 at 1%", nonzero_case, ((1 << 21,), 0.01, F32)),
+    ("nonzero", "2048 x 1024 bool at 50%", nonzero_case, ((2048, 1024), 0.5, torch.bool)),
+    ("masked_select", "2M f32 at 10%", masked_select_case, ((1 << 21,), 0.1, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
     ("linear_4bit", "batch 4x4096 -> 4096 g128 f16", linear_4bit_case, (4, 4096, 4096, 128, F16)),
     ("linear_4bit", "batch 8x4096 -> 1024 g64 f16", linear_4bit_case, (8, 4096, 1024, 64, F16)),
