@@ -50,11 +50,11 @@ inline uint locate_block(const device int* ends, uint groups, long extent, uint 
 template <typename T>
 kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buffer(1)]],
                        const device int* offs [[buffer(2)]], device T* out [[buffer(3)]],
-                       constant GroupedMmParams& p [[buffer(4)]], uint3 position [[threadgroup_position_in_grid]],
-                       uint tid [[thread_index_in_threadgroup]], uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+                       constant GroupedMmParams& p [[buffer(4)]], threadgroup float* tiles [[threadgroup(0)]],
+                       uint3 position [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                       uint simdgroup [[simdgroup_index_in_threadgroup]]) {
   // A tile kBlock x kTileDepth, then B tile kTileDepth x kBlock; the epilogue reuses the memory
-  // for the kBlock x kBlock results.
-  threadgroup float tiles[kBlock * kBlock];
+  // (kGroupedMmTileFloats, set by the host) for the kBlock x kBlock results.
   threadgroup float* a_tile = tiles;
   threadgroup float* b_tile = tiles + kBlock * kTileDepth;
   threadgroup uint located[3];  // the group, begin and end of the block along a grouped dimension
@@ -118,10 +118,14 @@ kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buff
     }
   }
 
+  // No depth (an empty group, the tail past the last end): zeros, without staging the results.
+  const bool has_depth = depth.begin < depth.end;
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint i = 0; i < 4; ++i) {
-    for (uint j = 0; j < 4; ++j) {
-      simdgroup_store(accumulators[i][j], tiles, kBlock, ulong2(simd_column + 8 * j, simd_row + 8 * i));
+  if (has_depth) {
+    for (uint i = 0; i < 4; ++i) {
+      for (uint j = 0; j < 4; ++j) {
+        simdgroup_store(accumulators[i][j], tiles, kBlock, ulong2(simd_column + 8 * j, simd_row + 8 * i));
+      }
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -129,7 +133,7 @@ kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buff
   for (uint i = tid; i < kBlock * kBlock; i += kThreads) {
     const long row = rows.begin + i / kBlock, column = cols.begin + i % kBlock;
     if (row < rows.end && column < cols.end) {
-      out_group[row * p.out_strides[1] + column * p.out_strides[2]] = T(tiles[i]);
+      out_group[row * p.out_strides[1] + column * p.out_strides[2]] = T(has_depth ? tiles[i] : 0.0f);
     }
   }
 }
@@ -137,7 +141,7 @@ kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buff
 #define INSTANTIATE_GROUPED_MM(T, name)                                                            \
   template [[host_name("grouped_mm_" #name)]] kernel void grouped_mm<T>(                          \
       const device T*, const device T*, const device int*, device T*, constant GroupedMmParams&,   \
-      uint3, uint, uint);
+      threadgroup float*, uint3, uint, uint);
 
 INSTANTIATE_GROUPED_MM(float, float)
 INSTANTIATE_GROUPED_MM(half, half)

@@ -91,7 +91,8 @@ std::unique_ptr<Tensor> grouped_mm(const Tensor& a, const Tensor& b, const Tenso
   // A zero depth leaves a or b without storage; the kernel reads neither then.
   const Tensor& any = *out;
   launch.tensor(0, a.numel() ? a : any).tensor(1, b.numel() ? b : any)
-      .tensor(2, offs && offs->numel() ? *offs : any).tensor(3, *out).value(4, p);
+      .tensor(2, offs && offs->numel() ? *offs : any).tensor(3, *out).value(4, p)
+      .threadgroup_memory(0, kGroupedMmTileFloats * sizeof(float));
   // Blocks along a grouped dimension: each group's blocks start at its first row (column), so
   // the groups and the tail past the last end add at most one partial block each.
   uint64_t column_blocks = (uint64_t(p.cols) + kGroupedMmBlock - 1) / kGroupedMmBlock;

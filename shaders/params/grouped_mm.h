@@ -10,6 +10,7 @@ namespace etm::ops {
 // A threadgroup of kGroupedMmThreads (four simdgroups) computes kGroupedMmBlock x kGroupedMmBlock outputs.
 ETM_PARAMS_CONSTANT uint32 kGroupedMmBlock = 64;
 ETM_PARAMS_CONSTANT uint32 kGroupedMmThreads = 128;
+ETM_PARAMS_CONSTANT uint32 kGroupedMmTileFloats = kGroupedMmBlock * kGroupedMmBlock;  // threadgroup(0)
 
 struct GroupedMmParams {
   int64 a_strides[3];    // group (0 for a 2-D a), row, depth
