@@ -16,6 +16,7 @@ constant constexpr uint kZero = 0;
 constant constexpr uint kOne = 1;
 constant constexpr uint kTwo = 2;
 constant constexpr uint kInfinity = 3;
+constant constexpr uint kGeneral = 4;
 
 constant constexpr uint kBlock = kDistanceBlock;
 constant constexpr uint kSide = kDistanceSide;
@@ -24,12 +25,35 @@ constant constexpr uint kPitch = kChunk + 1;  // staged row pitch: lanes reading
 constant constexpr uint kThreads = kSide * kSide;
 constant constexpr uint kOwn = kBlock / kSide;  // outputs per thread along each side
 
-inline float accumulate(float result, float difference, uint norm, float p) {
-  if (norm == kZero) return result + (difference != 0.0f ? 1.0f : 0.0f);
-  if (norm == kOne) return result + difference;
-  if (norm == kTwo) return result + difference * difference;
-  if (norm == kInfinity) return max(result, difference);
+template <uint Norm>
+inline float accumulate(float result, float difference, float p) {
+  if (Norm == kZero) return result + (difference != 0.0f ? 1.0f : 0.0f);
+  if (Norm == kOne) return result + difference;
+  if (Norm == kTwo) return result + difference * difference;
+  if (Norm == kInfinity) return max(result, difference);
   return result + pow(difference, p);
+}
+
+// Adds features [0, chunk) of the staged rows to the thread's kOwn x kOwn results; the norm a
+// template argument, so the innermost loop has no branch on it. The general norm's pow is costly:
+// it skips the results whose bit in `stored` is clear (rows past the end, pdist's pairs i >= j).
+template <uint Norm>
+inline void accumulate_chunk(const threadgroup float* tile1, const threadgroup float* tile2, uint chunk, uint2 local,
+                             float p, uint stored, thread float* result) {
+  for (uint kk = 0; kk < chunk; ++kk) {
+    float v1[kOwn], v2[kOwn];
+    for (uint a = 0; a < kOwn; ++a) {
+      v1[a] = tile1[(local.y + a * kSide) * kPitch + kk];
+      v2[a] = tile2[(local.x + a * kSide) * kPitch + kk];
+    }
+    for (uint a = 0; a < kOwn; ++a) {
+      for (uint b = 0; b < kOwn; ++b) {
+        if (Norm != kGeneral || (stored >> (kOwn * a + b)) & 1u) {
+          result[kOwn * a + b] = accumulate<Norm>(result[kOwn * a + b], fabs(v1[a] - v2[b]), p);
+        }
+      }
+    }
+  }
 }
 
 inline float finish(float result, uint norm, float p) {
@@ -53,12 +77,14 @@ inline void stage(threadgroup float* tile, const device T* x, long row_stride, l
 
 // The norms of the block of x1 rows [first1, first1 + kBlock) and x2 rows [first2, ...):
 // result[kOwn * a + b] for x1 row first1 + local.y + a * kSide and x2 row first2 + local.x + b *
-// kSide. `same`: both are the same rows of the same matrix (pdist's diagonal), staged once.
+// kSide; bit kOwn * a + b of `stored` set where that result is stored. `same`: both are the same
+// rows of the same matrix (pdist's diagonal), staged once.
 template <typename T>
 inline void distance_block(threadgroup float* tile1, threadgroup float* tile2, const device T* x1,
                            long row_stride1, long column_stride1, uint rows1, uint first1, const device T* x2,
                            long row_stride2, long column_stride2, uint rows2, uint first2, bool same,
-                           uint columns, uint norm, float p, uint2 local, uint tid, thread float* result) {
+                           uint columns, uint norm, float p, uint2 local, uint tid, uint stored,
+                           thread float* result) {
   for (uint i = 0; i < kOwn * kOwn; ++i) result[i] = 0.0f;
   const threadgroup float* staged2 = same ? tile1 : tile2;
   for (uint k0 = 0; k0 < columns; k0 += kChunk) {
@@ -67,17 +93,12 @@ inline void distance_block(threadgroup float* tile1, threadgroup float* tile2, c
     if (!same) stage(tile2, x2, row_stride2, column_stride2, rows2, first2, k0, columns, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const uint chunk = min(kChunk, columns - k0);
-    for (uint kk = 0; kk < chunk; ++kk) {
-      float v1[kOwn], v2[kOwn];
-      for (uint a = 0; a < kOwn; ++a) {
-        v1[a] = tile1[(local.y + a * kSide) * kPitch + kk];
-        v2[a] = staged2[(local.x + a * kSide) * kPitch + kk];
-      }
-      for (uint a = 0; a < kOwn; ++a) {
-        for (uint b = 0; b < kOwn; ++b) {
-          result[kOwn * a + b] = accumulate(result[kOwn * a + b], fabs(v1[a] - v2[b]), norm, p);
-        }
-      }
+    switch (norm) {
+      case kZero: accumulate_chunk<kZero>(tile1, staged2, chunk, local, p, stored, result); break;
+      case kOne: accumulate_chunk<kOne>(tile1, staged2, chunk, local, p, stored, result); break;
+      case kTwo: accumulate_chunk<kTwo>(tile1, staged2, chunk, local, p, stored, result); break;
+      case kInfinity: accumulate_chunk<kInfinity>(tile1, staged2, chunk, local, p, stored, result); break;
+      default: accumulate_chunk<kGeneral>(tile1, staged2, chunk, local, p, stored, result);
     }
   }
   for (uint i = 0; i < kOwn * kOwn; ++i) result[i] = finish(result[i], norm, p);
@@ -100,14 +121,21 @@ kernel void cdist(const device T* x1 [[buffer(0)]], const device T* x2 [[buffer(
     offset2 += long(coordinate) * p.x2_batch_strides[d];
   }
   const uint first1 = group.y * kBlock, first2 = group.x * kBlock;
-  float result[kOwn * kOwn];
-  distance_block(tile1, tile2, x1 + offset1, p.x1_strides[0], p.x1_strides[1], p.rows1, first1, x2 + offset2,
-                 p.x2_strides[0], p.x2_strides[1], p.rows2, first2, false, p.columns, p.norm, p.p, local, tid,
-                 result);
+  uint stored = 0;
   for (uint a = 0; a < kOwn; ++a) {
     for (uint b = 0; b < kOwn; ++b) {
       const uint i = first1 + local.y + a * kSide, j = first2 + local.x + b * kSide;
-      if (i < p.rows1 && j < p.rows2) out[(long(batch) * p.rows1 + i) * p.rows2 + j] = T(result[kOwn * a + b]);
+      stored |= uint(i < p.rows1 && j < p.rows2) << (kOwn * a + b);
+    }
+  }
+  float result[kOwn * kOwn];
+  distance_block(tile1, tile2, x1 + offset1, p.x1_strides[0], p.x1_strides[1], p.rows1, first1, x2 + offset2,
+                 p.x2_strides[0], p.x2_strides[1], p.rows2, first2, false, p.columns, p.norm, p.p, local, tid,
+                 stored, result);
+  for (uint a = 0; a < kOwn; ++a) {
+    for (uint b = 0; b < kOwn; ++b) {
+      const uint i = first1 + local.y + a * kSide, j = first2 + local.x + b * kSide;
+      if ((stored >> (kOwn * a + b)) & 1u) out[(long(batch) * p.rows1 + i) * p.rows2 + j] = T(result[kOwn * a + b]);
     }
   }
 }
@@ -123,13 +151,22 @@ kernel void pdist(const device T* x [[buffer(0)]], device T* out [[buffer(1)]], 
   threadgroup float tile2[kBlock * kPitch];
   if (group.x < group.y) return;
   const uint first1 = group.y * kBlock, first2 = group.x * kBlock;
+  uint stored = 0;
+  for (uint a = 0; a < kOwn; ++a) {
+    for (uint b = 0; b < kOwn; ++b) {
+      const uint i = first1 + local.y + a * kSide, j = first2 + local.x + b * kSide;
+      stored |= uint(i < j && j < p.rows) << (kOwn * a + b);
+    }
+  }
   float result[kOwn * kOwn];
   distance_block(tile1, tile2, x, p.strides[0], p.strides[1], p.rows, first1, x, p.strides[0], p.strides[1], p.rows,
-                 first2, first1 == first2, p.columns, p.norm, p.p, local, tid, result);
+                 first2, first1 == first2, p.columns, p.norm, p.p, local, tid, stored, result);
   for (uint a = 0; a < kOwn; ++a) {
     for (uint b = 0; b < kOwn; ++b) {
       const long i = first1 + local.y + a * kSide, j = first2 + local.x + b * kSide;
-      if (i < j && j < long(p.rows)) out[i * long(p.rows) - i * (i + 1) / 2 + j - i - 1] = T(result[kOwn * a + b]);
+      if ((stored >> (kOwn * a + b)) & 1u) {
+        out[i * long(p.rows) - i * (i + 1) / 2 + j - i - 1] = T(result[kOwn * a + b]);
+      }
     }
   }
 }
