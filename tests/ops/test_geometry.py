@@ -189,6 +189,10 @@ def test_cdist_and_pdist_blocks_match_float64(p):
     got = Tensor(r0[0]).torch()
     assert got.shape == expected.shape and got[1, 36, 44] == 0
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    code, r0 = cdist(x1.bfloat16(), x2.bfloat16(), p)  # the same blocks in bfloat16
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.ops.aten._cdist_forward(x1.bfloat16().double(), x2.bfloat16().double(), p, 2)
+    torch.testing.assert_close(Tensor(r0[0]).torch().double(), expected, rtol=2e-2, atol=2e-2 * (1 + 10 * (p == 0.5)))
 
     rows = torch.randn(45, 150, generator=generator).t()[3:143:2]  # [70, 45], strides (2, 150)
     rows[69] = rows[5]

@@ -103,6 +103,9 @@ def test_blocks_match_float64(ends):
     out = grouped_mm(a, b, offsets(*ends))
     assert_close_scaled(out, expected, tolerance)
     assert torch.equal(out[140:], torch.zeros(10, 70))
+    half = grouped_mm(a.half(), b.half(), offsets(*ends))  # the same blocks in float16
+    assert half.dtype == torch.float16
+    assert_close_scaled(half, expected, TOLERANCE[torch.float16])
 
     a3, b2 = randn(4, 70, 40, seed=9), randn(150, 40, seed=10).t()  # b [K, N] column-major
     expected = torch.zeros(70, 150, dtype=torch.float64)
