@@ -118,17 +118,15 @@ kernel void grouped_mm(const device T* a [[buffer(0)]], const device T* b [[buff
     }
   }
 
-  // No depth (an empty group, the tail past the last end): zeros, without staging the results.
-  const bool has_depth = depth.begin < depth.end;
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (has_depth) {
-    for (uint i = 0; i < 4; ++i) {
-      for (uint j = 0; j < 4; ++j) {
-        simdgroup_store(accumulators[i][j], tiles, kBlock, ulong2(simd_column + 8 * j, simd_row + 8 * i));
-      }
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 4; ++j) {
+      simdgroup_store(accumulators[i][j], tiles, kBlock, ulong2(simd_column + 8 * j, simd_row + 8 * i));
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
+  // No depth (an empty group, the tail past the last end): zeros, not the stored accumulators.
+  const bool has_depth = depth.begin < depth.end;
   device T* out_group = out + long(g) * p.out_strides[0];
   for (uint i = tid; i < kBlock * kBlock; i += kThreads) {
     const long row = rows.begin + i / kBlock, column = cols.begin + i % kBlock;
