@@ -289,6 +289,65 @@ def sort_case(rows, width, dtype):
     return run, minimum
 
 
+def cdist_case(batch, rows1, rows2, columns, p, dtype):
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randn(batch, rows1, columns, generator=g).to(dtype)
+    x2 = torch.randn(batch, rows2, columns, generator=g).to(dtype)
+    d1, d2 = device(x1), device(x2)
+    minimum = nbytes(x1, x2) + batch * rows1 * rows2 * x1.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__cdist_forward(d1.handle, d2.handle, p, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def pdist_case(rows, columns, p, dtype):
+    x = torch.randn(rows, columns, generator=torch.Generator().manual_seed(0)).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * (rows - 1) // 2 * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__pdist_forward(dx.handle, p, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def grouped_mm_case(a_shape, b_shape, ends, dtype, experts_transposed=False):
+    """torch._grouped_mm(a, b, offs=ends); experts_transposed: b is w.transpose(-2, -1) of a
+    contiguous w, as MoE layers pass their expert weights."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(*a_shape, generator=g).to(dtype)
+    b_stored = torch.randn(*b_shape[:-2], b_shape[-1], b_shape[-2], generator=g).to(dtype) if experts_transposed \
+        else torch.randn(*b_shape, generator=g).to(dtype)
+    da, weight = device(a), device(b_stored)
+    db = weight
+    if experts_transposed:
+        view = ffi.new("AtenTensorHandle*")
+        sizes, strides = list(b_shape), list(b_stored.stride())
+        strides[-1], strides[-2] = strides[-2], strides[-1]
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(weight.handle, len(sizes), ffi.new("int64_t[]", sizes),
+                                                            ffi.new("int64_t[]", strides), 0, view))
+        db = Tensor(view[0], keepalive=weight)
+    offs = torch.tensor(ends, dtype=torch.int32) if ends else None
+    doffs = device(offs) if ends else None
+    offs_arg = ffi.new("AtenTensorHandle*", doffs.handle) if ends else ffi.NULL
+    expected = torch._grouped_mm(a.float(), b_stored.float().transpose(-2, -1) if experts_transposed
+                                 else b_stored.float(), offs=offs)
+    minimum = nbytes(a, b_stored) + (nbytes(offs) if ends else 0) + expected.numel() * a.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__grouped_mm(da.handle, db.handle, offs_arg, ffi.NULL, ffi.NULL, r0))
+        return [Tensor(r0[0]), doffs]  # doffs: the storage offs_arg's handle names
+
+    return run, minimum
+
+
 F32, F16 = torch.float32, torch.float16
 CASES = [  # (op, shape label, factory, arguments)
     ("sdpa", "decode B1 H32/8 S1024 D128 f32", sdpa_case, (1, 32, 8, 1, 1024, 128, F32, False)),
@@ -359,6 +418,22 @@ CASES = [  # (op, shape label, factory, arguments)
      (1, 64, 32, 16, 2, 2, 0, 0, 1, 1, F32, 3)),
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
+    ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
+    ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
+    ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),
+    ("pdist", "256 x 256 p2 f32", pdist_case, (256, 256, 2.0, F32)),
+    ("pdist", "100 x 1024 p3 f32", pdist_case, (100, 1024, 3.0, F32)),
+    # (a shape, b shape, offsets (running ends) or None, dtype[, b as transposed expert weights])
+    ("grouped_mm", "MoE 256x512 @ 8 experts 512x512 f16", grouped_mm_case,
+     ((256, 512), (8, 512, 512), [20, 64, 64, 100, 180, 200, 240, 256], F16, True)),
+    ("grouped_mm", "MoE 512x1024 @ 8 experts 1024x256 f32", grouped_mm_case,
+     ((512, 1024), (8, 1024, 256), [64, 128, 192, 256, 320, 384, 448, 512], F32, True)),
+    ("grouped_mm", "batch 8 x 64x512 @ 512x512 f32", grouped_mm_case,
+     ((8, 64, 512), (8, 512, 512), None, F32)),
+    ("grouped_mm", "columns 4 x 128x256 @ 256x512 f32", grouped_mm_case,
+     ((4, 128, 256), (256, 512), [128, 256, 384, 512], F32)),
+    ("grouped_mm", "depth 256x1024 @ 1024x256 4 groups f32", grouped_mm_case,
+     ((256, 1024), (1024, 256), [256, 512, 768, 1024], F32)),
 ]
 
 
