@@ -165,11 +165,23 @@ PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& outp
   }
   if (result.values->numel() == 0) return result;
   const uint32_t max_flag = take_max ? 1 : 0;
-  KernelLaunch launch(shader_kernel("pooling.metal", std::string("adaptive_pool2d_") + msl_float_type_name(self.dtype)));
+  const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};
+  // Windows of about kWindowMinimum elements or more (global pooling of a feature map) take a
+  // threadgroup of kWindowThreads per output instead of one thread walking the window.
+  constexpr int64_t kWindowMinimum = 1024;
+  constexpr uint64_t kWindowThreads = 64;
+  const int64_t window = ((height + output_size[0] - 1) / output_size[0]) * ((width + output_size[1] - 1) / output_size[1]);
+  const std::string type = msl_float_type_name(self.dtype);
+  KernelFunction& window_kernel = shader_kernel("pooling.metal", "adaptive_pool2d_window_" + type);
+  const bool by_group = window >= kWindowMinimum && window_kernel.max_threads_per_group() >= kWindowThreads;
+  KernelLaunch launch(by_group ? window_kernel : shader_kernel("pooling.metal", "adaptive_pool2d_" + type));
   launch.tensor(0, self).tensor(1, *result.values).tensor(2, take_max ? *result.indices : *result.values)
       .value(3, p).value(4, max_flag);
-  const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};
-  launch.threads(grid, default_group(grid, launch));
+  if (by_group) {
+    launch.threadgroups(grid, {kWindowThreads, 1, 1});
+  } else {
+    launch.threads(grid, default_group(grid, launch));
+  }
   return result;
 }
 
