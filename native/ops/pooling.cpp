@@ -172,9 +172,10 @@ PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& outp
   constexpr uint64_t kWindowThreads = 64;
   const int64_t window = ((height + output_size[0] - 1) / output_size[0]) * ((width + output_size[1] - 1) / output_size[1]);
   const std::string type = msl_float_type_name(self.dtype);
-  KernelFunction& window_kernel = shader_kernel("pooling.metal", "adaptive_pool2d_window_" + type);
-  const bool by_group = window >= kWindowMinimum && window_kernel.max_threads_per_group() >= kWindowThreads;
-  KernelLaunch launch(by_group ? window_kernel : shader_kernel("pooling.metal", "adaptive_pool2d_" + type));
+  const bool by_group =
+      window >= kWindowMinimum &&
+      shader_kernel("pooling.metal", "adaptive_pool2d_window_" + type).max_threads_per_group() >= kWindowThreads;
+  KernelLaunch launch(shader_kernel("pooling.metal", (by_group ? "adaptive_pool2d_window_" : "adaptive_pool2d_") + type));
   launch.tensor(0, self).tensor(1, *result.values).tensor(2, take_max ? *result.indices : *result.values)
       .value(3, p).value(4, max_flag);
   if (by_group) {
