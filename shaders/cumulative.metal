@@ -160,7 +160,7 @@ kernel void logcumsumexp(device const T* input [[buffer(0)]], device T* output [
 // elements. The combining step is associative (Op::combine(before, after)), so the results are
 // the in-order ones: exactly for cummax / cummin, up to float rounding for logcumsumexp.
 // The barriers stay in the kernels' bodies (the CPU device runs such kernels without fibers).
-constant constexpr uint kLineThreads = 256;
+constant constexpr uint kLineThreads = kCumulativeLineThreads;
 constant constexpr uint kLineValues = 16;
 constant constexpr uint kLineBlock = kLineThreads * kLineValues;
 constant constexpr uint kSimdWidth = 32;
@@ -276,8 +276,10 @@ kernel void cumulative_extreme_line(device const T* input [[buffer(0)]], device 
     if (share.count > 0) thread_totals[tid] = local[share.count - 1];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const State lanes_before = scan_lanes<Op>(thread_totals, share, carry, tid, lane);
-    if (last_active_lane(share, tid, lane))
-      simdgroup_totals[simdgroup] = lane > 0 ? Op::combine(lanes_before, local[share.count - 1]) : local[share.count - 1];
+    if (last_active_lane(share, tid, lane)) {
+      const State own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? Op::combine(lanes_before, own) : own;
+    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     finish_block<Op>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
     for (uint j = 0; j < share.count; ++j) {
@@ -316,8 +318,10 @@ kernel void logcumsumexp_line(device const T* input [[buffer(0)]], device T* out
     if (share.count > 0) thread_totals[tid] = local[share.count - 1];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const float lanes_before = scan_lanes<LogAddExpScan>(thread_totals, share, carry, tid, lane);
-    if (last_active_lane(share, tid, lane))
-      simdgroup_totals[simdgroup] = lane > 0 ? log_add_exp(lanes_before, local[share.count - 1]) : local[share.count - 1];
+    if (last_active_lane(share, tid, lane)) {
+      const float own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? log_add_exp(lanes_before, own) : own;
+    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     finish_block<LogAddExpScan>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
     for (uint j = 0; j < share.count; ++j)
@@ -376,6 +380,9 @@ EXTREME_KERNELS(bool, bool)
 template [[host_name("logcumsumexp_float")]] [[kernel]] decltype(logcumsumexp<float>) logcumsumexp<float>;
 template [[host_name("logcumsumexp_half")]] [[kernel]] decltype(logcumsumexp<half>) logcumsumexp<half>;
 template [[host_name("logcumsumexp_bfloat")]] [[kernel]] decltype(logcumsumexp<bfloat>) logcumsumexp<bfloat>;
-template [[host_name("logcumsumexp_line_float")]] [[kernel]] decltype(logcumsumexp_line<float>) logcumsumexp_line<float>;
-template [[host_name("logcumsumexp_line_half")]] [[kernel]] decltype(logcumsumexp_line<half>) logcumsumexp_line<half>;
-template [[host_name("logcumsumexp_line_bfloat")]] [[kernel]] decltype(logcumsumexp_line<bfloat>) logcumsumexp_line<bfloat>;
+template [[host_name("logcumsumexp_line_float")]] [[kernel]]
+decltype(logcumsumexp_line<float>) logcumsumexp_line<float>;
+template [[host_name("logcumsumexp_line_half")]] [[kernel]]
+decltype(logcumsumexp_line<half>) logcumsumexp_line<half>;
+template [[host_name("logcumsumexp_line_bfloat")]] [[kernel]]
+decltype(logcumsumexp_line<bfloat>) logcumsumexp_line<bfloat>;

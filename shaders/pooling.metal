@@ -114,7 +114,7 @@ inline WindowMax better_of(WindowMax a, WindowMax b) {
   return a.index < b.index ? a : b;
 }
 
-constant constexpr uint kWindowThreads = 64;
+constant constexpr uint kWindowThreads = kAdaptiveWindowThreads;
 
 struct WindowPart {
   float sum;

@@ -374,7 +374,8 @@ def test_cumsum_long_lines_of_views_integers_and_non_finite_values():
 # (the first two by default: each case compiles a kernel of its own)
 @pytest.mark.parametrize("dtype, out_dtype", [(torch.int64, None), (torch.int32, None)] + [
     pytest.param(*case, marks=pytest.mark.slow)
-    for case in ((torch.int32, torch.int32), (torch.uint8, torch.int64), (torch.bool, None), (torch.int16, torch.int32))])
+    for case in ((torch.int32, torch.int32), (torch.uint8, torch.int64), (torch.bool, None),
+                 (torch.int16, torch.int32))])
 def test_cumsum_long_integer_lines_are_exact(dtype, out_dtype):
     generator = torch.Generator().manual_seed(10)
     if dtype == torch.bool:
