@@ -251,13 +251,57 @@ def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
 
 
 def cumsum_case(rows, width, dtype):
+    x = (torch.randn(rows, width) * 100).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs sum to int64
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def cumulative_extreme_case(rows, width, dtype, function):
+    x = (torch.randn(rows, width) * 100).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * width * (x.element_size() + 8)  # values and int64 indices
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(function(dx.handle, 1, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def logcumsumexp_case(rows, width, dtype):
     x = torch.randn(rows, width).to(dtype)
     dx = device(x)
     minimum = 2 * nbytes(x)
 
     def run():
         r0 = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        etmetal_py.check(lib.aoti_torch_mps_logcumsumexp(dx.handle, 1, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def adaptive_pool_case(batch, channels, size, out_size, dtype, take_max):
+    x = torch.randn(batch, channels, size, size).to(dtype)
+    dx = device(x)
+    outputs = batch * channels * out_size * out_size
+    minimum = nbytes(x) + outputs * (x.element_size() + (8 if take_max else 0))  # + int64 indices
+    sizes = ffi.new("int64_t[]", [out_size, out_size])
+
+    def run():
+        r0, r1 = returned(2)
+        if take_max:
+            etmetal_py.check(lib.aoti_torch_mps_adaptive_max_pool2d(dx.handle, sizes, 2, r0, r1))
+            return [Tensor(r0[0]), Tensor(r1[0])]
+        etmetal_py.check(lib.aoti_torch_mps__adaptive_avg_pool2d(dx.handle, sizes, 2, r0))
         return [Tensor(r0[0])]
 
     return run, minimum
@@ -363,10 +407,19 @@ CASES = [  # (op, shape label, factory, arguments)
     ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
     ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
     ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
+    ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
+    ("cumsum", "8 x 4096 i64", cumsum_case, (8, 4096, torch.int64)),
+    ("cummax", "1 x 32000 f32", cumulative_extreme_case, (1, 32000, F32, lib.aoti_torch_mps_cummax)),
+    ("cummin", "8 x 4096 i64", cumulative_extreme_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cummin)),
+    ("logcumsumexp", "1 x 32000 f32", logcumsumexp_case, (1, 32000, F32)),
+    ("logcumsumexp", "64 x 4096 f16", logcumsumexp_case, (64, 4096, F16)),
     ("topk", "k=50 of 1 x 32000 f32 (sampling)", topk_case, (1, 32000, 50, F32)),
     ("topk", "k=50 of 8 x 32000 f16 (sampling)", topk_case, (8, 32000, 50, F16)),
     ("topk", "k=50 of 1 x 152064 f32 (sampling)", topk_case, (1, 152064, 50, F32)),
     ("topk", "k=256 of 4 x 128256 f32", topk_case, (4, 128256, 256, F32)),
+    ("adaptive_pool", "avg global 1x512x32x32 f32", adaptive_pool_case, (1, 512, 32, 1, F32, False)),
+    ("adaptive_pool", "max global 1x512x32x32 f32", adaptive_pool_case, (1, 512, 32, 1, F32, True)),
+    ("adaptive_pool", "avg 7x7 of 1x512x14x14 f16", adaptive_pool_case, (1, 512, 14, 7, F16, False)),
     ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
     ("sort", "64 x 1024 f32", sort_case, (64, 1024, F32)),
     ("sort", "8 x 32000 f16", sort_case, (8, 32000, F16)),
