@@ -1,5 +1,6 @@
 // cumprod, cummax / cummin and logcumsumexp along one dimension (ATen semantics): one thread
-// per line (the elements along the dimension), which runs through its line in order.
+// per line (the elements along the dimension), which runs through its line in order; cummax /
+// cummin and logcumsumexp take one threadgroup per line for long lines (the *_line kernels).
 //   cumprod       elements converted to the output dtype first (torch casts before it
 //                 multiplies); in order along the line, as torch multiplies: float16 and
 //                 bfloat16 outputs in float32, float32 outputs in a double-like product
@@ -152,6 +153,182 @@ kernel void logcumsumexp(device const T* input [[buffer(0)]], device T* output [
   }
 }
 
+// One threadgroup per line, in blocks of kLineThreads * kLineValues elements. Each thread scans
+// its kLineValues consecutive elements in order; the scan of the threads' totals (each thread
+// combines the totals of the lanes before it in its simdgroup, then the totals of the
+// simdgroups before it) and the carry of the blocks before give each thread what precedes its
+// elements. The combining step is associative (Op::combine(before, after)), so the results are
+// the in-order ones: exactly for cummax / cummin, up to float rounding for logcumsumexp.
+// The barriers stay in the kernels' bodies (the CPU device runs such kernels without fibers).
+constant constexpr uint kLineThreads = kCumulativeLineThreads;
+constant constexpr uint kLineValues = 16;
+constant constexpr uint kLineBlock = kLineThreads * kLineValues;
+constant constexpr uint kSimdWidth = 32;
+
+// Where a thread's elements of a block start, and how many it has.
+struct BlockShare {
+  uint begin;
+  uint count;   // 0 past the line's end
+  uint active;  // threads with elements: a prefix of the group
+};
+
+inline BlockShare block_share(uint block, uint length, uint tid) {
+  const uint begin = block + tid * kLineValues;
+  return BlockShare{begin, begin < length ? min(kLineValues, length - begin) : 0u,
+                    min(kLineThreads, (length - block + kLineValues - 1) / kLineValues)};
+}
+
+// Between the block's two barriers, after every thread stored its total in thread_totals:
+// the combined totals of the lanes before this one in its simdgroup (`none` for lane 0 and
+// past the line).
+template <typename Op>
+inline typename Op::State scan_lanes(threadgroup const typename Op::State* thread_totals, BlockShare share,
+                                     typename Op::State none, uint tid, uint lane) {
+  typedef typename Op::State State;
+  if (share.count == 0 || lane == 0) return none;
+  State lanes_before = thread_totals[tid - lane];
+  for (uint t = tid - lane + 1; t < tid; ++t) lanes_before = Op::combine(lanes_before, thread_totals[t]);
+  return lanes_before;
+}
+
+// Whether this thread is its simdgroup's last with elements (it stores the simdgroup's total).
+inline bool last_active_lane(BlockShare share, uint tid, uint lane) {
+  return share.count > 0 && tid + 1 == min(tid - lane + kSimdWidth, share.active);
+}
+
+// After the second barrier: puts what precedes the thread's elements (the carry, the earlier
+// simdgroups' totals, lanes_before) in front of local[0, count), and moves the carry past the
+// block. carry means nothing while first_block.
+template <typename Op>
+inline void finish_block(thread typename Op::State* local, BlockShare share, typename Op::State lanes_before,
+                         thread typename Op::State& carry, bool first_block,
+                         threadgroup const typename Op::State* simdgroup_totals, uint simdgroup, uint lane) {
+  typedef typename Op::State State;
+  if (share.count > 0) {
+    State before = carry;
+    bool has_before = !first_block;
+    for (uint s = 0; s < simdgroup; ++s) {
+      before = has_before ? Op::combine(before, simdgroup_totals[s]) : simdgroup_totals[s];
+      has_before = true;
+    }
+    if (lane > 0) {
+      before = has_before ? Op::combine(before, lanes_before) : lanes_before;
+      has_before = true;
+    }
+    if (has_before)
+      for (uint j = 0; j < kLineValues; ++j)
+        if (j < share.count) local[j] = Op::combine(before, local[j]);
+  }
+  const uint simdgroups = (share.active + kSimdWidth - 1) / kSimdWidth;
+  for (uint s = 0; s < simdgroups; ++s)
+    carry = first_block && s == 0 ? simdgroup_totals[0] : Op::combine(carry, simdgroup_totals[s]);
+}
+
+// The extreme so far (widened exactly: float, int or long) and the index of the element
+// holding it, in a struct without padding bytes (it is copied whole through threadgroup
+// memory): a later NaN wins, then a later element at least as large (Max) or as small, as
+// cumulative_extreme's in-order step.
+template <typename T> struct Widened { typedef int type; typedef uint index; };
+template <> struct Widened<float> { typedef float type; typedef uint index; };
+template <> struct Widened<half> { typedef float type; typedef uint index; };
+template <> struct Widened<bfloat> { typedef float type; typedef uint index; };
+template <> struct Widened<long> { typedef long type; typedef long index; };
+
+template <typename T> struct Extreme {
+  typename Widened<T>::type value;
+  typename Widened<T>::index index;
+};
+
+template <typename T, bool Max> struct ExtremeScan {
+  typedef Extreme<T> State;
+  static State combine(State before, State after) {
+    if (is_nan_value(after.value)) return after;
+    if (is_nan_value(before.value)) return before;
+    return (Max ? after.value >= before.value : after.value <= before.value) ? after : before;
+  }
+};
+
+template <typename T, bool Max>
+kernel void cumulative_extreme_line(device const T* input [[buffer(0)]], device T* values [[buffer(1)]],
+                                    device long* indices [[buffer(2)]],
+                                    constant CumulativeParams& p [[buffer(3)]],
+                                    uint line [[threadgroup_position_in_grid]],
+                                    uint tid [[thread_index_in_threadgroup]],
+                                    uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                    uint lane [[thread_index_in_simdgroup]]) {
+  typedef ExtremeScan<T, Max> Op;
+  typedef Extreme<T> State;
+  threadgroup State thread_totals[kLineThreads];
+  threadgroup State simdgroup_totals[kLineThreads / kSimdWidth];
+  const LineOffsets at = line_offsets(p.layout, line);
+  State carry = {0, 0};
+  for (uint block = 0; block < p.layout.length; block += kLineBlock) {
+    const BlockShare share = block_share(block, p.layout.length, tid);
+    State local[kLineValues];
+    for (uint j = 0; j < kLineValues; ++j) {
+      if (j < share.count) {
+        const uint i = share.begin + j;
+        const State element = {typename Widened<T>::type(input[at.input + long(i) * p.layout.input_stride]),
+                               typename Widened<T>::index(i)};
+        local[j] = j == 0 ? element : Op::combine(local[j - 1], element);
+      }
+    }
+    if (share.count > 0) thread_totals[tid] = local[share.count - 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const State lanes_before = scan_lanes<Op>(thread_totals, share, carry, tid, lane);
+    if (last_active_lane(share, tid, lane)) {
+      const State own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? Op::combine(lanes_before, own) : own;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    finish_block<Op>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
+    for (uint j = 0; j < share.count; ++j) {
+      const uint i = share.begin + j;
+      values[at.values + long(i) * p.layout.values_stride] = T(local[j].value);
+      indices[at.indices + long(i) * p.layout.indices_stride] = long(local[j].index);
+    }
+  }
+}
+
+struct LogAddExpScan {
+  typedef float State;
+  static float combine(float before, float after) { return log_add_exp(before, after); }
+};
+
+template <typename T>
+kernel void logcumsumexp_line(device const T* input [[buffer(0)]], device T* output [[buffer(1)]],
+                              constant CumulativeParams& p [[buffer(2)]],
+                              uint line [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint simdgroup [[simdgroup_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float thread_totals[kLineThreads];
+  threadgroup float simdgroup_totals[kLineThreads / kSimdWidth];
+  const LineOffsets at = line_offsets(p.layout, line);
+  float carry = -INFINITY;
+  for (uint block = 0; block < p.layout.length; block += kLineBlock) {
+    const BlockShare share = block_share(block, p.layout.length, tid);
+    float local[kLineValues];
+    for (uint j = 0; j < kLineValues; ++j) {
+      if (j < share.count) {
+        const float element = float(input[at.input + long(share.begin + j) * p.layout.input_stride]);
+        local[j] = j == 0 ? element : log_add_exp(local[j - 1], element);
+      }
+    }
+    if (share.count > 0) thread_totals[tid] = local[share.count - 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const float lanes_before = scan_lanes<LogAddExpScan>(thread_totals, share, carry, tid, lane);
+    if (last_active_lane(share, tid, lane)) {
+      const float own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? log_add_exp(lanes_before, own) : own;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    finish_block<LogAddExpScan>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
+    for (uint j = 0; j < share.count; ++j)
+      output[at.values + long(share.begin + j) * p.layout.values_stride] = T(local[j]);
+  }
+}
+
 #define CUMPROD_FLOAT(In, IN, Out, OUT)                                                  \
   template [[host_name("cumprod_" #IN "_" #OUT)]] [[kernel]]                            \
   decltype(cumprod_float<In, Out>) cumprod_float<In, Out>;
@@ -184,7 +361,11 @@ CUMPROD_INTEGER_INPUT(bool, bool)
   template [[host_name("cummax_" #NAME)]] [[kernel]]                                    \
   decltype(cumulative_extreme<T, true>) cumulative_extreme<T, true>;                    \
   template [[host_name("cummin_" #NAME)]] [[kernel]]                                    \
-  decltype(cumulative_extreme<T, false>) cumulative_extreme<T, false>;
+  decltype(cumulative_extreme<T, false>) cumulative_extreme<T, false>;                  \
+  template [[host_name("cummax_line_" #NAME)]] [[kernel]]                               \
+  decltype(cumulative_extreme_line<T, true>) cumulative_extreme_line<T, true>;          \
+  template [[host_name("cummin_line_" #NAME)]] [[kernel]]                               \
+  decltype(cumulative_extreme_line<T, false>) cumulative_extreme_line<T, false>;
 
 EXTREME_KERNELS(float, float)
 EXTREME_KERNELS(half, half)
@@ -199,3 +380,9 @@ EXTREME_KERNELS(bool, bool)
 template [[host_name("logcumsumexp_float")]] [[kernel]] decltype(logcumsumexp<float>) logcumsumexp<float>;
 template [[host_name("logcumsumexp_half")]] [[kernel]] decltype(logcumsumexp<half>) logcumsumexp<half>;
 template [[host_name("logcumsumexp_bfloat")]] [[kernel]] decltype(logcumsumexp<bfloat>) logcumsumexp<bfloat>;
+template [[host_name("logcumsumexp_line_float")]] [[kernel]]
+decltype(logcumsumexp_line<float>) logcumsumexp_line<float>;
+template [[host_name("logcumsumexp_line_half")]] [[kernel]]
+decltype(logcumsumexp_line<half>) logcumsumexp_line<half>;
+template [[host_name("logcumsumexp_line_bfloat")]] [[kernel]]
+decltype(logcumsumexp_line<bfloat>) logcumsumexp_line<bfloat>;

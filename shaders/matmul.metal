@@ -185,6 +185,7 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
                          uint simdgroup [[simdgroup_index_in_threadgroup]]) {
   constexpr uint kBlockM = 16 * FragmentsM;
   constexpr uint kBlockN = 16 * FragmentsN;
+  static_assert(kTiledThreads % kTileDepth == 0 && kTiledThreads % kBlockN == 0, "staging steps whole rows");
   // A tile: kBlockM x kTileDepth, then B tile: kTileDepth x kBlockN. The epilogue reuses
   // the same memory for the kBlockM x kBlockN results (the host sizes it for both).
   threadgroup float* a_tile = tiles;
@@ -206,15 +207,22 @@ kernel void matmul_tiled(device T* out [[buffer(0)]],
 
   for (long k0 = 0; k0 < p.depth; k0 += kTileDepth) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint i = thread_index; i < kBlockM * kTileDepth; i += kTiledThreads) {
-      const long row = row0 + i / kTileDepth, k = k0 + i % kTileDepth;
-      const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || k < p.depth);
-      a_tile[i] = inside ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+    // Thread t stages elements t, t + kTiledThreads, ... of each tile: one column of every
+    // (kTiledThreads / width)-th row, so the loops step rows with the column fixed (on the CPU
+    // device, a pointer step instead of a division and two multiplications per element).
+    const long a_k = k0 + thread_index % kTileDepth;
+    for (uint r = thread_index / kTileDepth; r < kBlockM; r += kTiledThreads / kTileDepth) {
+      const long row = row0 + r;
+      const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || a_k < p.depth);
+      a_tile[r * kTileDepth + thread_index % kTileDepth] =
+          inside ? float(a_batch[row * p.a_strides[1] + a_k * p.a_strides[2]]) : 0.0f;
     }
-    for (uint i = thread_index; i < kTileDepth * kBlockN; i += kTiledThreads) {
-      const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
-      const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || column < p.columns);
-      b_tile[i] = inside ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+    const long b_column = column0 + thread_index % kBlockN;
+    for (uint r = thread_index / kBlockN; r < kTileDepth; r += kTiledThreads / kBlockN) {
+      const long k = k0 + r;
+      const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || b_column < p.columns);
+      b_tile[r * kBlockN + thread_index % kBlockN] =
+          inside ? float(b_batch[k * p.b_strides[1] + b_column * p.b_strides[2]]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -272,6 +280,7 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
   constexpr uint kBlockM = 32 * GridRows;
   constexpr uint kBlockN = 32 * GridColumns;
   constexpr uint kStage = kBlockM * kWideDepth + kWideDepth * kBlockN;
+  static_assert(kWideThreads % kWideDepth == 0 && kWideThreads % kBlockN == 0, "staging steps whole rows");
   // Buffer s (0 or 1): A tile kBlockM x kWideDepth at tiles + s * kStage, then B tile
   // kWideDepth x kBlockN. The epilogue reuses the memory for the kBlockM x kBlockN results.
   const long batch = group.z;
@@ -294,15 +303,20 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
       threadgroup float* a_tile = tiles + (step % 2) * kStage;
       threadgroup float* b_tile = a_tile + kBlockM * kWideDepth;
       const long k0 = step * kWideDepth;
-      for (uint i = thread_index; i < kBlockM * kWideDepth; i += kWideThreads) {
-        const long row = row0 + i / kWideDepth, k = k0 + i % kWideDepth;
-        const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || k < p.depth);
-        a_tile[i] = inside ? float(a_batch[row * p.a_strides[1] + k * p.a_strides[2]]) : 0.0f;
+      // As in matmul_tiled: each thread steps rows of the tiles, its column fixed.
+      const long a_k = k0 + thread_index % kWideDepth;
+      for (uint r = thread_index / kWideDepth; r < kBlockM; r += kWideThreads / kWideDepth) {
+        const long row = row0 + r;
+        const bool inside = (aligned_blocks || row < p.rows) && (aligned_depth || a_k < p.depth);
+        a_tile[r * kWideDepth + thread_index % kWideDepth] =
+            inside ? float(a_batch[row * p.a_strides[1] + a_k * p.a_strides[2]]) : 0.0f;
       }
-      for (uint i = thread_index; i < kWideDepth * kBlockN; i += kWideThreads) {
-        const long k = k0 + i / kBlockN, column = column0 + i % kBlockN;
-        const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || column < p.columns);
-        b_tile[i] = inside ? float(b_batch[k * p.b_strides[1] + column * p.b_strides[2]]) : 0.0f;
+      const long b_column = column0 + thread_index % kBlockN;
+      for (uint r = thread_index / kBlockN; r < kWideDepth; r += kWideThreads / kBlockN) {
+        const long k = k0 + r;
+        const bool inside = (aligned_depth || k < p.depth) && (aligned_blocks || b_column < p.columns);
+        b_tile[r * kBlockN + thread_index % kBlockN] =
+            inside ? float(b_batch[k * p.b_strides[1] + b_column * p.b_strides[2]]) : 0.0f;
       }
     }
     if (step > 0) {

@@ -1,7 +1,7 @@
 // Cumulative sum along one dimension (ATen's cumsum). Long lines (the elements along the
-// scanned dimension) with a floating output take one pass, scan_line: a threadgroup per line,
-// every element read and written once. Otherwise three passes over chunks of each line, none
-// of which needs threads to cooperate:
+// scanned dimension) take one pass, scan_line: a threadgroup per line, every element read and
+// written once. Otherwise three passes over chunks of each line, none of which needs threads
+// to cooperate:
 //   scan_chunk_totals   one thread per (chunk, line): the sum of its chunk.
 //   scan_chunk_offsets  one thread per line: exclusive prefix sum of the chunk totals.
 //   scan_apply          one thread per (chunk, line): running sum from the chunk's offset.
@@ -96,6 +96,20 @@ constant constexpr uint kLineThreads = 256;
 constant constexpr uint kLineValues = 16;
 constant constexpr uint kLineBlock = kLineThreads * kLineValues;
 
+// The parts a running sum crosses the simdgroup in (one simd_prefix_exclusive_sum of them):
+// the float itself, or a wrapping 64-bit sum as three 22-bit limbs in uints, whose sums over
+// 32 lanes cannot overflow (Metal has no 64-bit simd collectives on every GPU family).
+template <typename Acc> struct SumParts { typedef uint3 type; };
+template <> struct SumParts<float> { typedef float type; };
+
+inline float split_sum(float value) { return value; }
+inline float join_sum(float parts) { return parts; }
+constant constexpr ulong kLimbMask = (1ul << 22) - 1;
+inline uint3 split_sum(ulong value) {
+  return uint3(uint(value & kLimbMask), uint((value >> 22) & kLimbMask), uint(value >> 44));
+}
+inline ulong join_sum(uint3 parts) { return ulong(parts.x) + (ulong(parts.y) << 22) + (ulong(parts.z) << 44); }
+
 template <typename In, typename Out>
 kernel void scan_line(device const In* input [[buffer(0)]],
                       device Out* output [[buffer(1)]],
@@ -104,28 +118,30 @@ kernel void scan_line(device const In* input [[buffer(0)]],
                       uint tid [[thread_index_in_threadgroup]],
                       uint simdgroup [[simdgroup_index_in_threadgroup]],
                       uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float simdgroup_totals[kLineThreads / 32];
+  typedef typename ScanAccumulator<Out>::type Acc;
+  threadgroup Acc simdgroup_totals[kLineThreads / 32];
   const LineOffsets at = line_offsets(p, line);
-  float carry = 0.0f;
+  Acc carry = Acc(0);
   for (uint block = 0; block < p.length; block += kLineBlock) {
     const uint begin = block + tid * kLineValues;
-    float prefix[kLineValues];
-    float running = 0.0f;
+    Acc prefix[kLineValues];
+    Acc running = Acc(0);
     for (uint j = 0; j < kLineValues; ++j) {
       const uint i = begin + j;
-      if (i < p.length) running += scan_term<float, Out>(input[at.input + long(i) * p.input_stride]);
+      if (i < p.length) running += scan_term<Acc, Out>(input[at.input + long(i) * p.input_stride]);
       prefix[j] = running;
     }
-    const float before_lane = simd_prefix_exclusive_sum(running);
+    const typename SumParts<Acc>::type parts_before_lane = simd_prefix_exclusive_sum(split_sum(running));
+    const Acc before_lane = join_sum(parts_before_lane);
     if (lane == 31) simdgroup_totals[simdgroup] = before_lane + running;
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    float before_simdgroup = 0.0f, block_total = 0.0f;
+    Acc before_simdgroup = Acc(0), block_total = Acc(0);
     for (uint s = 0; s < kLineThreads / 32; ++s) {
-      const float total = simdgroup_totals[s];
+      const Acc total = simdgroup_totals[s];
       if (s < simdgroup) before_simdgroup += total;
       block_total += total;
     }
-    const float offset = carry + before_simdgroup + before_lane;
+    const Acc offset = carry + before_simdgroup + before_lane;
     for (uint j = 0; j < kLineValues; ++j) {
       const uint i = begin + j;
       if (i < p.length) output[at.output + long(i) * p.output_stride] = Out(offset + prefix[j]);
@@ -158,6 +174,8 @@ kernel void scan_line(device const In* input [[buffer(0)]],
   SCAN_KERNELS(In, IN, long, long)                                                    \
   SCAN_KERNELS(In, IN, int, int)                                                      \
   SCAN_KERNELS(In, IN, float, float)                                                  \
+  SCAN_LINE_KERNEL(In, IN, long, long)                                                \
+  SCAN_LINE_KERNEL(In, IN, int, int)                                                  \
   SCAN_LINE_KERNEL(In, IN, float, float)
 
 SCAN_FLOAT_INPUT(float, float)

@@ -76,6 +76,61 @@ def rms_norm_case(rows, width, dtype):
     return run, minimum
 
 
+def histc_case(numel, bins, low, high, dtype):
+    x = torch.randn(numel).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + bins * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_histc(dx.handle, bins, low, high, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def histogram_case(numel, bins):
+    x = torch.randn(numel)
+    dx = device(x)
+    minimum = nbytes(x) + (2 * bins + 1) * x.element_size()  # hist and edges
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(lib.aoti_torch_mps_histogram_bin_ct(dx.handle, bins, ffi.NULL, 0, ffi.NULL, 0, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def nonzero_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = ((torch.rand(shape, generator=g) < density) * torch.randn(shape, generator=g).add(3)).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + torch.count_nonzero(x).item() * len(shape) * 8  # int64 indices
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_nonzero(dx.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def masked_select_case(shape, density, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    mask = torch.rand(shape, generator=g) < density
+    dx, dm = device(x), device(mask)
+    minimum = nbytes(mask) + 2 * int(mask.sum()) * x.element_size()  # the selected elements read and written
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_masked_select(dx.handle, dm.handle, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def mm_case(m, k, n, dtype, weight_transposed=False):
     a = torch.randn(m, k).to(dtype)
     b = torch.randn(n, k).to(dtype) if weight_transposed else torch.randn(k, n).to(dtype)
@@ -196,13 +251,57 @@ def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
 
 
 def cumsum_case(rows, width, dtype):
+    x = (torch.randn(rows, width) * 100).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs sum to int64
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def cumulative_extreme_case(rows, width, dtype, function):
+    x = (torch.randn(rows, width) * 100).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * width * (x.element_size() + 8)  # values and int64 indices
+
+    def run():
+        r0, r1 = returned(2)
+        etmetal_py.check(function(dx.handle, 1, r0, r1))
+        return [Tensor(r0[0]), Tensor(r1[0])]
+
+    return run, minimum
+
+
+def logcumsumexp_case(rows, width, dtype):
     x = torch.randn(rows, width).to(dtype)
     dx = device(x)
     minimum = 2 * nbytes(x)
 
     def run():
         r0 = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        etmetal_py.check(lib.aoti_torch_mps_logcumsumexp(dx.handle, 1, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def adaptive_pool_case(batch, channels, size, out_size, dtype, take_max):
+    x = torch.randn(batch, channels, size, size).to(dtype)
+    dx = device(x)
+    outputs = batch * channels * out_size * out_size
+    minimum = nbytes(x) + outputs * (x.element_size() + (8 if take_max else 0))  # + int64 indices
+    sizes = ffi.new("int64_t[]", [out_size, out_size])
+
+    def run():
+        r0, r1 = returned(2)
+        if take_max:
+            etmetal_py.check(lib.aoti_torch_mps_adaptive_max_pool2d(dx.handle, sizes, 2, r0, r1))
+            return [Tensor(r0[0]), Tensor(r1[0])]
+        etmetal_py.check(lib.aoti_torch_mps__adaptive_avg_pool2d(dx.handle, sizes, 2, r0))
         return [Tensor(r0[0])]
 
     return run, minimum
@@ -234,6 +333,65 @@ def sort_case(rows, width, dtype):
     return run, minimum
 
 
+def cdist_case(batch, rows1, rows2, columns, p, dtype):
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randn(batch, rows1, columns, generator=g).to(dtype)
+    x2 = torch.randn(batch, rows2, columns, generator=g).to(dtype)
+    d1, d2 = device(x1), device(x2)
+    minimum = nbytes(x1, x2) + batch * rows1 * rows2 * x1.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__cdist_forward(d1.handle, d2.handle, p, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def pdist_case(rows, columns, p, dtype):
+    x = torch.randn(rows, columns, generator=torch.Generator().manual_seed(0)).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + rows * (rows - 1) // 2 * x.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__pdist_forward(dx.handle, p, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def grouped_mm_case(a_shape, b_shape, ends, dtype, experts_transposed=False):
+    """torch._grouped_mm(a, b, offs=ends); experts_transposed: b is w.transpose(-2, -1) of a
+    contiguous w, as MoE layers pass their expert weights."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(*a_shape, generator=g).to(dtype)
+    b_stored = torch.randn(*b_shape[:-2], b_shape[-1], b_shape[-2], generator=g).to(dtype) if experts_transposed \
+        else torch.randn(*b_shape, generator=g).to(dtype)
+    da, weight = device(a), device(b_stored)
+    db = weight
+    if experts_transposed:
+        view = ffi.new("AtenTensorHandle*")
+        sizes, strides = list(b_shape), list(b_stored.stride())
+        strides[-1], strides[-2] = strides[-2], strides[-1]
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(weight.handle, len(sizes), ffi.new("int64_t[]", sizes),
+                                                            ffi.new("int64_t[]", strides), 0, view))
+        db = Tensor(view[0], keepalive=weight)
+    offs = torch.tensor(ends, dtype=torch.int32) if ends else None
+    doffs = device(offs) if ends else None
+    offs_arg = ffi.new("AtenTensorHandle*", doffs.handle) if ends else ffi.NULL
+    expected = torch._grouped_mm(a.float(), b_stored.float().transpose(-2, -1) if experts_transposed
+                                 else b_stored.float(), offs=offs)
+    minimum = nbytes(a, b_stored) + (nbytes(offs) if ends else 0) + expected.numel() * a.element_size()
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__grouped_mm(da.handle, db.handle, offs_arg, ffi.NULL, ffi.NULL, r0))
+        return [Tensor(r0[0]), doffs]  # doffs: the storage offs_arg's handle names
+
+    return run, minimum
+
+
 F32, F16 = torch.float32, torch.float16
 CASES = [  # (op, shape label, factory, arguments)
     ("sdpa", "decode B1 H32/8 S1024 D128 f32", sdpa_case, (1, 32, 8, 1, 1024, 128, F32, False)),
@@ -249,16 +407,32 @@ CASES = [  # (op, shape label, factory, arguments)
     ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
     ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
     ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
+    ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
+    ("cumsum", "8 x 4096 i64", cumsum_case, (8, 4096, torch.int64)),
+    ("cummax", "1 x 32000 f32", cumulative_extreme_case, (1, 32000, F32, lib.aoti_torch_mps_cummax)),
+    ("cummin", "8 x 4096 i64", cumulative_extreme_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cummin)),
+    ("logcumsumexp", "1 x 32000 f32", logcumsumexp_case, (1, 32000, F32)),
+    ("logcumsumexp", "64 x 4096 f16", logcumsumexp_case, (64, 4096, F16)),
     ("topk", "k=50 of 1 x 32000 f32 (sampling)", topk_case, (1, 32000, 50, F32)),
     ("topk", "k=50 of 8 x 32000 f16 (sampling)", topk_case, (8, 32000, 50, F16)),
     ("topk", "k=50 of 1 x 152064 f32 (sampling)", topk_case, (1, 152064, 50, F32)),
     ("topk", "k=256 of 4 x 128256 f32", topk_case, (4, 128256, 256, F32)),
+    ("adaptive_pool", "avg global 1x512x32x32 f32", adaptive_pool_case, (1, 512, 32, 1, F32, False)),
+    ("adaptive_pool", "max global 1x512x32x32 f32", adaptive_pool_case, (1, 512, 32, 1, F32, True)),
+    ("adaptive_pool", "avg 7x7 of 1x512x14x14 f16", adaptive_pool_case, (1, 512, 14, 7, F16, False)),
     ("sort", "1 x 32000 f32", sort_case, (1, 32000, F32)),
     ("sort", "64 x 1024 f32", sort_case, (64, 1024, F32)),
     ("sort", "8 x 32000 f16", sort_case, (8, 32000, F16)),
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
+    ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
+    ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
+    ("histc", "1M f16 4096 bins in [-3, 3]", histc_case, (1 << 20, 4096, -3.0, 3.0, F16)),
+    ("histogram", "1M f32 100 bins, data range", histogram_case, (1 << 20, 100)),
+    ("nonzero", "2M f32 at 1%", nonzero_case, ((1 << 21,), 0.01, F32)),
+    ("nonzero", "2048 x 1024 bool at 50%", nonzero_case, ((2048, 1024), 0.5, torch.bool)),
+    ("masked_select", "2M f32 at 10%", masked_select_case, ((1 << 21,), 0.1, F32)),
     ("linear_4bit", "decode 1x4096 -> 4096 g64 f16", linear_4bit_case, (1, 4096, 4096, 64, F16)),
     ("linear_4bit", "batch 4x4096 -> 4096 g128 f16", linear_4bit_case, (4, 4096, 4096, 128, F16)),
     ("linear_4bit", "batch 8x4096 -> 1024 g64 f16", linear_4bit_case, (8, 4096, 1024, 64, F16)),
@@ -297,6 +471,22 @@ CASES = [  # (op, shape label, factory, arguments)
      (1, 64, 32, 16, 2, 2, 0, 0, 1, 1, F32, 3)),
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
+    ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
+    ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
+    ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),
+    ("pdist", "256 x 256 p2 f32", pdist_case, (256, 256, 2.0, F32)),
+    ("pdist", "100 x 1024 p3 f32", pdist_case, (100, 1024, 3.0, F32)),
+    # (a shape, b shape, offsets (running ends) or None, dtype[, b as transposed expert weights])
+    ("grouped_mm", "MoE 256x512 @ 8 experts 512x512 f16", grouped_mm_case,
+     ((256, 512), (8, 512, 512), [20, 64, 64, 100, 180, 200, 240, 256], F16, True)),
+    ("grouped_mm", "MoE 512x1024 @ 8 experts 1024x256 f32", grouped_mm_case,
+     ((512, 1024), (8, 1024, 256), [64, 128, 192, 256, 320, 384, 448, 512], F32, True)),
+    ("grouped_mm", "batch 8 x 64x512 @ 512x512 f32", grouped_mm_case,
+     ((8, 64, 512), (8, 512, 512), None, F32)),
+    ("grouped_mm", "columns 4 x 128x256 @ 256x512 f32", grouped_mm_case,
+     ((4, 128, 256), (256, 512), [128, 256, 384, 512], F32)),
+    ("grouped_mm", "depth 256x1024 @ 1024x256 4 groups f32", grouped_mm_case,
+     ((256, 1024), (1024, 256), [256, 512, 768, 1024], F32)),
 ]
 
 

@@ -92,12 +92,59 @@ class Library {
                                           std::shared_ptr<Pipeline>* out) = 0;
 };
 
+// One slot of a dispatch's argument table (ComputeEncoder::dispatch): a buffer from `offset`
+// on (its first `extent` bytes belong to what was bound, as set_buffer_extent says; SIZE_MAX:
+// all), or `bytes_length` bytes at `bytes` (set_bytes), or nothing (nil) when both are empty.
+struct ArgumentBinding {
+  std::shared_ptr<Buffer> buffer;
+  size_t offset = 0;
+  size_t extent = SIZE_MAX;
+  const void* bytes = nullptr;
+  size_t bytes_length = 0;
+};
+
+// A whole dispatch: pipeline, argument table 0..argument_count-1, dynamic threadgroup memory
+// lengths 0..threadgroup_length_count-1, and dispatch_threads(size, group), or
+// dispatch_threadgroups(size, group) when `whole_groups`.
+struct DispatchDescription {
+  const std::shared_ptr<Pipeline>* pipeline = nullptr;
+  const ArgumentBinding* arguments = nullptr;
+  uint32_t argument_count = 0;
+  const size_t* threadgroup_lengths = nullptr;
+  uint32_t threadgroup_length_count = 0;
+  Size3 size;
+  Size3 group;
+  bool whole_groups = false;
+};
+
 // Records compute work into its command buffer (MTLComputeCommandEncoder). Dispatches in
 // one command buffer may overlap unless a memory_barrier() separates them; bindings persist
 // across dispatches until changed.
 class ComputeEncoder {
  public:
   virtual ~ComputeEncoder() = default;
+  // Binds and dispatches in one call what the per-argument calls below would (the runtime's
+  // path: a device records the table at once instead of slot by slot). Afterwards the
+  // pipeline and bindings set by those calls are unspecified: set them again before
+  // dispatch_threads or dispatch_threadgroups.
+  virtual void dispatch(const DispatchDescription& work) {
+    set_pipeline(*work.pipeline);
+    for (uint32_t i = 0; i < work.argument_count; ++i) {
+      const ArgumentBinding& argument = work.arguments[i];
+      if (argument.bytes_length) {
+        set_bytes(argument.bytes, argument.bytes_length, i);
+        continue;
+      }
+      set_buffer(argument.buffer, argument.offset, i);
+      if (argument.buffer && argument.extent != SIZE_MAX) set_buffer_extent(argument.extent, i);
+    }
+    for (uint32_t i = 0; i < work.threadgroup_length_count; ++i)
+      set_threadgroup_memory_length(work.threadgroup_lengths[i], i);
+    if (work.whole_groups)
+      dispatch_threadgroups(work.size, work.group);
+    else
+      dispatch_threads(work.size, work.group);
+  }
   virtual void set_pipeline(std::shared_ptr<Pipeline> pipeline) = 0;
   virtual void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) = 0;
   // After set_buffer: the bytes from its offset on that belong to what was bound (a tensor's

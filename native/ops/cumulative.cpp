@@ -15,6 +15,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "cumulative.metal";
+// Lines of at least this many elements take the *_line kernels of cummax / cummin and
+// logcumsumexp (a threadgroup of kCumulativeLineThreads per line) instead of one thread per line.
+constexpr uint32_t kLineMinimum = 1024;
 
 // Line layout of self and of contiguous results of self's shape; false when there is no
 // element to compute.
@@ -23,6 +26,26 @@ bool plan(const char* op, const Tensor& self, int64_t& dim, CumulativeParams& p)
   if (lines == 0) return false;
   p.lines = checked_u32(op, lines, "number of lines");
   return true;
+}
+
+// Encodes "<op>_line_<type>" (a threadgroup of kCumulativeLineThreads per line) when p's lines
+// are long and its pipeline takes that many threads per group, else "<op>_<type>" (a thread per
+// line); bind sets the arguments, which both kernels take alike.
+template <typename Bind>
+void dispatch_lines(const std::string& op, const std::string& type, const CumulativeParams& p, Bind bind) {
+  if (p.layout.length >= kLineMinimum) {
+    KernelFunction& line_kernel = shader_kernel(kShaderFile, op + "_line_" + type);
+    if (line_kernel.max_threads_per_group() >= kCumulativeLineThreads) {
+      KernelLaunch launch(line_kernel);
+      bind(launch);
+      launch.threadgroups({p.lines, 1, 1}, {uint64_t{kCumulativeLineThreads}, 1, 1});
+      return;
+    }
+  }
+  KernelLaunch launch(shader_kernel(kShaderFile, op + "_" + type));
+  bind(launch);
+  const device::Size3 grid{p.lines, 1, 1};
+  launch.threads(grid, default_group(grid, launch));
 }
 
 std::unique_ptr<Tensor> like(const Tensor& self, int32_t dtype) {
@@ -56,10 +79,9 @@ std::pair<std::unique_ptr<Tensor>, std::unique_ptr<Tensor>> cumulative_extreme(c
   auto values = like(self, self.dtype);
   auto indices = like(self, static_cast<int32_t>(DType::int64));
   if (plan(op, self, dim, p)) {
-    KernelLaunch launch(shader_kernel(kShaderFile, std::string(op) + "_" + name));
-    const device::Size3 grid{p.lines, 1, 1};
-    launch.tensor(0, self).tensor(1, *values).tensor(2, *indices).value(3, p)
-        .threads(grid, default_group(grid, launch));
+    dispatch_lines(op, name, p, [&](KernelLaunch& launch) {
+      launch.tensor(0, self).tensor(1, *values).tensor(2, *indices).value(3, p);
+    });
   }
   return {std::move(values), std::move(indices)};
 }
@@ -70,10 +92,8 @@ std::unique_ptr<Tensor> logcumsumexp(const Tensor& self, int64_t dim) {
   CumulativeParams p{};
   auto output = like(self, self.dtype);
   if (!plan(op, self, dim, p)) return output;
-  KernelLaunch launch(shader_kernel(kShaderFile, std::string("logcumsumexp_") +
-                                                     msl_float_type_name(self.dtype)));
-  const device::Size3 grid{p.lines, 1, 1};
-  launch.tensor(0, self).tensor(1, *output).value(2, p).threads(grid, default_group(grid, launch));
+  dispatch_lines(op, msl_float_type_name(self.dtype), p,
+                 [&](KernelLaunch& launch) { launch.tensor(0, self).tensor(1, *output).value(2, p); });
   return output;
 }
 

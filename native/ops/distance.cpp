@@ -18,6 +18,9 @@ namespace {
 
 enum Norm : uint32_t { kZero = 0, kOne = 1, kTwo = 2, kInfinity = 3, kGeneral = 4 };
 
+// Threadgroups of the kernels' blocks along `rows` rows.
+uint64_t blocks(int64_t rows) { return (uint64_t(rows) + kDistanceBlock - 1) / kDistanceBlock; }
+
 // The stride of `t`'s batch dimension `d` of `batch_dims` broadcast batch dimensions (0 where t
 // has none there or size 1).
 int64_t batch_stride(const Tensor& t, int64_t d, int64_t batch_dims) {
@@ -86,8 +89,8 @@ std::unique_ptr<Tensor> cdist(const Tensor& x1, const Tensor& x2, double p, std:
   params.norm = norm_of(p);
   KernelLaunch launch(shader_kernel("distance.metal", std::string("cdist_") + type));
   launch.tensor(0, x1).tensor(1, x2).tensor(2, *out).value(3, params);
-  const device::Size3 grid{params.rows2, params.rows1, static_cast<uint64_t>(batches)};
-  launch.threads(grid, default_group(grid, launch));
+  launch.threadgroups({blocks(rows2), blocks(rows1), static_cast<uint64_t>(batches)},
+                      {kDistanceSide, kDistanceSide, 1});
   return out;
 }
 
@@ -113,8 +116,7 @@ std::unique_ptr<Tensor> _pdist_forward(const Tensor& self, double p) {
   params.norm = norm_of(p);
   KernelLaunch launch(shader_kernel("distance.metal", std::string("pdist_") + type));
   launch.tensor(0, self).tensor(1, *out).value(2, params);
-  const device::Size3 grid{params.rows, params.rows, 1};
-  launch.threads(grid, default_group(grid, launch));
+  launch.threadgroups({blocks(rows), blocks(rows), 1}, {kDistanceSide, kDistanceSide, 1});
   return out;
 }
 

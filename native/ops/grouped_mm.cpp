@@ -1,5 +1,6 @@
 #include "ops/grouped_mm.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -90,9 +91,17 @@ std::unique_ptr<Tensor> grouped_mm(const Tensor& a, const Tensor& b, const Tenso
   // A zero depth leaves a or b without storage; the kernel reads neither then.
   const Tensor& any = *out;
   launch.tensor(0, a.numel() ? a : any).tensor(1, b.numel() ? b : any)
-      .tensor(2, offs && offs->numel() ? *offs : any).tensor(3, *out).value(4, p);
-  const device::Size3 grid{p.cols, p.rows, out_3d ? static_cast<uint64_t>(out_sizes[0]) : 1};
-  launch.threads(grid, default_group(grid, launch));
+      .tensor(2, offs && offs->numel() ? *offs : any).tensor(3, *out).value(4, p)
+      .threadgroup_memory(0, kGroupedMmTileFloats * sizeof(float));
+  // Blocks along a grouped dimension: each group's blocks start at its first row (column), so
+  // the groups and the tail past the last end add at most one partial block each.
+  uint64_t column_blocks = (uint64_t(p.cols) + kGroupedMmBlock - 1) / kGroupedMmBlock;
+  uint64_t row_blocks = (uint64_t(p.rows) + kGroupedMmBlock - 1) / kGroupedMmBlock;
+  if (p.mode == kGroupRows) row_blocks += p.groups;
+  if (p.mode == kGroupCols) column_blocks += p.groups;
+  checked_u32(op, std::max(row_blocks, column_blocks), "block count");
+  launch.threadgroups({column_blocks, row_blocks, out_3d ? static_cast<uint64_t>(out_sizes[0]) : 1},
+                      {kGroupedMmThreads, 1, 1});
   return out;
 }
 

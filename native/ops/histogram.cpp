@@ -1,5 +1,6 @@
 #include "ops/histogram.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -19,6 +20,19 @@ namespace {
 constexpr const char* kOp = "histc";
 constexpr const char* kShaderFile = "histogram.metal";
 constexpr uint64_t kRangeThreads = 256;  // kRangeThreads in the shader
+// The range passes (histc's and histogram's) and histc's count pass: each threadgroup takes
+// at least kGroupElements elements, and in the count pass 16 per bin (each threadgroup adds
+// its bins to the device counters: with fewer elements per bin that merge would cost more
+// than reading the input), in at most kMaxGroups threadgroups (whose partial results the next
+// step combines).
+constexpr uint64_t kGroupElements = 8192;
+constexpr uint64_t kElementsPerBin = 16;
+constexpr uint64_t kMaxGroups = 4096;
+
+// Threadgroups for `elements` elements, `group_elements` or more a threadgroup.
+uint32_t groups_for(uint64_t elements, uint64_t group_elements) {
+  return static_cast<uint32_t>(std::min(kMaxGroups, (elements + group_elements - 1) / group_elements));
+}
 
 std::string range_text(double low, double high) {
   return "[" + std::to_string(low) + ", " + std::to_string(high) + "]";
@@ -114,9 +128,19 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
   // A histogram of no coordinates is one bin that nothing falls into (torch's 0-D result).
   const bool has_edges = columns > 0;
   if (has_edges) {
+    // The data's range: partial [min, max] pairs of each coordinate's share of the points.
+    const bool data_partials = p.data_range && p.rows > 0;
+    const uint32_t groups = data_partials ? groups_for(p.rows, kGroupElements) : 0;
+    std::unique_ptr<Tensor> partials;
+    if (data_partials) {
+      partials = runtime.empty_tensor({2 * int64_t{groups} * columns}, {1}, static_cast<int32_t>(DType::float32));
+      KernelLaunch launch(shader_kernel(kShaderFile, "histogram_range_partial"));
+      launch.tensor(0, self).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, static_cast<uint64_t>(columns), 1}, {kRangeThreads, 1, 1});
+    }
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_edges"));
-    // Without points the kernel reads no element of self, which may have no buffer.
-    launch.tensor(0, p.rows > 0 ? self : *out.edges).tensor(1, *out.edges).value(2, p);
+    // Without partials the kernel reads none: any buffer will do.
+    launch.tensor(0, partials ? *partials : *out.edges).tensor(1, *out.edges).value(2, p).value(3, groups);
     if (p.data_range) {
       // The edges' storage outlives this call: the check reads it once the kernels ran.
       launch.completion_check([op, storage = out.edges->storage, first = out.edges->storage_offset, p]() {
@@ -133,16 +157,29 @@ HistogramOutputs histogram_of_points(const char* op, const Points& points, const
     }
     launch.threads({kRangeThreads * static_cast<uint64_t>(columns), 1, 1}, {kRangeThreads, 1, 1});
   }
-  if (p.rows > 0 && has_edges) {
+  const bool shared_count = !points.weight && hist_numel <= kHistogramSharedBins && edge_count <= kHistogramSharedEdges;
+  if (p.rows > 0 && has_edges && shared_count) {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histogram_count_shared"));
+    const uint32_t groups = groups_for(p.rows, std::max<uint64_t>(kGroupElements, kElementsPerBin * hist_numel));
+    launch.tensor(0, self).tensor(1, *out.edges).tensor(2, *out.hist).value(3, p)
+        .value(4, static_cast<uint32_t>(edge_count)).threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
+  } else if (p.rows > 0 && has_edges) {
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_count"));
     const device::Size3 grid{p.rows, 1, 1};
     launch.tensor(0, self).tensor(1, points.weight ? *points.weight : self).tensor(2, *out.edges)
         .tensor(3, *out.hist).value(4, p).threads(grid, default_group(grid, launch));
   }
   if (density) {
+    const uint32_t groups = groups_for(static_cast<uint64_t>(hist_numel), kGroupElements);
+    auto partials = runtime.empty_tensor({int64_t{groups}}, {1}, static_cast<int32_t>(DType::float32));
+    {
+      KernelLaunch launch(shader_kernel(kShaderFile, "histogram_total_partial"));
+      launch.tensor(0, *out.hist).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
+    }
     KernelLaunch launch(shader_kernel(kShaderFile, "histogram_density"));
-    launch.tensor(0, *out.hist).tensor(1, has_edges ? *out.edges : *out.hist).value(2, p)
-        .threads({kRangeThreads, 1, 1}, {kRangeThreads, 1, 1});
+    launch.tensor(0, *out.hist).tensor(1, has_edges ? *out.edges : *out.hist).value(2, p).tensor(3, *partials)
+        .value(4, groups).threadgroups({groups, 1, 1}, {kRangeThreads, 1, 1});
   }
   return out;
 }
@@ -220,22 +257,34 @@ std::unique_ptr<Tensor> histc(const Tensor& self, int64_t bins, double min, doub
                      static_cast<size_t>(bins) * counts->itemsize(), 0);
   const std::string name(suffix);
   if (data_range) {
-    KernelLaunch launch(shader_kernel(kShaderFile, "histc_range_" + name));
-    launch.tensor(0, self).tensor(1, *range).value(2, p)
+    const uint32_t groups = groups_for(p.numel, kGroupElements);
+    auto partials = runtime.empty_tensor({2 * int64_t{groups}}, {1}, static_cast<int32_t>(DType::float32));
+    {
+      KernelLaunch launch(shader_kernel(kShaderFile, "histc_range_partial_" + name));
+      launch.tensor(0, self).tensor(1, *partials).value(2, p)
+          .threadgroups({groups, 1, 1}, {kHistcGroupThreads, 1, 1});
+    }
+    KernelLaunch launch(shader_kernel(kShaderFile, "histc_range"));
+    launch.tensor(0, *partials).tensor(1, *range).value(2, groups)
         .completion_check([range]() -> std::string {
           const float* bounds = reinterpret_cast<const float*>(range->data());
           if (std::isfinite(bounds[0]) && std::isfinite(bounds[1])) return {};
           return std::string(kOp) + ": range of " + range_text(bounds[0], bounds[1]) + " is not finite";
         })
-        .threads({kRangeThreads, 1, 1}, {kRangeThreads, 1, 1});
+        .threadgroups({1, 1, 1}, {kHistcGroupThreads, 1, 1});
   } else {
     // A fresh buffer no command has used yet: written from the host before any encoding.
     float* bounds = reinterpret_cast<float*>(range->data());
     bounds[0] = static_cast<float>(min);
     bounds[1] = static_cast<float>(max);
   }
-  {
+  if (p.bins <= kHistcSharedBins) {
+    const uint32_t groups = groups_for(p.numel, std::max(kGroupElements, kElementsPerBin * p.bins));
     KernelLaunch launch(shader_kernel(kShaderFile, "histc_count_" + name));
+    launch.tensor(0, self).tensor(1, *counts).tensor(2, *range).value(3, p)
+        .threadgroups({groups, 1, 1}, {kHistcGroupThreads, 1, 1});
+  } else {
+    KernelLaunch launch(shader_kernel(kShaderFile, "histc_count_global_" + name));
     const device::Size3 grid{p.numel, 1, 1};
     launch.tensor(0, self).tensor(1, *counts).tensor(2, *range).value(3, p)
         .threads(grid, default_group(grid, launch));

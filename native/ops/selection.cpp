@@ -16,9 +16,13 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "selection.metal";
-constexpr uint32_t kChunk = 1024;
+// repeat_interleave: the repeats one thread counts and writes (each chunk's count is scanned:
+// 8 bytes of counts per chunk, small beside 64 repeats).
+constexpr uint32_t kRepeatChunk = 64;
 
-SelectionParams layout(const char* op, const Tensor& t) {
+// `chunk`: the elements a counting pass takes together (kSelectionBlock: a threadgroup's
+// block of flags; kRepeatChunk).
+SelectionParams layout(const char* op, const Tensor& t, uint32_t chunk) {
   ETM_REQUIRE(t.dim() <= kSelectionMaxDims, op, ": at most ", kSelectionMaxDims, " dimensions are supported, not ", t.dim());
   SelectionParams p{};
   p.dims = static_cast<uint32_t>(t.dim());
@@ -27,8 +31,8 @@ SelectionParams layout(const char* op, const Tensor& t) {
     p.strides[d] = t.strides[d];
   }
   p.numel = checked_u32(op, t.numel(), "number of elements");
-  p.chunk = kChunk;
-  p.chunks = (p.numel + kChunk - 1) / kChunk;
+  p.chunk = chunk;
+  p.chunks = static_cast<uint32_t>((uint64_t{p.numel} + chunk - 1) / chunk);
   return p;
 }
 
@@ -38,28 +42,39 @@ void dispatch_1d(KernelLaunch& launch, uint64_t threads) {
   launch.threads(grid, default_group(grid, launch));
 }
 
-// Runs the counting pass (`count_kernel` binds (input, counts, [extra,] params)) and the scan:
+// One threadgroup per block of kSelectionBlock elements.
+void dispatch_blocks(KernelLaunch& launch, uint32_t blocks) {
+  if (blocks != 0) launch.threadgroups({blocks, 1, 1}, {kSelectionGroupThreads, 1, 1});
+}
+
 // counts[c] becomes chunk c's first row, counts[chunks] the total.
-std::shared_ptr<Tensor> first_rows(const std::string& count_kernel, const Tensor& input,
-                                   const SelectionParams& p, const Tensor* extra) {
+void scan_chunk_counts(const Tensor& counts, uint32_t chunks) {
+  SelectionParams scan{};
+  scan.chunks = chunks;
+  KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
+  launch.tensor(0, counts).value(1, scan).threadgroups({1, 1, 1}, {kSelectionScanThreads, 1, 1});
+}
+
+// The per-block row counts (then first rows, after the scan) and the words of flags of a
+// flagging pass.
+struct ChunkRows {
+  std::shared_ptr<Tensor> counts;
+  std::shared_ptr<Tensor> words;
+};
+
+// Runs the flagging pass `count_kernel` (binds (input, counts, words, params)) and the scan.
+template <typename Params>
+ChunkRows flag_chunks(const std::string& count_kernel, const Tensor& input, const Params& p) {
   Runtime& runtime = Runtime::get();
-  std::shared_ptr<Tensor> counts =
-      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
-  {
-    KernelLaunch launch(shader_kernel(kShaderFile, count_kernel));
-    launch.tensor(0, input).tensor(1, *counts);
-    if (extra) {
-      launch.tensor(2, *extra).value(3, p);
-    } else {
-      launch.value(2, p);
-    }
-    dispatch_1d(launch, p.chunks);
-  }
-  {
-    KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
-    launch.tensor(0, *counts).value(1, p).threads({1, 1, 1}, {1, 1, 1});
-  }
-  return counts;
+  ChunkRows rows;
+  rows.counts = runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+  rows.words = runtime.empty_tensor({std::max<int64_t>((int64_t{p.numel} + 31) / 32, 1)}, {1},
+                                    static_cast<int32_t>(DType::int32));
+  KernelLaunch launch(shader_kernel(kShaderFile, count_kernel));
+  launch.tensor(0, input).tensor(1, *rows.counts).tensor(2, *rows.words).value(3, p);
+  dispatch_blocks(launch, p.chunks);
+  scan_chunk_counts(*rows.counts, p.chunks);
+  return rows;
 }
 
 int64_t read_total(const char* op, const Tensor& counts, uint32_t chunks, int64_t limit) {
@@ -75,21 +90,21 @@ std::unique_ptr<Tensor> nonzero_rows(const char* op, const Tensor& self, std::op
   require_mps(op, "self", self);
   const char* name = msl_element_type_name(self.dtype);
   ETM_REQUIRE(name, op, ": input dtype ", dtype_name(self.dtype), " is not supported");
-  SelectionParams p = layout(op, self);
+  SelectionParams p = layout(op, self, kSelectionBlock);
   p.fill_value = fill_value;
-  auto counts = first_rows(std::string("nonzero_chunk_counts_") + name, self, p, nullptr);
-  p.rows = size ? *size : read_total(op, *counts, p.chunks, p.numel);
+  const ChunkRows flags = flag_chunks(std::string("nonzero_chunk_counts_") + name, self, p);
+  p.rows = size ? *size : read_total(op, *flags.counts, p.chunks, p.numel);
   const int64_t dims = self.dim();
   auto out = Runtime::get().empty_tensor({p.rows, dims}, {dims, 1}, static_cast<int32_t>(DType::int64));
   if (p.rows == 0 || dims == 0) return out;
   {
-    KernelLaunch launch(shader_kernel(kShaderFile, std::string("nonzero_write_") + name));
-    launch.tensor(0, self).tensor(1, *counts).tensor(2, *out).value(3, p);
-    dispatch_1d(launch, p.chunks);
+    KernelLaunch launch(shader_kernel(kShaderFile, "nonzero_write"));
+    launch.tensor(0, *flags.words).tensor(1, *flags.counts).tensor(2, *out).value(3, p);
+    dispatch_blocks(launch, p.chunks);
   }
   if (size) {
     KernelLaunch launch(shader_kernel(kShaderFile, "nonzero_fill"));
-    launch.tensor(0, *counts).tensor(1, *out).value(2, p);
+    launch.tensor(0, *flags.counts).tensor(1, *out).value(2, p);
     dispatch_1d(launch, static_cast<uint64_t>(p.rows * dims));
   }
   return out;
@@ -125,26 +140,9 @@ MaskedParams masked_layout(const char* op, const Tensor& self, const Tensor& mas
     numel *= size;
   }
   p.numel = checked_u32(op, numel, "number of elements");
-  p.chunk = kChunk;
-  p.chunks = (p.numel + kChunk - 1) / kChunk;
+  p.chunk = kSelectionBlock;
+  p.chunks = static_cast<uint32_t>((uint64_t{p.numel} + kSelectionBlock - 1) / kSelectionBlock);
   return p;
-}
-
-// The mask's counting pass and scan: counts[c] becomes chunk c's first row, counts[chunks] the
-// number of true elements.
-std::shared_ptr<Tensor> masked_counts(const Tensor& mask, const MaskedParams& p) {
-  std::shared_ptr<Tensor> counts =
-      Runtime::get().empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
-  {
-    KernelLaunch launch(shader_kernel(kShaderFile, "masked_chunk_counts"));
-    launch.tensor(0, mask).tensor(1, *counts).value(2, p);
-    dispatch_1d(launch, p.chunks);
-  }
-  SelectionParams scan{};
-  scan.chunks = p.chunks;
-  KernelLaunch launch(shader_kernel(kShaderFile, "exclusive_scan"));
-  launch.tensor(0, *counts).value(1, scan).threads({1, 1, 1}, {1, 1, 1});
-  return counts;
 }
 
 }  // namespace
@@ -160,13 +158,13 @@ std::unique_ptr<Tensor> masked_select(const Tensor& self, const Tensor& mask) {
   constexpr const char* op = "masked_select";
   const char* name = check_masked_operands(op, self, mask);
   MaskedParams p = masked_layout(op, self, mask);
-  std::shared_ptr<Tensor> counts = masked_counts(mask, p);
-  p.rows = read_total(op, *counts, p.chunks, p.numel);
+  const ChunkRows flags = flag_chunks("masked_chunk_counts", mask, p);
+  p.rows = read_total(op, *flags.counts, p.chunks, p.numel);
   auto out = Runtime::get().empty_tensor({p.rows}, {1}, self.dtype);
   if (p.rows == 0) return out;
   KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_write_") + name));
-  launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out).value(4, p);
-  dispatch_1d(launch, p.chunks);
+  launch.tensor(0, self).tensor(1, *flags.words).tensor(2, *flags.counts).tensor(3, *out).value(4, p);
+  dispatch_blocks(launch, p.chunks);
   return out;
 }
 
@@ -180,10 +178,11 @@ std::unique_ptr<Tensor> masked_scatter(const Tensor& self, const Tensor& mask, c
   std::vector<int64_t> out_sizes(p.sizes, p.sizes + p.dims);
   auto out = Runtime::get().empty_tensor(out_sizes, contiguous_strides(out_sizes), self.dtype);
   if (p.numel == 0) return out;
-  const SelectionParams source_layout = layout(op, source);
-  std::shared_ptr<Tensor> counts = masked_counts(mask, p);
+  const SelectionParams source_layout = layout(op, source, kSelectionBlock);
+  const ChunkRows flags = flag_chunks("masked_chunk_counts", mask, p);
+  std::shared_ptr<Tensor> counts = flags.counts;
   KernelLaunch launch(shader_kernel(kShaderFile, std::string("masked_scatter_write_") + name));
-  launch.tensor(0, self).tensor(1, mask).tensor(2, *counts).tensor(3, *out)
+  launch.tensor(0, self).tensor(1, *flags.words).tensor(2, *counts).tensor(3, *out)
       .tensor(4, source.numel() ? source : self).value(5, p).value(6, source_layout);
   const int64_t available = source.numel();
   const uint32_t chunks = p.chunks;
@@ -193,7 +192,7 @@ std::unique_ptr<Tensor> masked_scatter(const Tensor& self, const Tensor& mask, c
     return concat("masked_scatter: Number of elements of source < number of ones in mask (", available, " < ",
                   needed, ")");
   });
-  dispatch_1d(launch, p.chunks);
+  dispatch_blocks(launch, p.chunks);
   return out;
 }
 
@@ -207,10 +206,17 @@ std::unique_ptr<Tensor> repeat_interleave(const Tensor& repeats, std::optional<i
   if (output_size) ETM_REQUIRE(*output_size >= 0, op, ": output_size must be >= 0, got ", *output_size);
   const std::string name = is_long ? "long" : "int";
   Runtime& runtime = Runtime::get();
-  SelectionParams p = layout(op, repeats);
+  SelectionParams p = layout(op, repeats, kRepeatChunk);
   std::shared_ptr<Tensor> negative = runtime.empty_tensor({1}, {1}, static_cast<int32_t>(DType::int32));
   runtime.current_stream().fill_buffer(negative->storage->buffer, negative->buffer_offset(), 4, 0);
-  auto counts = first_rows("repeat_chunk_counts_" + name, repeats, p, negative.get());
+  std::shared_ptr<Tensor> counts =
+      runtime.empty_tensor({int64_t{p.chunks} + 1}, {1}, static_cast<int32_t>(DType::int64));
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "repeat_chunk_counts_" + name));
+    launch.tensor(0, repeats).tensor(1, *counts).tensor(2, *negative).value(3, p);
+    dispatch_1d(launch, p.chunks);
+  }
+  scan_chunk_counts(*counts, p.chunks);
   if (output_size) {
     ETM_REQUIRE(p.numel > 0 || *output_size == 0, op, ": allocated size does not match required size "
                 "(output_size ", *output_size, ", no repeats)");

@@ -23,7 +23,8 @@ constexpr uint32_t kTileRun = 8;          // elements a tile-sorting thread keep
 constexpr uint32_t kMergeRun = 32;        // outputs per merge thread
 constexpr uint32_t kTopkPerThread = 8;
 constexpr int64_t kTopkMaxK = 256;
-constexpr uint32_t kTopkGroup = 256;  // threads per threadgroup
+constexpr uint32_t kTopkGroup = 256;      // threads per threadgroup, at least...
+constexpr uint32_t kTopkMaxGroup = 1024;  // ...and at most (the kernels keep 32 SIMD-group totals)
 
 // Contiguous values and int64 indices shaped like self with `count` elements along dim.
 SortOutputs empty_outputs(const Tensor& self, int64_t dim, int64_t count) {
@@ -128,9 +129,13 @@ SortOutputs topk_by_selection(const Tensor& self, const char* type_name, int64_t
   const std::string suffix = type_name;
   KernelFunction& chunks_kernel = shader_kernel(kShaderFile, "topk_chunks_" + suffix);
   KernelFunction& final_kernel = shader_kernel(kShaderFile, "topk_final_" + suffix);
-  // Whole SIMD-groups of 32 (the kernels' digit search uses one), at most kTopkGroup threads.
+  // Whole SIMD-groups of 32 (the kernels' digit search uses one). A chunk pass writes k
+  // candidates of 8 bytes (key, index) per chunk, which the next pass reads again: groups grow
+  // with k until that is about a tenth of the input's bytes (chunk >= 160 k / element size).
+  const uint64_t wanted = (20 * uint64_t(k) / self.itemsize() + 31) / 32 * 32;
   const uint32_t group = std::min<uint32_t>(
-      kTopkGroup, std::min(chunks_kernel.max_threads_per_group(), final_kernel.max_threads_per_group()) / 32 * 32);
+      static_cast<uint32_t>(std::clamp<uint64_t>(wanted, kTopkGroup, kTopkMaxGroup)),
+      std::min(chunks_kernel.max_threads_per_group(), final_kernel.max_threads_per_group()) / 32 * 32);
   ETM_REQUIRE(group >= 32, op, ": the device allows only ", group, " threads per threadgroup (32 needed)");
   p.chunk = group * kTopkPerThread;
   if (p.chunk < 4 * p.k) return sort_lines(op, self, dim, largest, k);  // chunks would barely shrink a line

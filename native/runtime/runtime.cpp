@@ -55,27 +55,18 @@ Runtime& Runtime::get() {
   return *runtime;
 }
 
-namespace {
-
-// Every encoding call asks for the thread's stream: a plain pointer is read without the guard
-// that the owning thread_local's destructor needs.
-thread_local Stream* tl_current_stream = nullptr;
-
-struct ThreadStream {
-  std::unique_ptr<Stream> stream;
-  ~ThreadStream() {
-    stream.reset();
-    tl_current_stream = nullptr;
-  }
-};
-
-}  // namespace
-
 Stream& Runtime::current_stream() {
-  if (Stream* stream = tl_current_stream) return *stream;
+  if (Stream* stream = thread_stream_) return *stream;
+  struct ThreadStream {
+    std::unique_ptr<Stream> stream;
+    ~ThreadStream() {
+      stream.reset();
+      thread_stream_ = nullptr;
+    }
+  };
   thread_local ThreadStream owner;
   if (!owner.stream) owner.stream = std::make_unique<Stream>(*device_, policy_, write_order_);
-  tl_current_stream = owner.stream.get();
+  thread_stream_ = owner.stream.get();
   return *owner.stream;
 }
 

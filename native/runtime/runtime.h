@@ -24,6 +24,12 @@ class Runtime {
   Allocator& allocator() { return *allocator_; }
   // The calling thread's stream, created on first use and finished when the thread exits.
   Stream& current_stream();
+  // The same, for per-dispatch calls: once the thread has its stream, a thread-local read
+  // (no call, no guard of get()'s static).
+  static Stream& thread_stream() {
+    Stream* stream = thread_stream_;
+    return stream ? *stream : get().current_stream();
+  }
   const CommitPolicy& policy() const { return policy_; }
   // Whether fallback ops with a graph form (mm, bmm, conv2d) run it: the device runs graphs
   // and ETMETAL_FALLBACKS is not "msl".
@@ -61,6 +67,9 @@ class Runtime {
   void copy_tensor(const Tensor& dst, const Tensor& src);
 
  private:
+  // Set by current_stream(); a plain pointer, read without the guard that the owning
+  // thread_local's destructor needs.
+  static inline thread_local Stream* thread_stream_ = nullptr;
   explicit Runtime(std::unique_ptr<device::Device> device);
 
   std::unique_ptr<device::Device> device_;

@@ -15,6 +15,8 @@ Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
       policy_(policy),
       write_order_(order),
       progress_(std::make_shared<StreamProgress>()),
+      arguments_(kMaxArguments),
+      argument_bytes_(kMaxArguments),
       tracing_(trace::enabled()),
       shared_(std::make_shared<Shared>()) {
   ETM_REQUIRE(queue_, "the device could not create a command queue");
@@ -38,9 +40,7 @@ device::CommandBuffer& Stream::open_command_buffer() {
     ETM_REQUIRE(open_, "the device could not create a command buffer");
     open_commands_ = 0;
     open_bytes_ = 0;
-    open_buffers_.clear();
-    open_written_.clear();
-    since_barrier_.clear();
+    uses_.clear();
     if (tracing_) {
       open_->record_execution_times();
       traced_.clear();
@@ -51,11 +51,19 @@ device::CommandBuffer& Stream::open_command_buffer() {
 
 // Waits for other streams once per buffer and command buffer (and once more on its first
 // write there), so that the shared WriteOrder stays off the per-dispatch path.
-void Stream::note_buffer_use(const BufferPtr& buffer, bool writing) {
-  const bool first_use = open_buffers_.insert(buffer.get());
-  const bool first_write = writing && open_written_.insert(buffer.get());
+BufferUses::Use& Stream::note_buffer_use(const device::Buffer* buffer, bool writing) {
+  uses_.reserve(1);
+  bool first_use;
+  BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
+  if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
+  return use;
+}
+
+void Stream::order_first_use(BufferUses::Use& use, bool first_use, bool writing) {
+  const auto* buffer = static_cast<const device::Buffer*>(use.buffer);
+  use.written = use.written || writing;
   if (first_use) open_bytes_ += static_cast<int64_t>(buffer->length());
-  if (first_use || first_write) write_order_.wait_before_use(buffer.get(), progress_.get(), writing);
+  write_order_.wait_before_use(buffer, progress_.get(), writing);
 }
 
 void Stream::wait_for_other_streams(const BufferPtr& buffer) {
@@ -64,11 +72,9 @@ void Stream::wait_for_other_streams(const BufferPtr& buffer) {
 
 void Stream::start_encoding(KernelFunction* kernel) {
   encoding_kernel_ = kernel;
-  for (size_t i = 0; i < argument_count_; ++i) {
-    arguments_[i].kind = KernelArgument::Kind::unset;
-    arguments_[i].buffer.reset();
-  }
+  for (size_t i = 0; i < argument_count_; ++i) arguments_[i].buffer.reset();
   argument_count_ = 0;
+  set_arguments_ = 0;
   threadgroup_memory_.clear();
 }
 
@@ -77,33 +83,38 @@ void Stream::require_encoding(const KernelFunction* kernel) const {
               "' is not being encoded on this thread: call aoti_torch_mps_start_encoding first");
 }
 
-KernelArgument& Stream::argument_slot(KernelFunction* kernel, unsigned index) {
+device::ArgumentBinding& Stream::argument_slot(KernelFunction* kernel, unsigned index) {
   require_encoding(kernel);
   ETM_REQUIRE(index < kMaxArguments, "argument index ", index, " of kernel '", kernel->name(),
               "' is out of range (at most ", kMaxArguments - 1, ")");
-  if (arguments_.size() <= index) arguments_.resize(index + 1);
   argument_count_ = std::max<size_t>(argument_count_, index + 1);
+  set_arguments_ |= uint32_t{1} << index;
   return arguments_[index];
 }
 
-void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
+void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, const BufferPtr& buffer,
                                  size_t offset, size_t extent) {
-  KernelArgument& argument = argument_slot(kernel, index);
-  argument.kind = KernelArgument::Kind::buffer;
-  argument.buffer = std::move(buffer);
+  device::ArgumentBinding& argument = argument_slot(kernel, index);
+  argument.buffer = buffer;
   argument.offset = offset;
   argument.extent = extent;
+  argument.bytes_length = 0;
 }
 
 void Stream::set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
                                 size_t length) {
   ETM_REQUIRE(length > 0 && length <= kMaxBytesArgument, "argument of ", length,
               " bytes: by-value arguments hold 1 to ", kMaxBytesArgument, " bytes");
-  KernelArgument& argument = argument_slot(kernel, index);
-  argument.kind = KernelArgument::Kind::bytes;
+  device::ArgumentBinding& argument = argument_slot(kernel, index);
   argument.buffer.reset();
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  argument.bytes.assign(bytes, bytes + length);
+  std::vector<unsigned char>& bytes = argument_bytes_[index];
+  bytes.resize(length);
+  if (length == sizeof(int64_t))
+    std::memcpy(bytes.data(), data, sizeof(int64_t));  // set_arg_int's: inline, no library call
+  else
+    std::memcpy(bytes.data(), data, length);
+  argument.bytes = bytes.data();
+  argument.bytes_length = length;
 }
 
 void Stream::set_threadgroup_memory(KernelFunction* kernel, unsigned index, size_t length) {
@@ -135,9 +146,10 @@ bool any_zero(device::Size3 size) { return size.x == 0 || size.y == 0 || size.z 
 void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                              bool whole_groups) {
   require_encoding(kernel);
-  for (size_t i = 0; i < argument_count_; ++i) {
-    ETM_REQUIRE(arguments_[i].kind != KernelArgument::Kind::unset, "argument ", i,
-                " of kernel '", kernel->name(), "' is not set");
+  const uint32_t all_set = (uint32_t{1} << argument_count_) - 1;  // argument_count_ <= 31
+  if (set_arguments_ != all_set) {
+    const int unset = __builtin_ctz(~set_arguments_);
+    fail("argument ", unset, " of kernel '", kernel->name(), "' is not set");
   }
   if (any_zero(size)) return;  // nothing to run; Metal rejects empty grids
   const uint64_t max_threads = kernel->max_threads_per_group();
@@ -169,42 +181,45 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
 
   device::CommandBuffer& command_buffer = open_command_buffer();
   device::ComputeEncoder& encoder = command_buffer.compute_encoder();
+  // One look-up per buffer: its first use orders it after other streams' work, and a buffer
+  // bound since the last barrier needs a new one (conservatively, reads included).
+  BufferUses::Use* bound[kMaxArguments];
+  size_t bound_count = 0;
   bool conflict = false;
+  uses_.reserve(argument_count_);
   for (size_t i = 0; i < argument_count_; ++i) {
-    const BufferPtr& buffer = arguments_[i].buffer;
-    if (buffer && since_barrier_.contains(buffer.get())) conflict = true;
+    const device::Buffer* buffer = arguments_[i].buffer.get();
+    if (!buffer) continue;  // by-value data, or an empty tensor bound as nil
+    // note_buffer_use, without a call per buffer when it is not new here.
+    const bool writing = kernel->writes_buffer(static_cast<uint32_t>(i));
+    bool first_use;
+    BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
+    if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
+    conflict = conflict || use.interval == uses_.interval();
+    bound[bound_count++] = &use;
   }
   if (conflict) {
     encoder.memory_barrier();
-    since_barrier_.clear();
+    uses_.next_interval();
   }
-  encoder.set_pipeline(kernel->pipeline());
-  for (size_t i = 0; i < argument_count_; ++i) {
-    const KernelArgument& argument = arguments_[i];
-    const auto index = static_cast<uint32_t>(i);
-    if (argument.kind == KernelArgument::Kind::bytes) {
-      encoder.set_bytes(argument.bytes.data(), argument.bytes.size(), index);
-      continue;
-    }
-    encoder.set_buffer(argument.buffer, argument.offset, index);
-    if (!argument.buffer) continue;  // an empty tensor: bound as nil
-    if (argument.extent != SIZE_MAX) encoder.set_buffer_extent(argument.extent, index);
-    note_buffer_use(argument.buffer, kernel->writes_buffer(index));
-    since_barrier_.insert(argument.buffer.get());
-  }
-  for (size_t i = 0; i < threadgroup_memory_.size(); ++i)
-    encoder.set_threadgroup_memory_length(threadgroup_memory_[i], static_cast<uint32_t>(i));
-  if (whole_groups)
-    encoder.dispatch_threadgroups(size, group);
-  else
-    encoder.dispatch_threads(size, group);
+  for (size_t i = 0; i < bound_count; ++i) bound[i]->interval = uses_.interval();
+  device::DispatchDescription work;
+  work.pipeline = &kernel->pipeline();
+  work.arguments = arguments_.data();
+  work.argument_count = static_cast<uint32_t>(argument_count_);
+  work.threadgroup_lengths = threadgroup_memory_.data();
+  work.threadgroup_length_count = static_cast<uint32_t>(threadgroup_memory_.size());
+  work.size = size;
+  work.group = group;
+  work.whole_groups = whole_groups;
+  encoder.dispatch(work);
   if (tracing_) {
     const device::Size3 grid =
         whole_groups ? device::Size3{size.x * group.x, size.y * group.y, size.z * group.z} : size;
     size_t bound = 0;
     for (size_t i = 0; i < argument_count_; ++i) {
-      const KernelArgument& argument = arguments_[i];
-      if (argument.kind == KernelArgument::Kind::bytes) bound += argument.bytes.size();
+      const device::ArgumentBinding& argument = arguments_[i];
+      bound += argument.bytes_length;
       if (argument.buffer) bound += argument.buffer->length() - argument.offset;
     }
     trace_command("dispatch", kernel->name(),
@@ -229,11 +244,11 @@ void Stream::copy_buffer(BufferPtr source, size_t source_offset, BufferPtr desti
               "copy writes past the end of its destination allocation");
   if (length == 0) return;
   device::CommandBuffer& command_buffer = open_command_buffer();
-  note_buffer_use(source, false);
-  note_buffer_use(destination, true);
+  note_buffer_use(source.get(), false);
+  note_buffer_use(destination.get(), true);
   command_buffer.copy_buffer(std::move(source), source_offset, std::move(destination),
                              destination_offset, length);
-  since_barrier_.clear();  // a blit ends the compute encoder; the next one starts fresh
+  uses_.next_interval();  // a blit ends the compute encoder; the next one starts fresh
   if (tracing_) trace_command("copy", "copy", concat("\"bytes\": ", length));
   count_command();
 }
@@ -243,9 +258,9 @@ void Stream::fill_buffer(BufferPtr destination, size_t offset, size_t length, ui
               "fill writes past the end of its allocation");
   if (length == 0) return;
   device::CommandBuffer& command_buffer = open_command_buffer();
-  note_buffer_use(destination, true);
+  note_buffer_use(destination.get(), true);
   command_buffer.fill_buffer(std::move(destination), offset, length, value);
-  since_barrier_.clear();
+  uses_.next_interval();
   if (tracing_) trace_command("fill", "fill", concat("\"bytes\": ", length));
   count_command();
 }
@@ -255,11 +270,11 @@ void Stream::encode_graph(const device::GraphWorkload& workload, const std::stri
   for (const device::GraphOperand& input : workload.inputs)
     ETM_REQUIRE(input.buffer, "graph '", name, "' has an input without a buffer");
   device::CommandBuffer& command_buffer = open_command_buffer();
-  for (const device::GraphOperand& input : workload.inputs) note_buffer_use(input.buffer, false);
-  note_buffer_use(workload.output.buffer, true);
+  for (const device::GraphOperand& input : workload.inputs) note_buffer_use(input.buffer.get(), false);
+  note_buffer_use(workload.output.buffer.get(), true);
   const device::Status status = command_buffer.encode_graph(workload);
   ETM_REQUIRE(status.ok(), "graph '", name, "': ", status.message());
-  since_barrier_.clear();  // the graph ended the compute encoder; the next one starts fresh
+  uses_.next_interval();  // the graph ended the compute encoder; the next one starts fresh
   if (tracing_) trace_command("graph", name, concat("\"inputs\": ", workload.inputs.size()));
   count_command();
 }
@@ -268,9 +283,10 @@ void Stream::commit_open() {
   if (!open_ || open_commands_ == 0) return;  // an empty buffer stays open for reuse
   std::vector<const device::Buffer*> written;
   std::vector<const device::Buffer*> read;
-  open_buffers_.for_each([&](const void* pointer) {
-    const auto* buffer = static_cast<const device::Buffer*>(pointer);
-    (open_written_.contains(pointer) ? written : read).push_back(buffer);
+  written.reserve(uses_.size());
+  read.reserve(uses_.size());
+  uses_.for_each([&](const BufferUses::Use& use) {
+    (use.written ? written : read).push_back(static_cast<const device::Buffer*>(use.buffer));
   });
   write_order_.record(progress_, progress_->next_sequence(), written, read);
   std::weak_ptr<Shared> shared = shared_;

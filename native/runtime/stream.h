@@ -18,9 +18,9 @@
 
 #include "device/device.h"
 #include "runtime/allocator.h"
+#include "runtime/buffer_uses.h"
 #include "runtime/commit_policy.h"
 #include "runtime/write_order.h"
-#include "runtime/pointer_set.h"
 
 namespace etm {
 
@@ -32,15 +32,6 @@ enum class SyncType : int32_t {
   commit_and_wait = 2,
   commit_and_continue = 3,
   commit_adaptive = 4,
-};
-
-// One argument slot of the kernel being encoded.
-struct KernelArgument {
-  enum class Kind { unset, buffer, bytes } kind = Kind::unset;
-  BufferPtr buffer;
-  size_t offset = 0;
-  size_t extent = SIZE_MAX;  // bytes from offset that belong to the bound tensor (SIZE_MAX: all)
-  std::vector<unsigned char> bytes;  // keeps its capacity across dispatches
 };
 
 struct StreamStats {
@@ -65,7 +56,7 @@ class Stream {
   // Kernel encoding (aoti_torch_mps_start_encoding / set_arg_* / dispatch_*).
   void start_encoding(KernelFunction* kernel);
   // `extent`: bytes from `offset` the kernel may reach (the tensor's allocation).
-  void set_argument_buffer(KernelFunction* kernel, unsigned index, BufferPtr buffer,
+  void set_argument_buffer(KernelFunction* kernel, unsigned index, const BufferPtr& buffer,
                            size_t offset, size_t extent = SIZE_MAX);
   void set_argument_bytes(KernelFunction* kernel, unsigned index, const void* data,
                           size_t length);
@@ -103,9 +94,14 @@ class Stream {
 
  private:
   device::CommandBuffer& open_command_buffer();
-  void note_buffer_use(const BufferPtr& buffer, bool writing);
+  // Records a use of `buffer` in the open command buffer, waiting for other streams' work
+  // on it at its first use there (and at its first write); returns its entry.
+  BufferUses::Use& note_buffer_use(const device::Buffer* buffer, bool writing);
+  // The first use (or first write) of a buffer in the open command buffer: counts its bytes
+  // and waits for other streams' work on it.
+  void order_first_use(BufferUses::Use& use, bool first_use, bool writing);
   void require_encoding(const KernelFunction* kernel) const;
-  KernelArgument& argument_slot(KernelFunction* kernel, unsigned index);
+  device::ArgumentBinding& argument_slot(KernelFunction* kernel, unsigned index);
   void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                        bool whole_groups);
   void count_command();
@@ -122,16 +118,19 @@ class Stream {
   std::shared_ptr<device::CommandBuffer> open_;
   WriteOrder& write_order_;
   std::shared_ptr<StreamProgress> progress_;
-  PointerSet open_buffers_;   // device buffers bound in the open command buffer
-  PointerSet open_written_;   // ... and written there
-  PointerSet since_barrier_;  // ... and bound since the last barrier
+  BufferUses uses_;  // device buffers bound in the open command buffer
   int64_t open_commands_ = 0;
   int64_t open_bytes_ = 0;
   std::shared_ptr<device::CommandBuffer> last_committed_;
 
   KernelFunction* encoding_kernel_ = nullptr;
-  std::vector<KernelArgument> arguments_;  // the first argument_count_ are in use
+  // The argument table of the kernel being encoded: kMaxArguments slots, the first
+  // argument_count_ in use, bit i of set_arguments_ for each slot set since start_encoding.
+  // By-value data lives in argument_bytes_ (which keep their capacity across dispatches).
+  std::vector<device::ArgumentBinding> arguments_;
+  std::vector<std::vector<unsigned char>> argument_bytes_;
   size_t argument_count_ = 0;
+  uint32_t set_arguments_ = 0;
   std::vector<size_t> threadgroup_memory_;
 
   struct TracedCommand {

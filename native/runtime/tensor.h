@@ -39,7 +39,9 @@ class Tensor {
   size_t itemsize() const;
   unsigned char* data() const;
   // Bytes from storage->buffer->contents() to the first element.
-  size_t buffer_offset() const { return storage->buffer_offset + storage_offset * itemsize(); }
+  size_t buffer_offset() const {
+    return storage->buffer_offset + (storage_offset ? storage_offset * itemsize() : 0);  // per dispatch
+  }
   bool is_contiguous() const;
   // Bytes from the first element the sizes and strides can reach to one past the last.
   size_t reach_bytes() const;

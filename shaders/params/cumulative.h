@@ -7,6 +7,9 @@
 namespace etm::ops {
 #endif
 
+// Threads of a group of the *_line kernels (a threadgroup per line).
+ETM_PARAMS_CONSTANT uint32 kCumulativeLineThreads = 256;
+
 struct CumulativeParams {
   LineLayout layout;
   uint32 lines;

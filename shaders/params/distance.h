@@ -8,6 +8,9 @@ namespace etm::ops {
 #endif
 
 ETM_PARAMS_CONSTANT uint32 kCdistMaxBatchDims = 6;
+// A threadgroup of kDistanceSide x kDistanceSide threads computes kDistanceBlock x kDistanceBlock outputs.
+ETM_PARAMS_CONSTANT uint32 kDistanceBlock = 64;
+ETM_PARAMS_CONSTANT uint32 kDistanceSide = 16;
 
 struct CdistParams {
   int64 x1_batch_strides[kCdistMaxBatchDims];

@@ -7,6 +7,11 @@
 namespace etm::ops {
 #endif
 
+// A threadgroup of kGroupedMmThreads (four simdgroups) computes kGroupedMmBlock x kGroupedMmBlock outputs.
+ETM_PARAMS_CONSTANT uint32 kGroupedMmBlock = 64;
+ETM_PARAMS_CONSTANT uint32 kGroupedMmThreads = 128;
+ETM_PARAMS_CONSTANT uint32 kGroupedMmTileFloats = kGroupedMmBlock * kGroupedMmBlock;  // threadgroup(0)
+
 struct GroupedMmParams {
   int64 a_strides[3];    // group (0 for a 2-D a), row, depth
   int64 b_strides[3];    // group (0 for a 2-D b), depth, column

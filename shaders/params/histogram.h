@@ -8,6 +8,14 @@ namespace etm::ops {
 #endif
 
 ETM_PARAMS_CONSTANT uint32 kHistogramMaxDims = 9;
+// histc's range and count kernels: threads per threadgroup, and the most bins a threadgroup
+// counts in threadgroup memory (16 KiB of counters).
+ETM_PARAMS_CONSTANT uint32 kHistcGroupThreads = 256;
+ETM_PARAMS_CONSTANT uint32 kHistcSharedBins = 4096;
+// histogram_count_shared: the most bins and edges it holds in threadgroup memory (edges of
+// coordinates with one bin add two each beyond the bins).
+ETM_PARAMS_CONSTANT uint32 kHistogramSharedBins = 2048;
+ETM_PARAMS_CONSTANT uint32 kHistogramSharedEdges = kHistogramSharedBins + 2 * kHistogramMaxDims;
 
 struct HistcParams {
   int64 strides[kHistogramMaxDims];

@@ -7,6 +7,9 @@
 namespace etm::ops {
 #endif
 
+// Threads of a group of adaptive_pool2d_window (a threadgroup per output).
+ETM_PARAMS_CONSTANT uint32 kAdaptiveWindowThreads = 64;
+
 struct PoolParams {
   int64 input_strides[4];  // plane batch, plane channel, h, w
   uint32 channels;         // planes = batch * channels

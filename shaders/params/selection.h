@@ -8,13 +8,18 @@ namespace etm::ops {
 #endif
 
 ETM_PARAMS_CONSTANT uint32 kSelectionMaxDims = 9;
+// nonzero and the masked ops: threads per threadgroup, each flagging a word of 32 elements,
+// and the elements of a threadgroup's block; the threads of the exclusive_scan threadgroup.
+ETM_PARAMS_CONSTANT uint32 kSelectionGroupThreads = 256;
+ETM_PARAMS_CONSTANT uint32 kSelectionBlock = kSelectionGroupThreads * 32;
+ETM_PARAMS_CONSTANT uint32 kSelectionScanThreads = 256;
 
 struct SelectionParams {
   int64 strides[kSelectionMaxDims];  // of the input, in elements
   uint32 sizes[kSelectionMaxDims];
   uint32 dims;
   uint32 numel;
-  uint32 chunk;             // elements per chunk
+  uint32 chunk;             // elements per chunk (a block, or repeat_interleave's chunk)
   uint32 chunks;
   int64 rows;               // rows of the output (the rest of the rows is dropped)
   int64 fill_value;         // nonzero_static: rows past the count

@@ -165,3 +165,50 @@ def test_unary_pointwise_fallback_reads_each_element_once(name, dtype):
     torch.testing.assert_close(result, expected, rtol=1e-6, atol=1e-6)
     d = only_dispatch(counted)
     assert (d.kernel, d.bytes_read, d.bytes_written) == ("pointwise", 40_000, 40_000)
+
+
+def cummax_long_lines(x):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_cummax(x.handle, 1, r0, r1))
+    return [Tensor(r0[0]), Tensor(r1[0])]
+
+
+def cumsum_long_lines(x):
+    r0 = ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_cumsum(x.handle, 1, ffi.NULL, r0))
+    return [Tensor(r0[0])]
+
+
+def global_max_pool(x):
+    r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_adaptive_max_pool2d(x.handle, ffi.new("int64_t[]", [1, 1]), 2, r0, r1))
+    return [Tensor(r0[0]), Tensor(r1[0])]
+
+
+# (op, input, reference, kernel, threads, bytes read, bytes written): lines / windows of 5,000 /
+# 1,600 elements take a threadgroup each (256 / 64 threads) and touch every byte once.
+LONG_LINE_CASES = [
+    (cummax_long_lines, torch.randn(2, 5000), lambda x: list(torch.cummax(x, 1)), "cummax_line_float", 512,
+     40_000, 2 * 5000 * (4 + 8)),
+    (cumsum_long_lines, torch.randint(-9, 9, (2, 5000)), lambda x: [torch.cumsum(x, 1)], "scan_line_long_long", 512,
+     80_000, 80_000),
+    (global_max_pool, torch.randn(1, 3, 40, 40), lambda x: list(torch.ops.aten.adaptive_max_pool2d(x, [1, 1])),
+     "adaptive_pool2d_window_float", 3 * 64, 3 * 1600 * 4, 3 * (4 + 8)),
+]
+
+
+@pytest.mark.parametrize("case", LONG_LINE_CASES, ids=lambda case: case[3])
+def test_long_lines_take_a_threadgroup_each_and_read_once(case):
+    # One thread per line (or window) walked 1,024 elements and more until these kernels.
+    if etmetal_py.device_kind() != "cpu":
+        pytest.skip("traffic counters exist on the CPU device")
+    run, x, reference, kernel, threads, read, written = case
+    device_x = Tensor.from_array(x)
+    run(device_x)  # compiles the kernel outside the window
+    etmetal_py.synchronize()
+    with etmetal_py.counters() as counted:
+        results = run(device_x)
+    for result, expected in zip(results, reference(x)):
+        assert torch.equal(result.torch(), expected)
+    d = only_dispatch(counted)
+    assert (d.kernel, d.threads, d.bytes_read, d.bytes_written) == (kernel, threads, read, written)

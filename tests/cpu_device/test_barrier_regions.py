@@ -173,6 +173,22 @@ kernel void collective_after_or(device const float* in [[buffer(0)]], device flo
   out[lid] = any ? 1.0f : 0.0f;
 }
 
+// simd_sum over whole simdgroups, over a partial last simdgroup, and under an if on the lane
+// (the region form visits a predicated branch's threads by their lane bits).
+kernel void ordered_sums(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float shared[256];
+  shared[lid] = in[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float x = shared[lid];
+  const float all = simd_sum(x);
+  float some = -1.0f;
+  if (lane % 3 != 1) some = simd_sum(x);
+  out[gid * 2] = all;
+  out[gid * 2 + 1] = some;
+}
+
 // A barrier under an if on a per-thread value (taken by every thread here): fibers.
 kernel void guarded_barrier(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
                             uint size [[threads_per_threadgroup]]) {
@@ -332,6 +348,46 @@ def test_collectives_before_conditional_operators(msl, path):
         assert got[lid, 0] == (1.0 if lanes.sum() > 0 else -1.0)
         assert got[lid, 1] == float(bool((lanes > 5).any()) and x[lid] < 0)
         assert got[lid, 2] == max(v if v > 0 else 0.0 for v in lanes)
+
+
+def lane_order_sum(values):
+    total = np.float32(values[0])
+    for v in values[1:]:
+        total = np.float32(total + v)
+    return total
+
+
+def tree_order_sum(values):
+    values = [np.float32(v) for v in values]
+    while len(values) > 1:
+        values = [np.float32(values[i] + values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def test_simd_sum_combines_lanes_in_lane_order(msl, path):
+    """simd_sum adds the lanes that take part from lane 0 up, in float32, on every path: full
+    simdgroups, the partial last one of a group, and lanes under an if. The data make the
+    order visible (a tree order gives other sums)."""
+    kernel = msl(SOURCE).kernel("ordered_sums")
+    size, groups = 232, 3  # seven full simdgroups and eight lanes per group
+    rng = np.random.default_rng(11)
+    x = (rng.choice([1.0e8, -1.0e8, 3.0, 0.75, -5.5], groups * size) * rng.integers(1, 9, groups * size))
+    x = x.astype(np.float32)
+    out = Tensor.empty([groups * size * 2])
+    kernel.run({0: device_array(x), 1: out}, groups * size, size)
+    got = out.numpy().reshape(-1, 2)
+    order_visible = False
+    for gid in range(groups * size):
+        group_base = gid - gid % size
+        first = group_base + (gid - group_base) // 32 * 32
+        lanes = x[first:min(first + 32, group_base + size)]
+        some = [v for i, v in enumerate(lanes) if i % 3 != 1]
+        assert got[gid, 0] == lane_order_sum(lanes), (gid, got[gid, 0], lane_order_sum(lanes))
+        expected_some = lane_order_sum(some) if (gid % size) % 32 % 3 != 1 else np.float32(-1.0)
+        assert got[gid, 1] == expected_some, (gid, got[gid, 1], expected_some)
+        order_visible |= bool(lane_order_sum(lanes) != tree_order_sum(lanes))
+    assert order_visible
 
 
 def test_a_kernel_the_region_form_declines_still_runs(msl, path):

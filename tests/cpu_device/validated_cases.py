@@ -131,6 +131,16 @@ kernel void simd_rotate(device const float* x, device float* y, constant int& or
   if (ordered) simdgroup_barrier(mem_flags::mem_threadgroup);
   y[i] = scratch[32 * simd + (lane + 31) % 32];
 }
+
+// Each thread reads one byte of the next thread's float, then writes its own float again with
+// no barrier between.
+kernel void byte_of_next_float(device uchar* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[t] = float(t);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[t] = reinterpret_cast<threadgroup uchar*>(tile)[4 * ((t + 1) % 64) + 1];
+  tile[t] = 2.0f;
+}
 """
 
 
@@ -397,3 +407,17 @@ def test_simdgroup_barrier_orders_its_lanes_and_its_absence_is_a_race(library):
     expected += [race(thread(t, 0, t), "reads", scratch + 4 * (t - 1), thread(t - 1, 0, t - 1), "wrote", read_line)
                  for t in range(1, 8)]
     assert lines == expected + ["(56 more not shown)"]
+
+
+@pytest.mark.slow
+def test_a_read_of_part_of_an_element_is_tracked_per_byte(library):
+    y = np.zeros(64, np.uint8)
+    message = failure(lambda: library.function("byte_of_next_float")(y, threadgroups=1, group=64))
+    # The checks keep a float's four bytes as one state until an access touches part of them.
+    # Thread t reads byte 1 of tile[t + 1]; thread t + 1 then rewrites tile[t + 1]: 63 races, and
+    # thread 63 reads byte 1 of tile[0], which thread 0 rewrote: one more, in thread order.
+    lines = problems(message, "byte_of_next_float", 64)
+    tile = offset_in(lines[0]) - 4
+    write = at("tile[t] = 2.0f;", "byte_of_next_float")
+    assert lines == [race(thread(t, 0, t), "writes", tile + 4 * t, thread(t - 1, 0, t - 1), "read", write)
+                     for t in range(1, 9)] + ["(56 more not shown)"]

@@ -130,6 +130,76 @@ def test_cummax_cummin_nan_views_empty_0_dim(function, reference):
         assert torch.equal(indices, expected.indices)
 
 
+# Lines of >= 1024 elements take one threadgroup each (blocks of 4096, 256 threads of 16):
+# the boundary, a tail that leaves threads and part of a simdgroup idle, several blocks.
+LONG_LENGTHS = [1024, 4096 + 37, 9000]
+
+
+def with_nans(x, seed):
+    """x with NaNs at a few random places of each line (floating dtypes only)."""
+    if x.dtype.is_floating_point:
+        generator = torch.Generator().manual_seed(seed)
+        x = x.clone()
+        x[torch.rand(x.shape, generator=generator) < 0.0004] = float("nan")
+    return x
+
+
+def slow_but(cases, *fast):
+    """cases, each compiling kernels of its own (about a second each on the CPU device): those
+    not in fast run with -m slow."""
+    return [case if case in fast else pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                                                   marks=pytest.mark.slow) for case in cases]
+
+
+EXTREMES = [(name, dtype) for name in ("cummax", "cummin") for dtype in FLOATS + INTEGERS + [torch.bool]]
+
+
+@pytest.mark.parametrize("name, dtype", slow_but(EXTREMES, ("cummax", torch.float16), ("cummin", torch.int64)),
+                         ids=str)
+def test_cummax_cummin_of_long_lines_match_torch(name, dtype):
+    function, reference = getattr(lib, f"aoti_torch_mps_{name}"), getattr(torch, name)
+    # Few distinct values: ties everywhere, so the index rule (the last extreme; the last NaN
+    # once one appeared) decides most indices.
+    for length in LONG_LENGTHS:
+        x = with_nans(sample(dtype, (2, length), length), length)
+        if length == 9000 and x.dtype.is_floating_point:
+            x[1] = x[1].nan_to_num()  # a line without NaN past the first block
+        for line, dim in ((x, 1), (x.t().contiguous().t()[:, 3:], 1), (x.t(), 0)):
+            values, indices = outputs(*extreme(line, dim, function))
+            expected = reference(line, dim)
+            torch.testing.assert_close(values, expected.values, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(indices, expected.indices)
+
+
+def test_cummax_cummin_long_lines_extremes_after_the_first_block():
+    # The extreme reached late (another block, another simdgroup, the last lane) and -0.0 / 0.0
+    # ties: values and indices as torch's.
+    x = torch.zeros(3, 8200, dtype=torch.float16)
+    x[0, 5000], x[1, 4095], x[1, 4096] = 7.0, -0.0, 3.0
+    x[2, ::2] = -0.0
+    for function, reference in ((lib.aoti_torch_mps_cummax, torch.cummax), (lib.aoti_torch_mps_cummin, torch.cummin)):
+        values, indices = outputs(*extreme(x, 1, function))
+        expected = reference(x, 1)
+        assert torch.equal(values, expected.values) and torch.equal(values.signbit(), expected.values.signbit())
+        assert torch.equal(indices, expected.indices)
+
+
+@pytest.mark.parametrize("dtype", slow_but(FLOATS, torch.float32), ids=str)
+def test_logcumsumexp_of_long_lines_matches_float64(dtype):
+    generator = torch.Generator().manual_seed(7)
+    for length in LONG_LENGTHS:
+        x = (torch.randn(2, length, generator=generator) * 30).to(dtype)
+        x[0, length // 3] = float("-inf")
+        for line, dim in ((x, 1), (x.t(), 0), (x[:, 5:], 1)):
+            (out,) = outputs(*logcumsumexp(line, dim))
+            expected = torch.logcumsumexp(line.double(), dim)
+            torch.testing.assert_close(out.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+    x = torch.randn(5000, generator=generator)
+    x[:700], x[3000], x[4500] = float("-inf"), float("inf"), float("nan")
+    (out,) = outputs(*logcumsumexp(x, 0))
+    torch.testing.assert_close(out, torch.logcumsumexp(x, 0), equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_logcumsumexp_matches_torch(dtype):
     x = (torch.randn(5, 60, generator=torch.Generator().manual_seed(6)) * 30).to(dtype)  # overflows exp

@@ -171,3 +171,34 @@ def test_compiled_model_reaches_pdist(tmp_path):
     points = torch.randn(7, 3)
     for actual, expected in zip(runner(points), model(points)):
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, math.inf, 0.5, 3.0], ids=str)
+def test_cdist_and_pdist_blocks_match_float64(p):
+    """Rows over several kernel blocks (32 x 32 outputs) and features over several staged chunks
+    (32), both with partial ends, column-major offset views and a broadcast batch, against torch
+    eager in float64."""
+    generator = torch.Generator().manual_seed(3)
+    x1 = torch.randn(2, 37, 70, generator=generator)
+    big = torch.randn(100, 46, generator=generator)
+    x2 = big.t()[1:, 30:]  # [45, 70], column-major, offset
+    x2[44] = x1[1, 36]  # a zero distance in the last partial blocks
+    code, r0 = cdist(x1, x2, p)
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.ops.aten._cdist_forward(x1.double(), x2.double(), p, 2)
+    got = Tensor(r0[0]).torch()
+    assert got.shape == expected.shape and got[1, 36, 44] == 0
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    code, r0 = cdist(x1.bfloat16(), x2.bfloat16(), p)  # the same blocks in bfloat16
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.ops.aten._cdist_forward(x1.bfloat16().double(), x2.bfloat16().double(), p, 2)
+    torch.testing.assert_close(Tensor(r0[0]).torch().double(), expected, rtol=2e-2, atol=2e-2 * (1 + 10 * (p == 0.5)))
+
+    rows = torch.randn(45, 150, generator=generator).t()[3:143:2]  # [70, 45], strides (2, 150)
+    rows[69] = rows[5]
+    code, r0 = pdist(rows, p)
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.ops.aten._pdist_forward(rows.double().contiguous(), p)
+    got = Tensor(r0[0]).torch()
+    assert got.shape == expected.shape == (70 * 69 // 2,)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)

@@ -77,3 +77,50 @@ def test_bad_input():
     r0 = ffi.new("AtenTensorHandle*")
     poisoning_failure(lib.aoti_torch_mps__grouped_mm(ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, r0),
                       "null tensor handle")
+
+
+def spans(ends, extent):
+    """Each group's [begin, end) as the kernel assigns rows (columns, depth) to groups."""
+    begin, result = 0, []
+    for end in ends:
+        end = min(max(end, begin), extent)
+        result.append((begin, end))
+        begin = end
+    return result
+
+
+@pytest.mark.parametrize("ends", [(10, 10, 100, 140), (60, 20, 130, 140)], ids=["sorted", "unsorted"])
+def test_blocks_match_float64(ends):
+    """Groups that start and end inside the kernel's 64 x 64 blocks, several column and depth
+    blocks with partial ends, an empty group, the tail past the last end, ends that decrease;
+    every layout, against float64 products group by group."""
+    tolerance = 1e-5
+    a, experts = randn(150, 40, seed=7), randn(4, 70, 40, seed=8)
+    b = experts.transpose(-2, -1)  # [G, K, N], strided
+    expected = torch.zeros(150, 70, dtype=torch.float64)
+    for g, (begin, end) in enumerate(spans(ends, 150)):
+        expected[begin:end] = a[begin:end].double() @ b[g].double()
+    out = grouped_mm(a, b, offsets(*ends))
+    assert_close_scaled(out, expected, tolerance)
+    assert torch.equal(out[140:], torch.zeros(10, 70))
+    half = grouped_mm(a.half(), b.half(), offsets(*ends))  # the same blocks in float16
+    assert half.dtype == torch.float16
+    assert_close_scaled(half, expected, TOLERANCE[torch.float16])
+
+    a3, b2 = randn(4, 70, 40, seed=9), randn(150, 40, seed=10).t()  # b [K, N] column-major
+    expected = torch.zeros(70, 150, dtype=torch.float64)
+    for g, (begin, end) in enumerate(spans(ends, 150)):
+        expected[:, begin:end] = a3[g].double() @ b2[:, begin:end].double()
+    out = grouped_mm(a3, b2, offsets(*ends))
+    assert_close_scaled(out, expected, tolerance)
+    assert torch.equal(out[:, 140:], torch.zeros(70, 10))
+
+    a2, b_depth = randn(100, 70, seed=11).t(), randn(100, 66, seed=12)  # depth 100
+    depth_ends = (30, 30, 90)
+    expected = torch.stack([a2[:, begin:end].double() @ b_depth[begin:end].double()
+                            for begin, end in spans(depth_ends, 100)])
+    assert_close_scaled(grouped_mm(a2, b_depth, offsets(*depth_ends)), expected, tolerance)
+
+    batch_a = randn(2, 75, 45, seed=13)[:, 5:, 5:]  # offset view [2, 70, 40]
+    batch_b = randn(2, 40, 66, seed=14)
+    assert_close_scaled(grouped_mm(batch_a, batch_b), batch_a.double() @ batch_b.double(), tolerance)

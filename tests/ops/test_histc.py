@@ -71,6 +71,39 @@ def test_empty_and_0_dim_inputs():
     assert torch.equal(histc(scalar, 5, 0.0, 0.0), torch.histc(scalar, 5, 0.0, 0.0))
 
 
+def test_many_threadgroups_and_many_bins():
+    # 70,000 elements span 9 threadgroups of the range pass and, with 100 bins, of the count
+    # pass (8,192 elements each; 4,096 bins: 2 of 65,536); bins beyond threadgroup memory
+    # (4,096) are counted in device memory instead.
+    torch.manual_seed(11)
+    x = torch.randn(70_000)
+    for bins, low, high in ((100, 0.0, 0.0), (4096, -3.0, 3.0), (5000, -2.0, 2.0), (5000, 0.0, 0.0)):
+        assert torch.equal(histc(x, bins, low, high), torch.histc(x, bins, low, high))
+    view = torch.randn(400, 300)[:, 1::2].t()  # strided, 60,000 elements
+    assert torch.equal(histc(view, 37, 0.0, 0.0), torch.histc(view, 37, 0.0, 0.0))
+    half = x.half()
+    assert torch.equal(histc(half, 64, 0.0, 0.0), expected_histc(half, 64, 0.0, 0.0))
+    # The data's extremes and a NaN in a late threadgroup still decide the range.
+    x[65_000], x[40_000] = 50.0, -60.0
+    assert torch.equal(histc(x, 10, 0.0, 0.0), torch.histc(x, 10, 0.0, 0.0))
+    x[69_999] = float("nan")
+    code, r0 = call_histc(x, 10, 0.0, 0.0)
+    assert code == 0
+    Tensor(r0[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match=r"histc: range of \[-?nan, -?nan\] is not finite"):
+        etmetal_py.synchronize()
+
+
+@pytest.mark.slow
+def test_more_elements_than_the_threadgroups_take_at_their_least():
+    # 2^25 + 12,345 elements: past 4,096 threadgroups of 8,192, so each thread takes more.
+    torch.manual_seed(17)
+    x = torch.randn((1 << 25) + 12_345)
+    x[-1] = 9.0
+    assert torch.equal(histc(x, 100, 0.0, 0.0), torch.histc(x, 100, 0.0, 0.0))
+    assert torch.equal(histc(x, 4000, -4.0, 4.0), torch.histc(x, 4000, -4.0, 4.0))
+
+
 def test_bad_input():
     x = torch.randn(10)
     poisoning_failure(call_histc(x, 0, 0.0, 1.0)[0], "aoti_torch_mps_histc", "bins must be > 0")

@@ -158,6 +158,35 @@ def test_histogramdd_strided_empty_and_no_coordinates():
     assert torch.equal(histogramdd(no_coordinates, []), expected_histogramdd(no_coordinates, []))
 
 
+def test_data_range_over_many_threadgroups():
+    # 20,000 points span 3 threadgroups of the range and count passes (8,192 points each); the
+    # extremes and a NaN sit in the last one.
+    torch.manual_seed(13)
+    x = torch.randn(20_000)
+    x[19_000], x[17_500] = 40.0, -30.0
+    hist, edges = histogram(x, 50)
+    want_hist, want_edges = expected_histogram(x, 50)
+    assert torch.equal(hist, want_hist)
+    # The range is the data's exactly (inner edges of so wide a range differ from torch's
+    # linspace by a few ulp, as with a given range: not this test's subject).
+    assert edges[0] == want_edges[0] == -30.0 and edges[-1] == want_edges[-1] == 40.0
+    points = torch.randn(3, 9_000, 2).permute(1, 0, 2)  # [9000, 3, 2], strided
+    points[8_999, 2, 1] = 7.0
+    assert torch.equal(histogramdd(points, [5, 6]), expected_histogramdd(points, [5, 6]))
+    # More bins than a threadgroup counts in its memory (2,048): counted in device memory.
+    assert torch.equal(histogramdd(points, [60, 50]), expected_histogramdd(points, [60, 50]))
+    # density over 10,000 bins: the total is summed over 2 threadgroups, each dividing its share.
+    weight = torch.rand(9_000, 3)
+    torch.testing.assert_close(histogramdd(points, [100, 100], None, weight, True),
+                               expected_histogramdd(points, [100, 100], None, weight, True), rtol=1e-5, atol=1e-6)
+    points[8_500, 1, 0] = float("nan")
+    code, r0 = call_histogramdd(points, [5, 6])
+    assert code == 0
+    Tensor(r0[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match=r"dimension 0's range \[nan, nan\] is not finite"):
+        etmetal_py.synchronize()
+
+
 def test_bad_input():
     x = torch.randn(10)
     poisoning_failure(call_histogram(x, 0)[0], "aoti_torch_mps_histogram_bin_ct", "bins must be > 0")

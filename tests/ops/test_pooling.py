@@ -122,6 +122,32 @@ def test_adaptive_pools_match_torch(dtype):
             assert torch.equal(Tensor(r1[0]).torch(), indices)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32] + [pytest.param(d, marks=pytest.mark.slow)
+                                                     for d in (torch.float16, torch.bfloat16)], ids=str)
+def test_adaptive_pools_of_large_windows_match_torch(dtype):
+    # Windows of >= 1024 elements take a threadgroup per output: the maximum's index must still
+    # be torch's (the first of equal maxima, the last NaN), whichever thread held it.
+    x = torch.randn(2, 4, 70, 40, generator=torch.Generator().manual_seed(4)).to(dtype)
+    x[0, 0, 10, 5] = x[0, 0, 60, 30] = 100.0  # equal maxima: the first wins
+    x[0, 1, 3, 3] = x[0, 1, 50, 7] = float("nan")  # the last NaN wins
+    x[0, 2] = float("-inf")  # nothing beats -inf: the window's first position
+    x[1, 3, 0, 0] = float("inf")
+    for tensor in (x, x[1], x.contiguous(memory_format=torch.channels_last), x[:, :, 5:, ::2]):
+        for size in ((1, 1), (2, 1), (1, 3)):
+            sizes = ffi.new("int64_t[]", list(size))
+            t = as_device(tensor)
+            r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")
+            etmetal_py.check(lib.aoti_torch_mps__adaptive_avg_pool2d(t.handle, sizes, 2, r0))
+            expected = torch.ops.aten._adaptive_avg_pool2d(tensor.double(), list(size))
+            tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+            torch.testing.assert_close(Tensor(r0[0]).torch().double(), expected, rtol=tolerance, atol=tolerance,
+                                       equal_nan=True)
+            etmetal_py.check(lib.aoti_torch_mps_adaptive_max_pool2d(t.handle, sizes, 2, r0, r1))
+            values, indices = torch.ops.aten.adaptive_max_pool2d(tensor, list(size))
+            torch.testing.assert_close(Tensor(r0[0]).torch(), values, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(Tensor(r1[0]).torch(), indices)
+
+
 def test_adaptive_pools_bad_input():
     t = as_device(torch.randn(1, 2, 5, 5))
     r0, r1 = ffi.new("AtenTensorHandle*"), ffi.new("AtenTensorHandle*")

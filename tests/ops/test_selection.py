@@ -73,6 +73,19 @@ def test_nonzero_views_nan_empty_0_dim():
         assert torch.equal(static, torch.nonzero_static(x, size=4, fill_value=-1))
 
 
+def test_many_blocks():
+    # 1.5 M elements: 184 blocks of 8,192 (one threadgroup each), their rows far past 2^16.
+    # (repeat_interleave's test crosses the scan's tile of 1,024 counts.)
+    generator = torch.Generator().manual_seed(12)
+    x = (torch.rand(3, 500_000, generator=generator) < 0.3).to(torch.uint8)
+    assert torch.equal(output(*nonzero(x)), torch.nonzero(x))
+    strided = x.t()[::2]  # every other column, as rows: a non-contiguous view
+    assert torch.equal(output(*nonzero(strided)), torch.nonzero(strided))
+    values = torch.arange(1_500_000, dtype=torch.int32).view(3, 500_000)
+    mask = x.bool()
+    assert torch.equal(output(*masked_select(values, mask)), torch.masked_select(values, mask))
+
+
 def masked_select(x, mask):
     r0 = ffi.new("AtenTensorHandle*")
     t, m = as_device(x), as_device(mask)
@@ -114,6 +127,9 @@ def test_repeat_interleave_matches_torch(dtype):
     assert torch.equal(output(*repeat_interleave(strided)), torch.repeat_interleave(strided))
     empty = torch.empty(0, dtype=dtype)
     assert torch.equal(output(*repeat_interleave(empty)), torch.repeat_interleave(empty))
+    many = torch.randint(0, 3, (70_000,), generator=torch.Generator().manual_seed(6), dtype=dtype)
+    # 1,094 chunks of 64: more than the scan's tile of 1,024 counts.
+    assert torch.equal(output(*repeat_interleave(many)), torch.repeat_interleave(many))
     zeros = torch.zeros(6, dtype=dtype)
     assert torch.equal(output(*repeat_interleave(zeros, 0)), torch.repeat_interleave(zeros, output_size=0))
 

@@ -369,6 +369,31 @@ def test_cumsum_long_lines_of_views_integers_and_non_finite_values():
     torch.testing.assert_close(out[:100], expected[:100], rtol=1e-5, atol=1e-4)
 
 
+# Integer results of long lines take the one-pass kernel too, summing in wrapping 64-bit
+# integers across lanes, simdgroups and blocks: exact, wrap-around included.
+# (the first two by default: each case compiles a kernel of its own)
+@pytest.mark.parametrize("dtype, out_dtype", [(torch.int64, None), (torch.int32, None)] + [
+    pytest.param(*case, marks=pytest.mark.slow)
+    for case in ((torch.int32, torch.int32), (torch.uint8, torch.int64), (torch.bool, None),
+                 (torch.int16, torch.int32))])
+def test_cumsum_long_integer_lines_are_exact(dtype, out_dtype):
+    generator = torch.Generator().manual_seed(10)
+    if dtype == torch.bool:
+        x = torch.rand(3, 9000, generator=generator) > 0.5
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.randint(info.min, info.max, (3, 9000), generator=generator, dtype=dtype)
+    if dtype == torch.int64:
+        x[:, ::7] = 2**62  # the running sum wraps many times
+    for line in (x, x[:, 1:1025], x[:, :4097], x.t().contiguous().t()):
+        (out,) = results(*call_cumsum(line, 1, out_dtype))
+        expected = torch.cumsum(line, 1, dtype=out_dtype)
+        assert out.dtype == expected.dtype and torch.equal(out, expected)
+    view = x.t()[5:4000:3]  # scanned along dim 0 of a transposed, offset, strided view
+    (out,) = results(*call_cumsum(view, 0, out_dtype))
+    assert torch.equal(out, torch.cumsum(view, 0, dtype=out_dtype))
+
+
 def test_cumsum_of_strided_offset_view():
     torch.manual_seed(6)
     x = torch.randn(8, 600, 3)[1:, 50::2, 2]

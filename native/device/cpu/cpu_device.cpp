@@ -53,17 +53,22 @@ class HostBuffer final : public Buffer {
   size_t length_;
 };
 
-// An argument table slot. set_bytes data lives in the command buffer's byte pool, so that
-// recording a dispatch allocates nothing once the pools have grown.
+// An argument table slot. Longer set_bytes data lives in the command buffer's byte pool, so
+// that recording a dispatch allocates nothing once the pools have grown. The buffer is held
+// by the recording (Recording::retain).
 struct BoundBuffer {
-  std::shared_ptr<Buffer> buffer;
-  size_t offset = 0;       // into `buffer`, or into the byte pool for set_bytes data
+  Buffer* buffer = nullptr;
+  size_t offset = 0;       // into `buffer`, or into the byte pool for longer set_bytes data
   size_t bytes_length = 0; // non-zero: set_bytes data
   size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
+  // set_bytes data of up to 16 bytes (scalars, small vectors: most of it), 16-byte aligned as
+  // any scalar or vector the kernel reads there needs.
+  static constexpr size_t kInlineBytes = 16;
+  alignas(16) unsigned char value[kInlineBytes];
 };
 
 struct DispatchCommand {
-  std::shared_ptr<CpuPipeline> pipeline;
+  CpuPipeline* pipeline;  // held by the recording
   uint32_t first_binding;  // in Recording::bindings
   uint32_t binding_count;
   uint32_t first_threadgroup_length;
@@ -72,16 +77,18 @@ struct DispatchCommand {
   Size3 group;
 };
 
+// Commands refer to what the recording holds: they need no destructor, so clearing a
+// recording is one step however many commands it has.
 struct CopyCommand {
-  std::shared_ptr<Buffer> source;
+  Buffer* source;
   size_t source_offset;
-  std::shared_ptr<Buffer> destination;
+  Buffer* destination;
   size_t destination_offset;
   size_t length;
 };
 
 struct FillCommand {
-  std::shared_ptr<Buffer> destination;
+  Buffer* destination;
   size_t offset;
   size_t length;
   uint8_t value;
@@ -97,12 +104,53 @@ struct Recording {
   std::vector<unsigned char> bytes;
   std::vector<size_t> threadgroup_lengths;
   DispatchArgs args;  // scratch space for running the dispatches
+  // What the dispatches use, held until the command buffer completes: each buffer and pipeline
+  // about once however many dispatches bind it (a reference count per binding cost more).
+  std::vector<std::shared_ptr<Buffer>> retained_buffers;
+  std::vector<std::shared_ptr<Pipeline>> retained_pipelines;
+  static constexpr size_t kRecentBuffers = 16;
+  const Buffer* recent_buffers[kRecentBuffers] = {};  // each one in retained_buffers
+  const Pipeline* last_pipeline = nullptr;            // in retained_pipelines
+
+  Buffer* retain(const std::shared_ptr<Buffer>& buffer) {
+    Buffer* raw = buffer.get();
+    if (!raw) return nullptr;
+    const Buffer*& recent =
+        recent_buffers[(reinterpret_cast<uintptr_t>(raw) >> 4) * 0x9e3779b97f4a7c15ull >> 60];
+    if (recent != raw) {
+      retained_buffers.push_back(buffer);
+      recent = raw;
+    }
+    return raw;
+  }
+  CpuPipeline* retain(const std::shared_ptr<Pipeline>& pipeline) {
+    if (pipeline && pipeline.get() != last_pipeline) {
+      retained_pipelines.push_back(pipeline);
+      last_pipeline = pipeline.get();
+    }
+    return static_cast<CpuPipeline*>(pipeline.get());
+  }
+
+  // Room for a command buffer of the default commit policy (40 dispatches of a few
+  // arguments), so that recording one does not regrow the tables as it goes.
+  Recording() {
+    commands.reserve(64);
+    bindings.reserve(256);
+    bytes.reserve(1024);
+    threadgroup_lengths.reserve(16);
+    retained_buffers.reserve(64);
+    retained_pipelines.reserve(16);
+  }
 
   void clear() {
     commands.clear();
     bindings.clear();
     bytes.clear();
     threadgroup_lengths.clear();
+    retained_buffers.clear();
+    retained_pipelines.clear();
+    std::fill(std::begin(recent_buffers), std::end(recent_buffers), nullptr);
+    last_pipeline = nullptr;
   }
 };
 
@@ -129,7 +177,9 @@ class RecordingPool {
   }
 
  private:
-  static constexpr size_t kMaxSpare = 4;  // a stream has about two command buffers alive
+  // Encoding usually runs ahead of execution by several command buffers: when the queue
+  // catches up, their recordings wait here for the next ones.
+  static constexpr size_t kMaxSpare = 16;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Recording>> spare_;
 };
@@ -141,12 +191,10 @@ class HostComputeEncoder final : public ComputeEncoder {
  public:
   explicit HostComputeEncoder(Recording& recorded) : recorded_(recorded) {}
 
-  void set_pipeline(std::shared_ptr<Pipeline> pipeline) override {
-    pipeline_ = std::static_pointer_cast<CpuPipeline>(std::move(pipeline));
-  }
+  void set_pipeline(std::shared_ptr<Pipeline> pipeline) override { pipeline_ = recorded_.retain(pipeline); }
   void set_buffer(std::shared_ptr<Buffer> buffer, size_t offset, uint32_t index) override {
     BoundBuffer& bound = slot(index);
-    bound.buffer = std::move(buffer);
+    bound.buffer = recorded_.retain(buffer);
     bound.offset = offset;
     bound.bytes_length = 0;
     bound.extent = SIZE_MAX;
@@ -154,12 +202,8 @@ class HostComputeEncoder final : public ComputeEncoder {
   void set_buffer_extent(size_t length, uint32_t index) override { slot(index).extent = length; }
   void set_bytes(const void* data, size_t length, uint32_t index) override {
     BoundBuffer& bound = slot(index);
-    bound.buffer.reset();
-    // 16-byte aligned, as any scalar or vector the kernel reads there needs.
-    bound.offset = (recorded_.bytes.size() + 15) / 16 * 16;
-    bound.bytes_length = length;
-    recorded_.bytes.resize(bound.offset + length);
-    std::memcpy(recorded_.bytes.data() + bound.offset, data, length);
+    bound.buffer = nullptr;
+    record_bytes(bound, data, length);
   }
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     if (threadgroup_lengths_.size() <= index) threadgroup_lengths_.resize(index + 1, 0);
@@ -175,10 +219,39 @@ class HostComputeEncoder final : public ComputeEncoder {
                             group};
     for (const BoundBuffer& bound : bindings_) recorded_.bindings.push_back(bound);
     for (size_t length : threadgroup_lengths_) recorded_.threadgroup_lengths.push_back(length);
-    recorded_.commands.emplace_back(std::move(command));
+    recorded_.commands.emplace_back(command);
   }
   void dispatch_threadgroups(Size3 groups, Size3 group) override {
     dispatch_threads(Size3{groups.x * group.x, groups.y * group.y, groups.z * group.z}, group);
+  }
+  // Appends the argument table to the recording directly (the per-argument bindings are
+  // neither read nor kept).
+  void dispatch(const DispatchDescription& work) override {
+    const Size3 group = work.group;
+    const Size3 grid = work.whole_groups ? Size3{work.size.x * group.x, work.size.y * group.y, work.size.z * group.z}
+                                         : work.size;
+    recorded_.commands.emplace_back(DispatchCommand{recorded_.retain(*work.pipeline),
+                                                    static_cast<uint32_t>(recorded_.bindings.size()),
+                                                    work.argument_count,
+                                                    static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
+                                                    work.threadgroup_length_count,
+                                                    grid,
+                                                    group});
+    for (uint32_t i = 0; i < work.argument_count; ++i) {
+      const ArgumentBinding& argument = work.arguments[i];
+      BoundBuffer& bound = recorded_.bindings.emplace_back();
+      if (argument.bytes_length) {
+        record_bytes(bound, argument.bytes, argument.bytes_length);
+      } else {
+        bound.buffer = recorded_.retain(argument.buffer);
+        bound.offset = argument.offset;
+        bound.extent = argument.extent;
+      }
+    }
+    if (work.threadgroup_length_count) {
+      recorded_.threadgroup_lengths.insert(recorded_.threadgroup_lengths.end(), work.threadgroup_lengths,
+                                           work.threadgroup_lengths + work.threadgroup_length_count);
+    }
   }
   // Commands of a host command buffer run one after another: every write is already visible.
   void memory_barrier() override {}
@@ -189,15 +262,31 @@ class HostComputeEncoder final : public ComputeEncoder {
     return bindings_[index];
   }
 
+  // Copies set_bytes data into `bound`, or into the byte pool when it is longer.
+  void record_bytes(BoundBuffer& bound, const void* data, size_t length) {
+    bound.bytes_length = length;
+    if (length == sizeof(int64_t)) {
+      std::memcpy(bound.value, data, sizeof(int64_t));  // set_arg_int's: inline, no library call
+      return;
+    }
+    if (length <= BoundBuffer::kInlineBytes) {
+      std::memcpy(bound.value, data, length);
+      return;
+    }
+    // 16-byte aligned, as any scalar or vector the kernel reads there needs.
+    bound.offset = (recorded_.bytes.size() + 15) / 16 * 16;
+    recorded_.bytes.resize(bound.offset + length);
+    std::memcpy(recorded_.bytes.data() + bound.offset, data, length);
+  }
+
   Recording& recorded_;
-  std::shared_ptr<CpuPipeline> pipeline_;
+  CpuPipeline* pipeline_ = nullptr;
   std::vector<BoundBuffer> bindings_;
   std::vector<size_t> threadgroup_lengths_;
 };
 
 // `args` is scratch space reused across dispatches (its vectors keep their capacity).
 Status run_dispatch(const DispatchCommand& command, Recording& recorded, DispatchArgs& args) {
-  if (!command.pipeline) return Status::error("dispatch without a pipeline");
   args.buffers.resize(command.binding_count);
   args.buffer_lengths.resize(command.binding_count);
   args.device_memory.resize(command.binding_count);
@@ -209,7 +298,8 @@ Status run_dispatch(const DispatchCommand& command, Recording& recorded, Dispatc
       address = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       length = std::min(bound.buffer->length() - bound.offset, bound.extent);
     } else if (bound.bytes_length) {
-      address = recorded.bytes.data() + bound.offset;
+      address = bound.bytes_length <= BoundBuffer::kInlineBytes ? const_cast<unsigned char*>(bound.value)
+                                                                : recorded.bytes.data() + bound.offset;
       length = bound.bytes_length;
     }
     args.buffers[i] = address;
@@ -221,15 +311,18 @@ Status run_dispatch(const DispatchCommand& command, Recording& recorded, Dispatc
   args.threads_per_group = command.group;
   args.grid = command.grid;
   Status status = command.pipeline->execute(args);
-  if (status.ok()) return status;
-  const std::string named = "kernel '" + command.pipeline->name() + "'";
-  if (status.message().rfind(named, 0) != 0) return Status::error(named + ": " + status.message());
-  return status;
+  if (!status.ok()) {
+    const std::string named = "kernel '" + command.pipeline->name() + "'";
+    if (status.message().rfind(named, 0) != 0) status = Status::error(named + ": " + status.message());
+  }
+  return status;  // the one object returned: no copy
 }
 
 Status run_command(const Command& command, Recording& recorded, DispatchArgs& args) {
-  if (const auto* dispatch = std::get_if<DispatchCommand>(&command))
+  if (const auto* dispatch = std::get_if<DispatchCommand>(&command)) {
+    if (!dispatch->pipeline) return Status::error("dispatch without a pipeline");
     return run_dispatch(*dispatch, recorded, args);
+  }
   if (const auto* copy = std::get_if<CopyCommand>(&command)) {
     std::memmove(static_cast<unsigned char*>(copy->destination->contents()) + copy->destination_offset,
                  static_cast<unsigned char*>(copy->source->contents()) + copy->source_offset,
@@ -258,12 +351,12 @@ class HostCommandBuffer final : public CommandBuffer,
   void copy_buffer(std::shared_ptr<Buffer> source, size_t source_offset,
                    std::shared_ptr<Buffer> destination, size_t destination_offset,
                    size_t length) override {
-    recorded_->commands.push_back(CopyCommand{std::move(source), source_offset, std::move(destination),
+    recorded_->commands.push_back(CopyCommand{recorded_->retain(source), source_offset, recorded_->retain(destination),
                                     destination_offset, length});
   }
   void fill_buffer(std::shared_ptr<Buffer> destination, size_t offset, size_t length,
                    uint8_t value) override {
-    recorded_->commands.push_back(FillCommand{std::move(destination), offset, length, value});
+    recorded_->commands.push_back(FillCommand{recorded_->retain(destination), offset, length, value});
   }
   void add_completed_handler(std::function<void(const Status&)> handler) override {
     handlers_.push_back(std::move(handler));

@@ -368,9 +368,10 @@ void run_job(Job* job) {
   {
     // A fault or the timeout in kernel code returns here (kernel_faults.h).
     KernelFaultScope scope(job->faults());
-    if (sigsetjmp(scope.recovery(), 1) == 0) {
+    if (sigsetjmp(scope.recovery(), 0) == 0) {
       run_groups(job, state, context, fallback, &scope);
     } else {
+      scope.after_recovery();
       state.scheduler.abandon_after_fault();
       job->fail(scope.message());
     }

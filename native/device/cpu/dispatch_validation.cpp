@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -50,6 +51,45 @@ struct ShadowByte {
   uint8_t written;
   uint8_t several_readers;
 };
+
+// memcmp(a, b, size) == 0 and memcpy(to, from, size), without a library call for the usual
+// access sizes.
+template <class Word> bool same_word(const unsigned char* a, const unsigned char* b) {
+  Word x, y;
+  std::memcpy(&x, a, sizeof x);
+  std::memcpy(&y, b, sizeof y);
+  return x == y;
+}
+bool same_bytes(const unsigned char* a, const unsigned char* b, uint64_t size) {
+  switch (size) {
+    case 1: return *a == *b;
+    case 2: return same_word<uint16_t>(a, b);
+    case 4: return same_word<uint32_t>(a, b);
+    case 8: return same_word<uint64_t>(a, b);
+    default: return std::memcmp(a, b, size) == 0;
+  }
+}
+void copy_bytes(unsigned char* to, const unsigned char* from, uint64_t size) {
+  switch (size) {
+    case 0: return;
+    case 1: *to = *from; return;
+    case 2: std::memcpy(to, from, 2); return;
+    case 4: std::memcpy(to, from, 4); return;
+    case 8: std::memcpy(to, from, 8); return;
+    default: std::memcpy(to, from, size);
+  }
+}
+
+// The bytes of ShadowByte that hold its state (no padding among them).
+constexpr size_t kShadowStateBytes = offsetof(ShadowByte, several_readers) + sizeof(uint8_t);
+bool same_state(const ShadowByte& a, const ShadowByte& b) { return std::memcmp(&a, &b, kShadowStateBytes) == 0; }
+
+// An element's bytes are usually accessed together and share one state: a run of them keeps it
+// in its first byte's entry (run_length, at most kMaxRun) until an access or an inferred write
+// touches part of it. The other bytes of a run are marked kInRun; 0 marks a byte with its own
+// state.
+constexpr uint8_t kInRun = UINT8_MAX;
+constexpr uint64_t kMaxRun = 16;
 
 uint16_t simdgroup_of(uint32_t thread) { return static_cast<uint16_t>(thread / kSimdWidth); }
 
@@ -135,9 +175,10 @@ std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1
 // A group that runs as barrier regions passes its barriers together and reports them here
 // (on fibers the executor keeps each thread's count).
 struct WorkerShadow {
-  const DispatchValidation* owner = nullptr;
+  DispatchValidation* owner = nullptr;
   const etm_cpu_group* group = nullptr;
   std::vector<ShadowByte> bytes;
+  std::vector<uint8_t> run_length;  // per byte: a run's length at its first byte, kInRun, or 0
   std::vector<unsigned char> values;  // the arena's bytes as the checks last saw them
   // The last checked store or atomic update, which happens after its check: at the next check
   // (or barrier, or the group's end) its bytes are what it wrote.
@@ -146,10 +187,33 @@ struct WorkerShadow {
   uint32_t barriers = 0;
   std::vector<uint32_t> simd_syncs;  // per thread
   bool reported_partial_barrier = false;
+
+  // Gives every byte of [begin, end) its own state again.
+  void split_runs(uint64_t begin, uint64_t end) {
+    uint64_t k = begin;
+    while (k > 0 && run_length[k] == kInRun) --k;  // the first byte of the run holding `begin`
+    for (; k < end; ++k) {
+      const uint8_t length = run_length[k];
+      if (length == 0 || length == kInRun) continue;
+      for (uint64_t j = k + 1; j < k + length; ++j) {
+        bytes[j] = bytes[k];
+        run_length[j] = 0;
+      }
+      run_length[k] = 0;
+    }
+  }
+
+  void settle_pending() {
+    copy_bytes(values.data() + pending_begin, group->arena + pending_begin, pending_end - pending_begin);
+    pending_begin = pending_end = 0;
+  }
 };
 
 namespace {
-thread_local WorkerShadow tl_shadow;
+// The calling worker's shadow, made by its first group and kept for the thread's life. Every
+// check reads the plain pointer: one thread-local load, no initialisation guard.
+thread_local WorkerShadow* tl_shadow = nullptr;
+thread_local std::unique_ptr<WorkerShadow> tl_shadow_storage;
 }  // namespace
 
 bool validation_enabled() {
@@ -188,10 +252,10 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
     bindings_.push_back(binding);
   }
 
-  threadgroup_valid_.assign(threadgroup_bytes, 0);
-  auto mark = [this](uint64_t begin, uint64_t end) {
-    std::fill(threadgroup_valid_.begin() + static_cast<ptrdiff_t>(std::min(begin, threadgroup_bytes_)),
-              threadgroup_valid_.begin() + static_cast<ptrdiff_t>(std::min(end, threadgroup_bytes_)), 1);
+  std::vector<uint8_t> valid(threadgroup_bytes, 0);
+  auto mark = [&](uint64_t begin, uint64_t end) {
+    std::fill(valid.begin() + static_cast<ptrdiff_t>(std::min(begin, threadgroup_bytes_)),
+              valid.begin() + static_cast<ptrdiff_t>(std::min(end, threadgroup_bytes_)), 1);
   };
   if (static_ranges) {
     for (const auto& range : *static_ranges) mark(range.first, range.second);
@@ -199,12 +263,18 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
     mark(0, threadgroup_blocks.empty() ? threadgroup_bytes : threadgroup_blocks.front().first);
   }
   for (const auto& block : threadgroup_blocks) mark(block.first, block.second);
+  valid_end_.assign(threadgroup_bytes, 0);
+  for (uint64_t k = threadgroup_bytes; k-- > 0;) {
+    if (valid[k]) valid_end_[k] = k + 1 < threadgroup_bytes && valid[k + 1] ? valid_end_[k + 1] : static_cast<uint32_t>(k + 1);
+  }
 
   for (const Binding& binding : bindings_)
     ranges_.push_back(etm_cpu_range{binding.begin, binding.length, binding.reach});
   table_.threadgroup_span = kThreadgroupMemoryLimit + kValidationArenaSlack;
   table_.state = this;
   table_.check = &DispatchValidation::check;
+  table_.worker = &DispatchValidation::worker;
+  table_.check_threadgroup = &DispatchValidation::check_threadgroup_access;
   table_.barrier = &DispatchValidation::pass_barrier;
   table_.simd_sync = &DispatchValidation::pass_simd_sync;
   allow_reads(buffers_.data(), buffers_.size() * sizeof(void*));
@@ -217,10 +287,16 @@ void DispatchValidation::allow_reads(const void* data, uint64_t length) {
 }
 
 void DispatchValidation::begin_group(const etm_cpu_group& group) {
-  WorkerShadow& shadow = tl_shadow;
+  if (!tl_shadow) {
+    tl_shadow_storage = std::make_unique<WorkerShadow>();
+    tl_shadow = tl_shadow_storage.get();
+  }
+  WorkerShadow& shadow = *tl_shadow;
   shadow.owner = this;
   shadow.group = &group;
-  shadow.bytes.assign(threadgroup_bytes_, ShadowByte{});
+  shadow.bytes.resize(threadgroup_bytes_);
+  std::memset(static_cast<void*>(shadow.bytes.data()), 0, threadgroup_bytes_ * sizeof(ShadowByte));
+  shadow.run_length.assign(threadgroup_bytes_, 0);
   shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
   shadow.pending_begin = shadow.pending_end = 0;
   shadow.barriers = 0;
@@ -244,20 +320,21 @@ void DispatchValidation::locate_thread(const WorkerShadow& shadow, uint32_t thre
 
 void DispatchValidation::pass_barrier(void* state, uint32_t live) {
   auto* self = static_cast<DispatchValidation*>(state);
-  WorkerShadow& shadow = tl_shadow;
-  if (shadow.owner != self || !shadow.group) return;
+  WorkerShadow* current = tl_shadow;
+  if (!current || current->owner != self || !current->group) return;
+  WorkerShadow& shadow = *current;
   const uint32_t count = shadow.group->thread_count;
   self->released_in(shadow, live, shadow.reported_partial_barrier ? 0 : count - live);
   shadow.reported_partial_barrier = shadow.reported_partial_barrier || live != count;
   ++shadow.barriers;
 }
 
-void DispatchValidation::pass_simd_sync(void* state, uint32_t first, uint64_t lanes) {
-  WorkerShadow& shadow = tl_shadow;
-  if (shadow.owner != state) return;
+void DispatchValidation::pass_simd_sync(void* worker, uint32_t first, uint64_t lanes) {
+  auto* shadow = static_cast<WorkerShadow*>(worker);
+  if (!shadow || !shadow->group) return;
   for (; lanes; lanes &= lanes - 1) {
     const uint64_t thread = first + static_cast<uint64_t>(__builtin_ctzll(lanes));
-    if (thread < shadow.simd_syncs.size()) ++shadow.simd_syncs[thread];
+    if (thread < shadow->simd_syncs.size()) ++shadow->simd_syncs[thread];
   }
 }
 
@@ -289,18 +366,30 @@ void DispatchValidation::report(const std::string& what, const etm_cpu_group* gr
 void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
                                uint32_t running) {
   auto* self = static_cast<DispatchValidation*>(state);
-  // Accesses inside a binding never get here, nor most that are far from every binding and the
-  // arena: the kernel settles them (etm_cpu_counters.h).
-  WorkerShadow& shadow = tl_shadow;
-  if (shadow.owner != self || !shadow.group) return;
-  const uintptr_t arena = reinterpret_cast<uintptr_t>(shadow.group->arena);
-  if (address - arena < self->table_.threadgroup_span) {
-    self->check_threadgroup(shadow, address - arena, size, kind, site, running);
-    return;
-  }
+  // Accesses inside a binding never get here, nor most that are far from every binding, nor
+  // threadgroup memory's: the kernel settles them or hands them to check_threadgroup_access
+  // (etm_cpu_counters.h).
+  WorkerShadow* shadow = tl_shadow;
+  if (!shadow || shadow->owner != self || !shadow->group) return;
+  self->check_device(*shadow, address, size, kind, site, running);
+}
+
+void* DispatchValidation::worker(void* state) {
+  WorkerShadow* shadow = tl_shadow;
+  return shadow && shadow->owner == state ? shadow : nullptr;
+}
+
+void DispatchValidation::check_threadgroup_access(void* worker, uint64_t offset, uint64_t size, uint32_t kind,
+                                                  uintptr_t site, uint32_t running) {
+  auto* shadow = static_cast<WorkerShadow*>(worker);
+  if (shadow && shadow->group) shadow->owner->check_threadgroup(*shadow, offset, size, kind, site, running);
+}
+
+void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind,
+                                      uintptr_t site, uint32_t running) {
   const Binding* nearest = nullptr;
   uint64_t nearest_distance = UINT64_MAX;
-  for (const Binding& binding : self->bindings_) {
+  for (const Binding& binding : bindings_) {
     const auto signed_offset = static_cast<int64_t>(address - binding.begin);
     const uint64_t distance = signed_offset < 0 ? static_cast<uint64_t>(-signed_offset)
                                                 : static_cast<uint64_t>(signed_offset) + size - binding.length;
@@ -313,10 +402,10 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
   uint32_t thread = kNoThread, barriers = 0, syncs = 0;
   locate_thread(shadow, running, &thread, &barriers, &syncs);
   const auto offset = static_cast<int64_t>(address - nearest->begin);
-  self->report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at byte offset " +
-                   std::to_string(offset) + " of buffer " + std::to_string(nearest->index) + ", out of bounds (" +
-                   (nearest->device ? "" : "set_bytes data, ") + bytes_text(nearest->length) + " bound)",
-               shadow.group, thread, site);
+  report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at byte offset " + std::to_string(offset) +
+             " of buffer " + std::to_string(nearest->index) + ", out of bounds (" +
+             (nearest->device ? "" : "set_bytes data, ") + bytes_text(nearest->length) + " bound)",
+         shadow.group, thread, site);
 }
 
 // Stores the compiler did not instrument (a store after a load of the same location in one
@@ -326,10 +415,7 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
   const unsigned char* arena = shadow.group->arena;
   unsigned char* values = shadow.values.data();
   // The last checked store has happened: the bytes it changed are its own.
-  if (shadow.pending_end > shadow.pending_begin) {
-    std::memcpy(values + shadow.pending_begin, arena + shadow.pending_begin, shadow.pending_end - shadow.pending_begin);
-    shadow.pending_begin = shadow.pending_end = 0;
-  }
+  shadow.settle_pending();
   // Racing bytes in a row with the same writer, partner and kind make one report.
   uint64_t run_begin = 0, run_end = 0;
   uint32_t run_writer = kNoThread, run_other = kNoThread;
@@ -353,6 +439,7 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
     }
     if (values[k] == arena[k]) continue;
     values[k] = arena[k];
+    if (shadow.run_length[k] != 0) shadow.split_runs(k, k + 1);
     ShadowByte& s = shadow.bytes[k];
     if (!s.last_epoch) continue;
     const bool written_by_other = s.write_epoch == s.last_epoch && s.writer != s.last_thread;
@@ -371,7 +458,7 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
   flush();
 }
 
-void DispatchValidation::report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind,
+__attribute__((noinline, cold)) void DispatchValidation::report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind,
                                      uint32_t thread, uint32_t other, const char* other_did, bool inferred,
                                      uintptr_t site) {
   const std::string who = other == kSeveralThreads ? std::string("other threads") : thread_text(group, other);
@@ -385,15 +472,17 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
                                            uintptr_t site, uint32_t running) {
   uint32_t thread = kNoThread, barriers = 0, syncs = 0;
   locate_thread(shadow, running, &thread, &barriers, &syncs);
-  bool inside = offset + size <= threadgroup_bytes_;
-  for (uint64_t k = 0; inside && k < size; ++k) inside = threadgroup_valid_[offset + k] != 0;
-  if (!inside) {
-    report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
-               std::to_string(offset) + ", outside every threadgroup variable and [[threadgroup(i)]] block",
-           shadow.group, thread, site);
+  const uint64_t valid_end = offset < threadgroup_bytes_ ? valid_end_[offset] : 0;
+  if (valid_end <= offset || size > valid_end - offset) {
+    report_threadgroup(shadow, offset, size, kind, thread, site,
+                       ", outside every threadgroup variable and [[threadgroup(i)]] block");
     return;
   }
-  infer_writes(shadow, offset, offset + size);
+  // Bytes the access covers that changed since the checks last saw them were written by code
+  // the compiler did not instrument (the last checked store's own bytes are settled first).
+  shadow.settle_pending();
+  if (!same_bytes(shadow.values.data() + offset, shadow.group->arena + offset, size))
+    infer_writes(shadow, offset, offset + size);
   if (kind != ETM_CPU_ACCESS_LOAD) {
     shadow.pending_begin = offset;
     shadow.pending_end = offset + size;
@@ -404,8 +493,7 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
   bool uninitialised = false;
   uint32_t other = kNoThread;
   const char* other_did = "";
-  for (uint64_t k = 0; k < size; ++k) {
-    ShadowByte& s = shadow.bytes[offset + k];
+  auto visit = [&](ShadowByte& s) {
     s.last_thread = me;
     s.last_syncs = syncs;
     // What an atomic operation changes is no plain write for infer_writes to find.
@@ -439,19 +527,43 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
         other_did = written_by_other ? "wrote" : "read";
       }
     }
+  };
+  ShadowByte* bytes = shadow.bytes.data() + offset;
+  uint8_t* run = shadow.run_length.data() + offset;
+  if (size > 1 && run[0] == size) {
+    visit(bytes[0]);  // the element's run: one state for its bytes
+  } else {
+    shadow.split_runs(offset, offset + size);
+    // Bytes in one state before the access are in one state after it (and add no finding the
+    // first byte does not): they become a run.
+    bool uniform = size > 1 && size <= kMaxRun;
+    for (uint64_t k = 1; uniform && k < size; ++k) uniform = same_state(bytes[k], bytes[0]);
+    if (uniform) {
+      visit(bytes[0]);
+      run[0] = static_cast<uint8_t>(size);
+      std::memset(run + 1, kInRun, size - 1);
+    } else {
+      for (uint64_t k = 0; k < size; ++k) visit(bytes[k]);
+    }
   }
   if (uninitialised) {
-    report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
-               std::to_string(offset) + " that no thread of the group has written (uninitialised)",
-           shadow.group, thread, site);
+    report_threadgroup(shadow, offset, size, kind, thread, site, " that no thread of the group has written (uninitialised)");
   } else if (other != kNoThread) {
     report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
   }
 }
 
+// Reporting is rare: kept out of line, so the checks' own code stays small.
+__attribute__((noinline, cold)) void DispatchValidation::report_threadgroup(const WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind,
+                                            uint32_t thread, uintptr_t site, const char* problem) {
+  report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
+             std::to_string(offset) + problem,
+         shadow.group, thread, site);
+}
+
 void DispatchValidation::barrier_released(const etm_cpu_group& group, uint32_t released, uint32_t finished) {
-  WorkerShadow& shadow = tl_shadow;
-  if (shadow.owner == this && shadow.group == &group) released_in(shadow, released, finished);
+  WorkerShadow* shadow = tl_shadow;
+  if (shadow && shadow->owner == this && shadow->group == &group) released_in(*shadow, released, finished);
 }
 
 void DispatchValidation::released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished) {
@@ -467,8 +579,8 @@ void DispatchValidation::released_in(WorkerShadow& shadow, uint32_t released, ui
 }
 
 void DispatchValidation::end_group() {
-  WorkerShadow& shadow = tl_shadow;
-  if (shadow.owner == this && shadow.group) infer_writes(shadow, 0, threadgroup_bytes_);
+  WorkerShadow* shadow = tl_shadow;
+  if (shadow && shadow->owner == this && shadow->group) infer_writes(*shadow, 0, threadgroup_bytes_);
 }
 
 Status DispatchValidation::outcome(const Status& executed) const {

@@ -87,17 +87,25 @@ class DispatchValidation {
 
   // The kernel's calls (etm_cpu_validation).
   static void check(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t running);
+  static void* worker(void* state);
+  static void check_threadgroup_access(void* worker, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
+                                       uint32_t running);
   static void pass_barrier(void* state, uint32_t live);
-  static void pass_simd_sync(void* state, uint32_t first, uint64_t lanes);
+  static void pass_simd_sync(void* worker, uint32_t first, uint64_t lanes);
   // The calling worker's group state is looked up once per call from the kernel and handed on.
   static void locate_thread(const WorkerShadow& shadow, uint32_t running, uint32_t* index, uint32_t* barriers,
                             uint32_t* syncs);
   void check_threadgroup(WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
                          uint32_t running);
+  void check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
+                    uint32_t running);
   void released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished);
   void infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end);
   void report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
                    uint32_t other, const char* other_did, bool inferred, uintptr_t site);
+  // `problem` follows the access's description ("reads 4 bytes at threadgroup memory offset 8").
+  void report_threadgroup(const WorkerShadow& shadow, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
+                          uintptr_t site, const char* problem);
   void report(const std::string& what, const etm_cpu_group* group, uint32_t thread, uintptr_t site);
   std::string thread_text(const etm_cpu_group& group, uint32_t thread) const;
 
@@ -106,7 +114,8 @@ class DispatchValidation {
   std::vector<etm_cpu_range> ranges_;  // what the kernel lets pass: bindings, launch data
   std::vector<void*> buffers_;
   std::vector<unsigned char> constant_copies_;
-  std::vector<uint8_t> threadgroup_valid_;  // per byte of the layout: 1 inside a variable or block
+  // Per byte of the layout: the end of the variable or block that holds it (0: none does).
+  std::vector<uint32_t> valid_end_;
   uint64_t threadgroup_bytes_;
   etm_cpu_validation table_{};
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "device/settings.h"
 
@@ -223,6 +224,7 @@ long current_thread_id() { return syscall(SYS_gettid); }
 constexpr size_t kMaxScopes = 1024;
 std::atomic<long> g_scope_threads[kMaxScopes];
 std::atomic<KernelFaultScope*> g_scopes[kMaxScopes];
+std::atomic<const DispatchFaults*> g_scope_faults[kMaxScopes];  // the dispatch of each scope
 
 int interrupt_signal() { return SIGRTMIN + 3; }
 
@@ -283,18 +285,20 @@ struct FaultHandlers {
     if (scope && (in_kernel_code(pc) || near_stack_pointer)) {
       scope->fault_ = near_stack_pointer ? KernelFaultScope::Fault::stack_overflow : KernelFaultScope::Fault::memory_access;
       scope->address_ = address;
+      scope->signal_ = signal;
       siglongjmp(scope->recovery_, 1);
     }
     forward(signal == SIGBUS ? g_previous_bus : g_previous_segv, signal, info, raw_context);
   }
 
-  static void on_interrupt(int, siginfo_t*, void* raw_context) {
+  static void on_interrupt(int signal, siginfo_t*, void* raw_context) {
     auto* context = static_cast<ucontext_t*>(raw_context);
     const uintptr_t pc = static_cast<uintptr_t>(context->uc_mcontext.gregs[REG_RIP]);
     KernelFaultScope* scope = armed_scope();
     // Only kernel code is left mid-way: the executor's and the C library's state stay whole.
     if (scope && scope->faults_->timed_out() && in_kernel_code(pc)) {
       scope->fault_ = KernelFaultScope::Fault::timeout;
+      scope->signal_ = signal;
       siglongjmp(scope->recovery_, 1);
     }
   }
@@ -360,9 +364,11 @@ struct FaultHandlers {
         }
         // Past its deadline: interrupt its threads now and every 20 ms until it ends.
         w.faults->timed_out_.store(true, std::memory_order_release);
-        {
-          std::lock_guard<std::mutex> threads(w.faults->mutex_);
-          w.faults->for_each_thread([](long thread) { syscall(SYS_tgkill, getpid(), thread, interrupt_signal()); });
+        // A thread that has just left (or moved to another dispatch) ignores the signal.
+        for (size_t i = 0; i < kMaxScopes; ++i) {
+          if (g_scope_faults[i].load(std::memory_order_acquire) != w.faults) continue;
+          const long thread = g_scope_threads[i].load(std::memory_order_acquire);
+          if (thread) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
         }
         w.deadline = now + std::chrono::milliseconds(20);
         next = std::min(next, w.deadline);
@@ -393,50 +399,66 @@ DispatchTimeout::~DispatchTimeout() {
   if (faults_) FaultHandlers::unwatch(faults_);
 }
 
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults), thread_(current_thread_id()) {
-  thread_local SignalStack signal_stack;
-  FaultHandlers::install();
-  {
-    std::lock_guard<std::mutex> lock(faults_->mutex_);
-    faults_->add_thread(thread_);
-  }
-  for (size_t i = 0; i < kMaxScopes; ++i) {
-    long expected = 0;
-    if (g_scope_threads[i].compare_exchange_strong(expected, thread_, std::memory_order_acq_rel)) {
-      g_scopes[i].store(this, std::memory_order_release);
-      slot_ = i;
-      return;
+namespace {
+
+// A thread's entry in the scope table, claimed at its first scope and kept until it exits, so
+// that arming a scope is two stores. SIZE_MAX while every entry is taken (its faults then
+// keep their default action).
+struct ScopeSlot {
+  size_t index = SIZE_MAX;
+  ScopeSlot() { claim(); }
+  ScopeSlot(const ScopeSlot&) = delete;
+  ScopeSlot& operator=(const ScopeSlot&) = delete;
+  void claim() {
+    const long thread = current_thread_id();
+    for (size_t i = 0; i < kMaxScopes; ++i) {
+      long expected = 0;
+      if (g_scope_threads[i].compare_exchange_strong(expected, thread, std::memory_order_acq_rel)) {
+        index = i;
+        return;
+      }
     }
   }
-  // Every slot taken: this thread's faults keep their default action.
+  ~ScopeSlot() {
+    if (index < kMaxScopes) g_scope_threads[index].store(0, std::memory_order_release);
+  }
+};
+
+// The calling thread's entry; its first call also gives the thread a signal stack and makes
+// sure the handlers are installed.
+size_t thread_scope_slot() {
+  struct ThreadState {
+    ThreadState() { FaultHandlers::install(); }
+    SignalStack signal_stack;
+    ScopeSlot slot;
+  };
+  thread_local ThreadState state;
+  if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
+  return state.slot.index;
+}
+
+}  // namespace
+
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {
+  slot_ = thread_scope_slot();
+  if (slot_ >= kMaxScopes) return;
+  g_scope_faults[slot_].store(faults_, std::memory_order_release);
+  g_scopes[slot_].store(this, std::memory_order_release);
 }
 
 KernelFaultScope::~KernelFaultScope() {
   if (slot_ < kMaxScopes) {
     g_scopes[slot_].store(nullptr, std::memory_order_release);
-    g_scope_threads[slot_].store(0, std::memory_order_release);
-  }
-  std::lock_guard<std::mutex> lock(faults_->mutex_);
-  faults_->remove_thread(thread_);
-}
-
-void DispatchFaults::add_thread(long thread) {
-  if (thread_count_ < kInlineThreads) {
-    threads_[thread_count_++] = thread;
-  } else {
-    more_threads_.push_back(thread);
+    g_scope_faults[slot_].store(nullptr, std::memory_order_release);
   }
 }
 
-void DispatchFaults::remove_thread(long thread) {
-  for (size_t i = 0; i < thread_count_; ++i) {
-    if (threads_[i] == thread) {
-      threads_[i] = threads_[--thread_count_];
-      return;
-    }
-  }
-  const auto found = std::find(more_threads_.begin(), more_threads_.end(), thread);
-  if (found != more_threads_.end()) more_threads_.erase(found);
+void KernelFaultScope::after_recovery() {
+  if (signal_ == 0) return;
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, signal_);
+  pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
 }
 
 std::string KernelFaultScope::message() const {
@@ -474,6 +496,7 @@ DispatchTimeout::DispatchTimeout(DispatchFaults*, uint64_t) : faults_(nullptr) {
 DispatchTimeout::~DispatchTimeout() = default;
 KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {}
 KernelFaultScope::~KernelFaultScope() = default;
+void KernelFaultScope::after_recovery() {}
 std::string KernelFaultScope::message() const { return "stopped by a fault"; }
 
 }  // namespace etm::device::cpu

@@ -23,9 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <vector>
 
 namespace etm::device::cpu {
 
@@ -48,19 +46,8 @@ class DispatchFaults {
   friend struct FaultHandlers;
   std::atomic<bool> timed_out_{false};
   uint64_t timeout_ms_ = 0;
-  std::mutex mutex_;
-  // The kernel threads (tids) inside a scope of this dispatch, under mutex_: the first ones
-  // inline (a heap allocation per dispatch cost ~360 instructions), the rest in more_threads_.
-  static constexpr size_t kInlineThreads = 16;
-  long threads_[kInlineThreads] = {};
-  size_t thread_count_ = 0;
-  std::vector<long> more_threads_;
-  void add_thread(long thread);
-  void remove_thread(long thread);
-  template <class F> void for_each_thread(F f) const {
-    for (size_t i = 0; i < thread_count_; ++i) f(threads_[i]);
-    for (long thread : more_threads_) f(thread);
-  }
+  // Its threads are the ones whose armed scope names it (the handlers' table of scopes): the
+  // watchdog finds them there, so arming a scope takes no lock.
 };
 
 // Watches a dispatch for as long as it lives: past the timeout, its threads are interrupted.
@@ -77,7 +64,10 @@ class DispatchTimeout {
 
 // Arms fault recovery for the calling thread. Use as
 //   KernelFaultScope scope(&faults);
-//   if (sigsetjmp(scope.recovery(), 1) == 0) { ...kernel calls... } else { fail(scope.message()); }
+//   if (sigsetjmp(scope.recovery(), 0) == 0) { ...kernel calls... }
+//   else { scope.after_recovery(); fail(scope.message()); }
+// (sigsetjmp need not save the signal mask, a system call per dispatch: after_recovery
+// unblocks the one signal whose handler jumped back, the only change to the mask.)
 class KernelFaultScope {
  public:
   explicit KernelFaultScope(DispatchFaults* faults);
@@ -90,6 +80,8 @@ class KernelFaultScope {
   void set_group(const uint32_t position[3]) {
     for (int i = 0; i < 3; ++i) group_[i] = position[i];
   }
+  // After a recovery: restores the signal mask the handler's signal changed.
+  void after_recovery();
   // After a recovery: what happened, e.g. "stack overflow in threadgroup (0, 0, 0)".
   std::string message() const;
 
@@ -98,11 +90,11 @@ class KernelFaultScope {
   enum class Fault { none, stack_overflow, memory_access, timeout };
   sigjmp_buf recovery_;
   DispatchFaults* faults_;
-  long thread_ = 0;
-  size_t slot_ = SIZE_MAX;  // this scope's entry in the handlers' table (SIZE_MAX: none)
+  size_t slot_ = SIZE_MAX;  // this thread's entry in the handlers' table (SIZE_MAX: none)
   uint32_t group_[3] = {0, 0, 0};
   volatile Fault fault_ = Fault::none;
   volatile uintptr_t address_ = 0;
+  volatile int signal_ = 0;  // the signal that jumped to the recovery point
 };
 
 }  // namespace etm::device::cpu

@@ -42,6 +42,14 @@ int collective_operands(const std::string& name) {
   return -1;
 }
 
+// simd_ reductions: the group computes every simdgroup's result once all threads have
+// published (etm_regions::simd_reduce_<name>), each thread then reads its simdgroup's.
+bool is_simd_reduction(const std::string& name) {
+  static const std::set<std::string> kReductions = {"simd_sum", "simd_product", "simd_min", "simd_max",
+                                                    "simd_and", "simd_or",      "simd_xor"};
+  return kReductions.count(name) != 0;
+}
+
 // Collectives whose operand is a vote (bool) and whose region form is no template.
 bool is_vote_collective(const std::string& name) {
   const std::string base = name.substr(5);
@@ -198,16 +206,18 @@ class RegionWriter {
     out = "\n#if !ETM_CPU_NO_REGIONS\n#line " + std::to_string(t_.line(open)) + "\n" + s_.template_header +
           "ETM_REGION_FUNCTION inline int " + s_.function_name + "(" + parameters +
           "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-          "(void)etm__launch; const uint32_t etm__count = etm__group->thread_count; "
+          "(void)etm__launch; ETM_CPU_LOCAL_GROUP(etm__group) const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
           "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
           "etm__count), etm__count); " +
           matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
-          "uint32_t etm__live = etm__count; (void)etm__live; "
-          "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { etm__done[etm__i] = false; " +
-          parameter_copies_ + "} " + group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
+          "uint32_t etm__live = etm__count; (void)etm__live; __builtin_memset(etm__done, 0, etm__count); " +
+          (parameter_copies_.empty() ? ""
+                                     : "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { " +
+                                           parameter_copies_ + "} ") +
+          group_sites_ + body_ + "\nreturn 0; }\n#endif\n";
     return true;
   }
 
@@ -425,15 +435,6 @@ class RegionWriter {
     scopes_.pop_back();
   }
 
-  // Where a region loop skips a thread: returned, or outside the current predicated branch.
-  // In a kernel without `return` no thread is ever done: the loops test nothing for it, which
-  // lets the compiler vectorise them.
-  std::string skip_condition() const {
-    if (masks_.empty()) return kernel_returns_ ? "etm__done[etm__index]" : "false";
-    if (!kernel_returns_) return "!" + masks_.back() + "[etm__index]";
-    return "(etm__done[etm__index] || !" + masks_.back() + "[etm__index])";
-  }
-
   void statement(size_t begin, size_t end, bool top) {
     if (t_.is(begin, ";")) return;
     if (!range_synchronises(t_, begin, end, synchronising_)) {
@@ -572,8 +573,8 @@ class RegionWriter {
       sites.push_back(site);
       sites_ += "etm_regions::collective " + site +
                 "(__builtin_alloca(size_t(etm__count) * etm_regions::kCollectiveSlotBytes), "
-                "__builtin_alloca(etm_regions::collective::joined_bytes(etm__count)), etm__count); ";
-      region_reset_ += site + ".reset(etm__index); ";
+                "__builtin_alloca(etm_regions::collective::flags_bytes(etm__count)), etm__count); ";
+      region_reset_ += site + ".reset(); ";
       std::string operand = "true";
       if (collective_operands(call.name) == 1) {
         operand.clear();
@@ -595,6 +596,16 @@ class RegionWriter {
     // buffer they get on the threads' behalf, between barriers of its own.
     if (!group_steps.empty())
       body_ += "\netm_cpu_kernel::pass_barrier(etm__live);" + group_steps + "\netm_cpu_kernel::pass_barrier(etm__live);";
+    // The simd_ reductions, for the whole group. Their operand type is the operand's in a
+    // thread's view (thread 0's names, unevaluated).
+    for (size_t c = 0; c < calls.size(); ++c) {
+      if (calls[c].group || !is_simd_reduction(calls[c].name)) continue;
+      std::string operand;
+      region_text(calls[c].arguments[0].first, calls[c].arguments[0].second, &operand);
+      body_ += "\n{ const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + aliases() +
+               "etm_regions::simd_reduce_" + calls[c].name.substr(5) + "<std::decay_t<decltype(" + operand + "\n)>>(" +
+               sites[c] + "); }";
+    }
     // Answer.
     for (size_t c = 0; c < calls.size(); ++c) {
       const CollectiveCall& call = calls[c];
@@ -602,7 +613,7 @@ class RegionWriter {
         replacements_[call.first] = {t_.partner(call.open) + 1, sites[c] + ".results[etm__index]"};
         continue;
       }
-      std::string replacement = "etm_regions::" + call.name;
+      std::string replacement = "etm_regions::" + (is_simd_reduction(call.name) ? "simd_reduction" : call.name);
       if (!is_vote_collective(call.name)) {
         std::string operand;
         region_text(call.arguments[0].first, call.arguments[0].second, &operand);
@@ -641,7 +652,7 @@ class RegionWriter {
     group_sites_ += type + " " + site + "(__builtin_alloca(sizeof(" + arguments + ") * etm__count), __builtin_alloca(sizeof(" +
                     result + ") * etm__count), __builtin_alloca(etm__count)); ";
     group_stand_ins_ += "auto& " + site + " = etm_regions::stand_in<" + type + ">(); (void)" + site + "; ";
-    region_reset_ += site + ".reset(etm__index); ";
+    region_reset_ += site + ".reset(etm__count); ";
     region_code_ += site + ".publish(etm__index, etm_regions::arguments_of(" + list + ")); ";
     region_has_code_ = true;
     *steps += "\netm_regions::c10_" + call.name + "(" + site + ", etm__count);";
@@ -756,7 +767,7 @@ class RegionWriter {
     // The initialisation (its declarations: the threads' own), and who enters the loop.
     if (t_.is(begin, "for") && condition_begin > open + 2) region_statement(open + 1, condition_begin, false);
     open_region();
-    region_reset_ += mask + "[etm__index] = false; ";
+    region_reset_ += "__builtin_memset(" + mask + ", 0, etm__count); ";
     region_code_ += mask + "[etm__index] = true; ";
     region_has_code_ = true;
     close_region();
@@ -825,7 +836,8 @@ class RegionWriter {
     sites_ += "bool* " + then_mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); bool* " + else_mask +
               " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
     open_region();
-    region_reset_ += then_mask + "[etm__index] = false; " + else_mask + "[etm__index] = false; ";
+    region_reset_ += "__builtin_memset(" + then_mask + ", 0, etm__count); __builtin_memset(" + else_mask +
+                     ", 0, etm__count); ";
     std::string condition;
     if (!region_text(open + 1, close, &condition)) return;
     region_code_ += "{ const bool etm__c = bool(" + condition + "); " + then_mask + "[etm__index] = etm__c; " +
@@ -888,10 +900,25 @@ class RegionWriter {
     if (!region_open_) return;
     region_open_ = false;
     if (!region_has_code_ && region_reset_.empty()) return;  // declarations without initializers only
-    body_ += "\nfor (uint32_t etm__index = 0; etm__index < etm__count; ++etm__index) { " + region_reset_ + "if (" +
-             skip_condition() + ") continue; etm_cpu_kernel::enter_thread(etm__index); " + thread_code_ + region_code_ +
-             "\n}";
+    // The group first resets the call sites and masks the region fills.
+    body_ += "\n" + region_reset_;
     region_reset_.clear();
+    const std::string thread =
+        "etm_cpu_kernel::enter_thread(etm__index); " + thread_code_ + region_code_ + "\n}";
+    if (masks_.empty()) {
+      // In a kernel without `return` no thread is ever done: the loop tests nothing, which lets
+      // the compiler vectorise it.
+      body_ += "for (uint32_t etm__index = 0; etm__index < etm__count; ++etm__index) { " +
+               std::string(kernel_returns_ ? "if (etm__done[etm__index]) continue; " : "") + thread;
+    } else {
+      // Under a predicated branch the loop visits the mask's threads only (not returned), by
+      // their bits 32 lanes at a time: a branch often holds a few threads of the group.
+      std::string lanes = "etm_regions::flagged_lanes(" + masks_.back() + ", etm__base, etm__count)";
+      if (kernel_returns_) lanes += " & etm_regions::active_lanes(etm__done, etm__base, etm__count)";
+      body_ += "for (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) for (uint64_t etm__lanes = " +
+               lanes + "; etm__lanes != 0; etm__lanes &= etm__lanes - 1) { const uint32_t etm__index = etm__base + "
+               "uint32_t(__builtin_ctzll(etm__lanes)); " + thread;
+    }
     if (region_returns_) body_ += " etm__next" + std::to_string(region_id_) + ":;";
     body_ += " }";
     // Once every thread has returned, nothing after runs (group-level code included).
@@ -1222,7 +1249,7 @@ class RegionWriter {
   unsigned next_member_ = 0;
   unsigned next_type_ = 0;
   std::string region_code_;
-  std::string region_reset_;  // runs for every thread of a region loop, before the skip
+  std::string region_reset_;  // group code before the region loop: resets the sites it fills
   std::string sites_;         // the collectives' lane arrays and the predicate masks
   std::vector<std::string> masks_;
   std::map<size_t, std::pair<size_t, std::string>> replacements_;  // token -> (end, code)

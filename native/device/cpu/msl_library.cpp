@@ -165,7 +165,15 @@ uint64_t align16(uint64_t n) { return (n + 15) / 16 * 16; }
 class CpuKernelPipeline : public CpuPipeline {
  public:
   CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object)
-      : kernel_(kernel), object_(std::move(object)), timeout_ms_(kernel_timeout_ms()) {}
+      : kernel_(kernel), object_(std::move(object)), timeout_ms_(kernel_timeout_ms()) {
+    for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
+      const KernelArgument& a = kernel_.arguments[k];
+      if (a.kind == KernelArgumentKind::buffer) {
+        buffer_checks_.push_back({a.index, static_cast<uint32_t>(k), a.optional, object_->argument_sizes()[k]});
+      }
+      has_threadgroup_arguments_ = has_threadgroup_arguments_ || a.kind == KernelArgumentKind::threadgroup_memory;
+    }
+  }
 
   const std::string& name() const override { return kernel_.name; }
   uint32_t max_total_threads_per_threadgroup() const override {
@@ -211,31 +219,34 @@ class CpuKernelPipeline : public CpuPipeline {
 
     // Arguments must be bound; references must have their whole value behind them.
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
-    uint32_t dynamic_offsets[kMaxArgumentIndex + 1] = {};
+    uint32_t dynamic_offsets[kMaxArgumentIndex + 1];  // read only at the kernel's threadgroup indices
     // While validating each block is followed by unused bytes, which Metal's limit ignores.
     const bool validating = validation_enabled();
     const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
     uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
+    if (has_threadgroup_arguments_ || validating) std::fill(std::begin(dynamic_offsets), std::end(dynamic_offsets), 0);
     std::vector<std::pair<uint64_t, uint64_t>> dynamic_blocks;
     size_t padded_size = 0;
-    for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
+    for (const BufferCheck& check : buffer_checks_) {
+      const uint32_t index = check.index;
+      if (index >= args.buffers.size() || !args.buffers[index]) {
+        // A function-constant-conditional argument may be absent: the kernel gets null.
+        if (check.optional) {
+          if (index >= args.buffers.size()) padded_size = std::max<size_t>(padded_size, index + 1);
+          continue;
+        }
+        return Status::error(argument_label(kernel_.arguments[check.argument]) + " (buffer " +
+                             std::to_string(index) + ") is not bound");
+      }
+      if (check.needed && index < args.buffer_lengths.size() && args.buffer_lengths[index] < check.needed) {
+        return Status::error(argument_label(kernel_.arguments[check.argument]) + " (buffer " +
+                             std::to_string(index) + ") reads " + std::to_string(check.needed) +
+                             " bytes, but only " + std::to_string(args.buffer_lengths[index]) + " are bound");
+      }
+    }
+    for (size_t k = 0; has_threadgroup_arguments_ && k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
-      if (a.kind == KernelArgumentKind::buffer) {
-        if (a.index >= args.buffers.size() || !args.buffers[a.index]) {
-          // A function-constant-conditional argument may be absent: the kernel gets null.
-          if (a.optional) {
-            if (a.index >= args.buffers.size()) padded_size = std::max<size_t>(padded_size, a.index + 1);
-            continue;
-          }
-          return Status::error(argument_label(a) + " (buffer " + std::to_string(a.index) + ") is not bound");
-        }
-        const uint64_t needed = object_->argument_sizes()[k];
-        if (needed && a.index < args.buffer_lengths.size() && args.buffer_lengths[a.index] < needed) {
-          return Status::error(argument_label(a) + " (buffer " + std::to_string(a.index) + ") reads " +
-                               std::to_string(needed) + " bytes, but only " +
-                               std::to_string(args.buffer_lengths[a.index]) + " are bound");
-        }
-      } else if (a.kind == KernelArgumentKind::threadgroup_memory) {
+      if (a.kind == KernelArgumentKind::threadgroup_memory) {
         if (a.index > kMaxArgumentIndex) {
           return Status::error(argument_label(a) + ": threadgroup memory index " +
                                std::to_string(a.index) + " is out of range");
@@ -291,6 +302,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.threadgroup_bytes = threadgroup_bytes;
     dispatch.timeout_ms = timeout_ms_;
     dispatch.validation = validation.get();
+    if (!validation && !counting) return execute_dispatch(dispatch);  // returned in place: no copy
     Status status = execute_dispatch(dispatch);
     if (validation) status = validation->outcome(status);
     if (status.ok() && counting) {
@@ -309,6 +321,15 @@ class CpuKernelPipeline : public CpuPipeline {
 
   TranslatedKernel kernel_;
   std::shared_ptr<KernelObject> object_;
+  // The buffer arguments' checks, from kernel_ and object_ once (every dispatch runs them).
+  struct BufferCheck {
+    uint32_t index;     // in the argument table
+    uint32_t argument;  // in kernel_.arguments
+    bool optional;
+    uint64_t needed;    // bytes a reference argument reads (0: a pointer)
+  };
+  std::vector<BufferCheck> buffer_checks_;
+  bool has_threadgroup_arguments_ = false;
   // Read when the pipeline is made: reading the environment costs ~900 instructions, an
   // eighth of a small dispatch.
   const uint64_t timeout_ms_;

@@ -24,7 +24,10 @@ namespace etm_cpu_kernel {
 #if ETM_CPU_VALIDATE
 __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  ValidationState& state = validation_state;
+  // The variable's address once: g++ would redo its TLS descriptor call after branches.
+  ValidationState* state_address = &validation_state;
+  __asm__("" : "+r"(state_address));
+  ValidationState& state = *state_address;
   const etm_cpu_validation* table = state.table;
   if (!table) return;
   if (state.pending_atomic && address == state.pending_atomic) {
@@ -38,7 +41,13 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
-  bool near = address - reinterpret_cast<uintptr_t>(state.group->arena) < table->threadgroup_span;
+  // Threadgroup memory (its own allocation, apart from every range) goes to the checker at once.
+  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(state.group->arena);
+  if (offset_in_arena < table->threadgroup_span) {
+    table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
+    return;
+  }
+  bool near = false;
   for (uint32_t i = 0; i < table->range_count; ++i) {
     const etm_cpu_range& range = table->ranges[i];
     const uint64_t offset = address - range.begin;

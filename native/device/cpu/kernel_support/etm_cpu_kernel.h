@@ -36,17 +36,18 @@ inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 // The access checks of the dispatch the calling OS thread runs now, the launch and group data
 // its entry reads (no kernel memory: etm_cpu_counters.h lets those reads pass unchecked), the
 // address of an atomic object the next instrumented access goes to (etm_atomic.h sets it
-// just before the builtin, so that access is checked as atomic), and the thread of the group
-// the loop or barrier-region code runs for (ETM_CPU_THREAD_UNKNOWN on fibers). One variable:
-// one TLS lookup per access.
+// just before the builtin, so that access is checked as atomic), the thread of the group the
+// loop or barrier-region code runs for (ETM_CPU_THREAD_UNKNOWN on fibers), and the checks of the
+// worker running the group (etm_cpu_validation::worker). One variable: one TLS lookup per access.
 struct ValidationState {
   etm_cpu_validation* table;
   const etm_cpu_launch* launch;
   const etm_cpu_group* group;
   uintptr_t pending_atomic;
   uint32_t thread;
+  void* worker;
 };
-inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN};
+inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN, nullptr};
 #endif
 
 // Called first by every kernel entry: the group's arena (and the dispatch's counters or
@@ -67,6 +68,7 @@ __attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cp
   state.launch = launch;
   state.group = group;
   state.thread = ETM_CPU_THREAD_UNKNOWN;
+  state.worker = state.table ? state.table->worker(state.table->state) : nullptr;
 #endif
 }
 #else
@@ -87,12 +89,23 @@ __attribute__((no_sanitize_address, noipa)) inline void pass_barrier(uint32_t li
 }
 __attribute__((no_sanitize_address, noipa)) inline void pass_simd_sync(uint32_t first, uint64_t lanes) {
   const etm_cpu_validation* table = validation_state.table;
-  if (table) table->simd_sync(table->state, first, lanes);
+  if (table) table->simd_sync(validation_state.worker, first, lanes);
 }
 #else
 inline void enter_thread(uint32_t) {}
 inline void pass_barrier(uint32_t) {}
 inline void pass_simd_sync(uint32_t, uint64_t) {}
+#endif
+
+// Checked kernels read the group's values (thread positions, sizes) from a copy of their own:
+// the opaque enter_thread calls make them reload what `group` points to for every thread, and
+// each such load would be an access check; the copy's fields stay in registers.
+#if ETM_CPU_VALIDATE
+#define ETM_CPU_LOCAL_GROUP(group)               \
+  const etm_cpu_group group##_copy = *(group); \
+  group = &group##_copy;
+#else
+#define ETM_CPU_LOCAL_GROUP(group)
 #endif
 
 // Static threadgroup variables get fixed offsets when the object is loaded: each

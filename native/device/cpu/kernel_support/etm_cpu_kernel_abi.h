@@ -33,9 +33,12 @@ typedef struct etm_cpu_counters {
 // happens, with the address of the code that makes it (`site`, 0 when unknown) and the thread
 // of the group it runs for when the kernel's own loops know it (the loop and barrier-region
 // forms; ETM_CPU_THREAD_UNKNOWN on fibers, whose executor knows). Atomic accesses are marked,
-// since they never race. Barrier-region code also reports the group's synchronisation: each
-// threadgroup_barrier the group passes (`live`: the threads that have not returned), and the
-// SIMD-group collectives threads pass (threads first + i for each bit i of `lanes`).
+// since they never race. Accesses to threadgroup memory go to `check_threadgroup` instead, with
+// their offset in it and what `worker` returned when the group's kernel entry started (the
+// checks of the worker that runs the group; null: none). Barrier-region code also reports the
+// group's synchronisation: each threadgroup_barrier the group passes (`live`: the threads that
+// have not returned), and the SIMD-group collectives threads pass (threads first + i for each
+// bit i of `lanes`).
 enum { ETM_CPU_ACCESS_LOAD = 0, ETM_CPU_ACCESS_STORE = 1, ETM_CPU_ACCESS_ATOMIC = 2 };
 #define ETM_CPU_THREAD_UNKNOWN UINT32_MAX
 
@@ -51,8 +54,11 @@ typedef struct etm_cpu_validation {
   uint64_t threadgroup_span;
   void* state;
   void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t thread);
+  void* (*worker)(void* state);
+  void (*check_threadgroup)(void* worker, uint64_t offset, uint64_t size, uint32_t kind, uintptr_t site,
+                            uint32_t thread);
   void (*barrier)(void* state, uint32_t live);
-  void (*simd_sync)(void* state, uint32_t first, uint64_t lanes);
+  void (*simd_sync)(void* worker, uint32_t first, uint64_t lanes);
 } etm_cpu_validation;
 
 // One dispatch, shared by all threadgroups.

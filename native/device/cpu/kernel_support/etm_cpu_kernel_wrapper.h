@@ -182,6 +182,7 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   // Every thread of the group, one after the other (kernels without barriers or SIMD calls).
   static void etm_loop(const etm_cpu_launch* launch, const etm_cpu_group* group) {
     enter_group(launch, group);
+    ETM_CPU_LOCAL_GROUP(group)
     run_group(launch, group, Bindings::template bind<P>(launch, group)...);
   }
 

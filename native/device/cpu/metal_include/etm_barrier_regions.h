@@ -27,6 +27,17 @@
   __attribute__((optimize("-funswitch-loops", "-fsplit-loops", "-fvect-cost-model=cheap")))
 #endif
 
+// Helpers of the barrier-region form that touch only the region function's own storage (lane
+// arrays, flags, frames on its stack) and read no argument by reference. In checked kernels
+// they stay out of line and unchecked (a call costs less than the access checks, and none of
+// it is the kernel's memory); otherwise they keep `otherwise` (inlining attributes).
+#if defined(ETM_CPU_VALIDATE) && ETM_CPU_VALIDATE
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) __attribute__((no_sanitize_address, noinline))
+#else
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) otherwise
+#endif
+#define ETM_REGION_UNCHECKED ETM_REGION_UNCHECKED_ELSE()
+
 namespace etm_regions {
 using metal::ulong2;
 
@@ -105,6 +116,16 @@ struct simdgroup {
 
 // Bit i of the result: flags[base + i] is set, for the 32 flags from base (bool bytes 0 or 1).
 inline uint64_t lane_flags(const bool* flags, uint32_t base) {
+#if defined(__SSE2__)
+  // Negated, a true byte is 0xff: the byte mask instruction gathers the sign bits.
+  typedef char bytes16 __attribute__((vector_size(16)));
+  bytes16 low, high;
+  __builtin_memcpy(&low, flags + base, sizeof low);
+  __builtin_memcpy(&high, flags + base + 16, sizeof high);
+  const uint32_t low_bits = uint32_t(__builtin_ia32_pmovmskb128(-low));
+  const uint32_t high_bits = uint32_t(__builtin_ia32_pmovmskb128(-high));
+  return uint64_t(low_bits | high_bits << 16);
+#else
   uint64_t lanes = 0;
   for (uint32_t word = 0; word < 4; ++word) {
     uint64_t bytes;
@@ -113,11 +134,21 @@ inline uint64_t lane_flags(const bool* flags, uint32_t base) {
     lanes |= (((bytes & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56) << (8 * word);
   }
   return lanes;
+#endif
 }
 
 // Lanes [base, base + 32) of the group that are inside it.
 inline uint64_t group_lanes(uint32_t base, uint32_t count) {
   return count - base >= 32u ? 0xffffffffull : (uint64_t(1) << (count - base)) - 1u;
+}
+
+// Lanes [base, base + 32) of the group whose flag is set (a predicate mask's threads).
+inline uint64_t flagged_lanes(const bool* flags, uint32_t base, uint32_t count) {
+  if (count - base >= 32u) return lane_flags(flags, base);
+  uint64_t lanes = 0;
+  for (uint32_t lane = 0; lane < count - base; ++lane)
+    if (flags[base + lane]) lanes |= uint64_t(1) << lane;
+  return lanes;
 }
 
 // Lanes [base, base + 32) of the group that are inside it and have not returned.
@@ -214,12 +245,28 @@ template <class TD, class TA, class TB, class TC>
 inline constexpr bool all_float = std::is_same_v<TD, float> && std::is_same_v<TA, float> &&
                                   std::is_same_v<TB, float> && std::is_same_v<TC, float>;
 
+// d = a * b + c (c null: zero) in float through row vectors, for any element types and lanes.
+// Out of line: only the float blocks of full simdgroups are worth their inlined code.
+template <class TD, class TA, class TB, class TC>
+__attribute__((noinline)) void multiply_gathered(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                 metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                 metal::simdgroup_matrix<TB, 8, 8>& b,
+                                                 metal::simdgroup_matrix<TC, 8, 8>* c) {
+  row_vector ma[8], mb[8], mc[8] = {};
+  gather(g, a, ma);
+  gather(g, b, mb);
+  if (c) gather(g, *c, mc);
+  multiply_rows(ma, mb, mc);
+  scatter(g, d, mc);
+}
+
 // d = a * b + c in float, summed in the same order as the fiber path (c, then k = 0..7).
 template <class TD, class TA, class TB, class TC>
-inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
-                                          metal::simdgroup_matrix<TA, 8, 8>& a,
-                                          metal::simdgroup_matrix<TB, 8, 8>& b,
-                                          metal::simdgroup_matrix<TC, 8, 8>& c) {
+__attribute__((always_inline)) inline void simdgroup_multiply_accumulate(const simdgroup& g,
+                                                                         metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                                         metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                                         metal::simdgroup_matrix<TB, 8, 8>& b,
+                                                                         metal::simdgroup_matrix<TC, 8, 8>& c) {
   if constexpr (all_float<TD, TA, TB, TC>) {
     if (g.full()) {
       multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)),
@@ -227,17 +274,13 @@ inline void simdgroup_multiply_accumulate(const simdgroup& g, metal::simdgroup_m
       return;
     }
   }
-  row_vector ma[8], mb[8], mc[8];
-  gather(g, a, ma);
-  gather(g, b, mb);
-  gather(g, c, mc);
-  multiply_rows(ma, mb, mc);
-  scatter(g, d, mc);
+  multiply_gathered(g, d, a, b, &c);
 }
 
 template <class TD, class TA, class TB>
-inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
-                               metal::simdgroup_matrix<TA, 8, 8>& a, metal::simdgroup_matrix<TB, 8, 8>& b) {
+__attribute__((always_inline)) inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8, 8>& d,
+                                                              metal::simdgroup_matrix<TA, 8, 8>& a,
+                                                              metal::simdgroup_matrix<TB, 8, 8>& b) {
   if constexpr (all_float<TD, TA, TB, float>) {
     if (g.full()) {
       multiply_blocks(reinterpret_cast<float*>(g.block(a)), reinterpret_cast<float*>(g.block(b)), nullptr,
@@ -245,11 +288,7 @@ inline void simdgroup_multiply(const simdgroup& g, metal::simdgroup_matrix<TD, 8
       return;
     }
   }
-  row_vector ma[8], mb[8], mc[8] = {};
-  gather(g, a, ma);
-  gather(g, b, mb);
-  multiply_rows(ma, mb, mc);
-  scatter(g, d, mc);
+  multiply_gathered(g, d, a, b, static_cast<metal::simdgroup_matrix<float, 8, 8>*>(nullptr));
 }
 
 // Element (r, c) of the matrix from source[(origin.y + r) * elements_per_row + origin.x + c],
@@ -261,6 +300,15 @@ inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>&
   T* elements = reinterpret_cast<T*>(g.block(destination));
   const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
   if (g.full()) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+      if (!transpose_matrix) {
+#pragma GCC unroll 8
+        for (ulong row = 0; row < 8; ++row)
+          *reinterpret_cast<unaligned_row*>(elements + 8 * row) =
+              *reinterpret_cast<const unaligned_row*>(origin + row * elements_per_row);
+        return;
+      }
+    }
     for (ulong row = 0; row < 8; ++row) {
       if (!transpose_matrix && std::is_same_v<T, S>) {
         __builtin_memcpy(elements + 8 * row, origin + row * elements_per_row, 8 * sizeof(T));
@@ -317,105 +365,144 @@ inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>
 
 inline constexpr size_t kCollectiveSlotBytes = 64;
 
-// One collective call site: each thread's published operand (the operand type's size apart)
-// and whether it took part (one flag per thread, padded to whole simdgroups, so publishing
-// writes no word other threads write too). The region before the collective resets it thread
-// by thread (reset, then publish when the thread takes part); the region after reads it.
+// One collective call site: each thread's published operand (the operand type's size apart),
+// whether it took part (one flag per thread, padded to whole simdgroups, so publishing writes
+// no word other threads write too), and each simdgroup's reduction once computed. Before the
+// region that publishes, the group resets the site; that region publishes for each thread
+// that takes part; the region after reads it.
 struct collective {
   unsigned char* slots;
   bool* joined;
+  unsigned char* reductions;  // kCollectiveSlotBytes per simdgroup, after the flags
+  uint32_t count;
   size_t stride = kCollectiveSlotBytes;  // the size of the operand type the site publishes
-  uint32_t cached_base = UINT32_MAX;  // the simdgroup whose reduction `cached` holds
   uint32_t joined_base = UINT32_MAX;  // the simdgroup whose lanes `joined_lanes` holds
   uint64_t joined_lanes = 0;
-  alignas(16) unsigned char cached[kCollectiveSlotBytes];
 
-  // Storage for `count` operands of up to kCollectiveSlotBytes and joined_bytes(count) flags.
-  collective(void* slot_storage, void* joined_storage, uint32_t count)
-      : slots(static_cast<unsigned char*>(slot_storage)), joined(static_cast<bool*>(joined_storage)) {
+  // Storage for `count` operands of up to kCollectiveSlotBytes, and flags_bytes(count).
+  collective(void* slot_storage, void* flag_storage, uint32_t count)
+      : slots(static_cast<unsigned char*>(slot_storage)),
+        joined(static_cast<bool*>(flag_storage)),
+        reductions(static_cast<unsigned char*>(flag_storage) + joined_bytes(count)),
+        count(count) {
     for (uint32_t i = count; i < joined_bytes(count); ++i) joined[i] = false;
   }
   static constexpr size_t joined_bytes(uint32_t count) { return size_t((count + 31u) / 32u) * 32u; }
-
-  void reset(uint32_t index) {
-    joined[index] = false;
-    if (index == 0) cached_base = joined_base = UINT32_MAX;
+  // The flags, then a reduction per simdgroup (joined_bytes is a multiple of 32: aligned).
+  static constexpr size_t flags_bytes(uint32_t count) {
+    return joined_bytes(count) + size_t((count + 31u) / 32u) * kCollectiveSlotBytes;
   }
-  template <class T> void publish(uint32_t index, const T& value) {
+
+  ETM_REGION_UNCHECKED void reset() {
+    for (uint32_t i = 0; i < count; ++i) joined[i] = false;
+    joined_base = UINT32_MAX;
+  }
+  // The operand by value: the kernel's read of it is the caller's.
+  template <class T> ETM_REGION_UNCHECKED void publish(uint32_t index, T value) {
     static_assert(sizeof(T) <= kCollectiveSlotBytes, "a SIMD-group collective exchanges at most 64 bytes per lane");
     stride = sizeof(T);
     __builtin_memcpy(slots + size_t(index) * sizeof(T), static_cast<const void*>(&value), sizeof(T));
     joined[index] = true;
   }
-  uint64_t lanes_joined(uint32_t base) {
+  ETM_REGION_UNCHECKED uint64_t lanes_joined(uint32_t base) {
     if (joined_base != base) {
       joined_lanes = lane_flags(joined, base);
       joined_base = base;
     }
     return joined_lanes;
   }
-  etm_msl::lane_values lanes(uint32_t index) {
+  ETM_REGION_UNCHECKED etm_msl::lane_values lanes(uint32_t index) {
     const uint32_t base = index & ~31u;
     return {slots + size_t(base) * stride, stride, lanes_joined(base), index & 31u, 32u};
   }
 };
 
-// A simdgroup-wide reduction into the site's cache. With every lane joined it combines lanes
-// 0..31 in order, as reduce_lanes does, from the packed operands. Out of line: once per
-// simdgroup, while every thread reads the cache.
+// The reductions of eight full simdgroups (repeats allowed), each combining lanes 0..31 in
+// order, as reduce_lanes does. The eight chains of dependent operations run side by side in
+// registers instead of one after another.
 template <class T, class Combine>
-__attribute__((noinline)) void reduce_simdgroup(collective& c, uint32_t index, Combine combine) {
-  const uint32_t base = index & ~31u;
-  T result;
-  if (c.lanes_joined(base) == 0xffffffffu) {
-    const unsigned char* values = c.slots + size_t(base) * sizeof(T);
-    __builtin_memcpy(static_cast<void*>(&result), values, sizeof(T));
-    for (uint32_t lane = 1; lane < 32; ++lane) {
-      T value;
-      __builtin_memcpy(static_cast<void*>(&value), values + lane * sizeof(T), sizeof(T));
-      result = T(combine(result, value));
-    }
-  } else {
-    result = etm_msl::reduce_lanes<T>(c.lanes(index), false, combine);
+ETM_REGION_UNCHECKED_ELSE(inline) void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], Combine combine) {
+  auto operand = [&](uint32_t b, uint32_t lane) {
+    T value;
+    __builtin_memcpy(static_cast<void*>(&value), c.slots + (size_t(groups[b]) * 32u + lane) * sizeof(T), sizeof(T));
+    return value;
+  };
+  T results[8];
+#pragma GCC unroll 8
+  for (uint32_t b = 0; b < 8; ++b) results[b] = operand(b, 0);
+  for (uint32_t lane = 1; lane < 32; ++lane) {
+#pragma GCC unroll 8
+    for (uint32_t b = 0; b < 8; ++b) results[b] = T(combine(results[b], operand(b, lane)));
   }
-  __builtin_memcpy(c.cached, static_cast<const void*>(&result), sizeof(T));
-  c.cached_base = base;
+#pragma GCC unroll 8
+  for (uint32_t b = 0; b < 8; ++b)
+    __builtin_memcpy(c.reductions + size_t(groups[b]) * kCollectiveSlotBytes, static_cast<const void*>(&results[b]),
+                     sizeof(T));
 }
 
-// A simdgroup-wide reduction, computed by the first of its threads to ask.
-template <class T, class Combine>
-__attribute__((always_inline)) inline T reduce(collective& c, uint32_t index, bool quad, Combine combine) {
-  if (quad) return etm_msl::reduce_lanes<T>(c.lanes(index), true, combine);
-  if (c.cached_base != (index & ~31u)) reduce_simdgroup<T>(c, index, combine);
+// Every simdgroup's reduction of the site (those where some lane joined), once every thread
+// has published: full simdgroups eight at a time, the others combining their joined lanes as
+// reduce_lanes does.
+template <class T, class Combine> ETM_REGION_UNCHECKED void reduce_simdgroups(collective& c, Combine combine) {
+  const uint32_t simdgroups = (c.count + 31u) / 32u;
+  uint32_t full[8];
+  uint32_t batched = 0;
+  for (uint32_t g = 0; g < simdgroups; ++g) {
+    const uint64_t joined = lane_flags(c.joined, g * 32u);
+    if (joined == 0xffffffffu) {
+      full[batched++] = g;
+      if (batched == 8) {
+        reduce_eight_simdgroups<T>(c, full, combine);
+        batched = 0;
+      }
+    } else if (joined != 0) {
+      const T result =
+          etm_msl::reduce_lanes<T>({c.slots + size_t(g) * 32u * sizeof(T), sizeof(T), joined, 0u, 32u}, false, combine);
+      __builtin_memcpy(c.reductions + size_t(g) * kCollectiveSlotBytes, static_cast<const void*>(&result), sizeof(T));
+    }
+  }
+  if (batched) {
+    for (uint32_t b = batched; b < 8; ++b) full[b] = full[0];  // computed again, stored again: the same value
+    reduce_eight_simdgroups<T>(c, full, combine);
+  }
+}
+
+// The reductions: simd_ ones computed for the whole group between the region that publishes
+// and the one that answers (simd_reduce_<name>, then simd_reduction in each thread), quad_
+// ones by each thread from its quad's lanes.
+template <class T> ETM_REGION_UNCHECKED_ELSE(inline) T simd_reduction(const collective& c, uint32_t index) {
   T result;
-  __builtin_memcpy(static_cast<void*>(&result), c.cached, sizeof(T));
+  __builtin_memcpy(static_cast<void*>(&result), c.reductions + size_t(index >> 5) * kCollectiveSlotBytes, sizeof(T));
   return result;
 }
+template <class T> struct minimum {
+  T operator()(const T& a, const T& b) const { return T(::metal::min(a, b)); }
+};
+template <class T> struct maximum {
+  T operator()(const T& a, const T& b) const { return T(::metal::max(a, b)); }
+};
+template <class T> using bitwise_and = etm_msl::bitwise<T, etm_msl::bit_and>;
+template <class T> using bitwise_or = etm_msl::bitwise<T, etm_msl::bit_or>;
+template <class T> using bitwise_xor = etm_msl::bitwise<T, etm_msl::bit_xor>;
+#define ETM_REGION_REDUCTION(name, Combine)                                \
+  template <class T> inline void simd_reduce_##name(collective& c) {       \
+    reduce_simdgroups<T>(c, Combine{});                                    \
+  }                                                                        \
+  template <class T> ETM_REGION_UNCHECKED_ELSE(inline) T quad_##name(collective& c, uint32_t i) {\
+    return etm_msl::reduce_lanes<T>(c.lanes(i), true, Combine{});          \
+  }
+ETM_REGION_REDUCTION(sum, etm_msl::plus<T>)
+ETM_REGION_REDUCTION(product, etm_msl::times<T>)
+ETM_REGION_REDUCTION(min, minimum<T>)
+ETM_REGION_REDUCTION(max, maximum<T>)
+ETM_REGION_REDUCTION(and, bitwise_and<T>)
+ETM_REGION_REDUCTION(or, bitwise_or<T>)
+ETM_REGION_REDUCTION(xor, bitwise_xor<T>)
+#undef ETM_REGION_REDUCTION
 
-// The region form of each simd_ / quad_ collective: the operand comes from the lane array,
-// the other arguments as in Metal.
+// The region form of the other simd_ / quad_ collectives: the operand comes from the lane
+// array, the other arguments as in Metal.
 #define ETM_REGION_COLLECTIVES(prefix, quad, vote_type)                                               \
-  template <class T> inline T prefix##sum(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::plus<T>{});                                                 \
-  }                                                                                                   \
-  template <class T> inline T prefix##product(collective& c, uint32_t i) {                            \
-    return reduce<T>(c, i, quad, etm_msl::times<T>{});                                                \
-  }                                                                                                   \
-  template <class T> inline T prefix##min(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, [](const T& a, const T& b) { return T(::metal::min(a, b)); });      \
-  }                                                                                                   \
-  template <class T> inline T prefix##max(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, [](const T& a, const T& b) { return T(::metal::max(a, b)); });      \
-  }                                                                                                   \
-  template <class T> inline T prefix##and(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_and>{});                           \
-  }                                                                                                   \
-  template <class T> inline T prefix##or(collective& c, uint32_t i) {                                 \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_or>{});                            \
-  }                                                                                                   \
-  template <class T> inline T prefix##xor(collective& c, uint32_t i) {                                \
-    return reduce<T>(c, i, quad, etm_msl::bitwise<T, etm_msl::bit_xor>{});                           \
-  }                                                                                                   \
   template <class T> inline T prefix##prefix_inclusive_sum(collective& c, uint32_t i) {               \
     return etm_msl::scan_lanes<T>(c.lanes(i), quad, true, T(0), etm_msl::plus<T>{});                 \
   }                                                                                                   \
@@ -527,8 +614,10 @@ template <class Arguments, class Result> struct group_call {
       : calls(static_cast<Arguments*>(call_storage)),
         results(static_cast<Result*>(result_storage)),
         joined(static_cast<bool*>(joined_storage)) {}
-  void reset(uint32_t index) { joined[index] = false; }
-  void publish(uint32_t index, const Arguments& a) {
+  ETM_REGION_UNCHECKED void reset(uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) joined[i] = false;
+  }
+  ETM_REGION_UNCHECKED void publish(uint32_t index, const Arguments& a) {
     ::new (static_cast<void*>(calls + index)) Arguments(a);
     joined[index] = true;
   }
@@ -796,7 +885,7 @@ inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& cal
 template <class T> T& stand_in();
 
 // Frames for `count` threads in caller-provided storage (alloca'd by the region function).
-template <class Frame> inline Frame* construct_frames(void* storage, uint32_t count) {
+template <class Frame> ETM_REGION_UNCHECKED inline Frame* construct_frames(void* storage, uint32_t count) {
   Frame* frames = static_cast<Frame*>(storage);
   for (uint32_t i = 0; i < count; ++i) ::new (static_cast<void*>(frames + i)) Frame();
   return frames;
