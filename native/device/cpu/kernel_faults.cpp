@@ -383,7 +383,8 @@ struct FaultHandlers {
 };
 
 uint64_t kernel_timeout_ms() {
-  int64_t value = 0;
+  // read_integer leaves the default in place when the variable is unset.
+  int64_t value = 300000;
   if (settings::read_integer("ETMETAL_KERNEL_TIMEOUT_MS", &value).ok() && value >= 0) return static_cast<uint64_t>(value);
   return 300000;
 }
