@@ -131,6 +131,25 @@ kernel void simd_rotate(device const float* x, device float* y, constant int& or
   if (ordered) simdgroup_barrier(mem_flags::mem_threadgroup);
   y[i] = scratch[32 * simd + (lane + 31) % 32];
 }
+
+// A simdgroup stores a matrix into threadgroup memory nothing touched before; after the barrier
+// every lane reads two of its elements back (clean).
+kernel void store_matrix_then_read(device const float* x, device float* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  simdgroup_float8x8 m;
+  simdgroup_load(m, x, 8);
+  simdgroup_store(m, tile, 8);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[t] = tile[t];
+  y[t + 32] = tile[t + 32];
+}
+
+// The matrix from row 1 of a 64-float buffer: its last row is x[64..71], past the end.
+kernel void load_matrix_past_a_buffer(device const float* x, device float* y) {
+  simdgroup_float8x8 m;
+  simdgroup_load(m, x, 8, ulong2(0, 1));
+  simdgroup_store(m, y, 8);
+}
 """
 
 
@@ -397,3 +416,19 @@ def test_simdgroup_barrier_orders_its_lanes_and_its_absence_is_a_race(library):
     expected += [race(thread(t, 0, t), "reads", scratch + 4 * (t - 1), thread(t - 1, 0, t - 1), "wrote", read_line)
                  for t in range(1, 8)]
     assert lines == expected + ["(56 more not shown)"]
+
+
+@pytest.mark.slow
+def test_simdgroup_matrix_loads_and_stores_are_checked(library):
+    x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    # The store writes the tile (as barrier regions a simdgroup step once copied whole rows,
+    # unseen by the checks, so the reads after it were reported as uninitialised).
+    library.function("store_matrix_then_read")(x, y, threads=32, group=32)
+    np.testing.assert_array_equal(y, x)
+    # Each of the 8 elements of the last row is read once, 4 bytes past the 256 bytes bound each.
+    message = failure(lambda: library.function("load_matrix_past_a_buffer")(x, y, threads=32, group=32))
+    lines = problems(message, "load_matrix_past_a_buffer", 8)
+    assert sorted(int(re.search(r"at byte offset (\d+) ", line).group(1)) for line in lines) == list(range(256, 288, 4))
+    load = at("simdgroup_load(m, x, 8, ulong2(0, 1));", "load_matrix_past_a_buffer")
+    assert all(line.endswith("of buffer 0, out of bounds (256 bytes bound)" + load) and " reads 4 bytes " in line
+               for line in lines)
