@@ -150,6 +150,25 @@ kernel void load_matrix_past_a_buffer(device const float* x, device float* y) {
   simdgroup_load(m, x, 8, ulong2(0, 1));
   simdgroup_store(m, y, 8);
 }
+
+// Every thread clears the flag, then the threads with a negative element set it, as Inductor's
+// reductions do (stores of the value the flag already holds: no race); flag_per_thread has each
+// thread store its own parity, a value the previous thread's store changed (a race each time).
+kernel void same_value_flag(device const float* x, device float* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup bool flag;
+  flag = false;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (x[t] < 0.0f) flag = true;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[t] = flag ? 1.0f : 0.0f;
+}
+
+kernel void flag_per_thread(device float* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup bool flag;
+  flag = t % 2 == 0;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[t] = flag ? 1.0f : 0.0f;
+}
 """
 
 
@@ -432,3 +451,17 @@ def test_simdgroup_matrix_loads_and_stores_are_checked(library):
     load = at("simdgroup_load(m, x, 8, ulong2(0, 1));", "load_matrix_past_a_buffer")
     assert all(line.endswith("of buffer 0, out of bounds (256 bytes bound)" + load) and " reads 4 bytes " in line
                for line in lines)
+
+
+@pytest.mark.slow
+def test_stores_of_the_value_held_are_no_race(library):
+    x, y = np.arange(64, dtype=np.float32) - 8, np.zeros(64, np.float32)
+    library.function("same_value_flag")(x, y, threadgroups=1, group=64)
+    np.testing.assert_array_equal(y, np.ones(64, np.float32))
+    # Thread 0 stores true; each thread k after it stores the other value, which thread k - 1 wrote.
+    message = failure(lambda: library.function("flag_per_thread")(y, threadgroups=1, group=64))
+    lines = problems(message, "flag_per_thread", 63)
+    flag = offset_in(lines[0])
+    store = at("flag = t % 2 == 0;", "flag_per_thread")
+    assert lines == [race(thread(k, 0, k), "writes", flag, thread(k - 1, 0, k - 1), "wrote", store, size=1)
+                     for k in range(1, 9)] + ["(55 more not shown)"]

@@ -143,6 +143,15 @@ struct WorkerShadow {
   // (or barrier, or the group's end) its bytes are what it wrote.
   uint64_t pending_begin = 0;
   uint64_t pending_end = 0;
+  // A race of that store (other: kNoThread when none), reported once the store has happened and
+  // only if it changed a byte: a store of the value the bytes already hold (every thread of a
+  // group clearing one flag, as Inductor's reductions do) neither loses a write nor shows a
+  // reader another value.
+  struct {
+    uint32_t thread, other;
+    const char* other_did;
+    uintptr_t site;
+  } pending_race = {kNoThread, kNoThread, "", 0};
   uint32_t barriers = 0;
   std::vector<uint32_t> simd_syncs;  // per thread
   bool reported_partial_barrier = false;
@@ -223,6 +232,7 @@ void DispatchValidation::begin_group(const etm_cpu_group& group) {
   shadow.bytes.assign(threadgroup_bytes_, ShadowByte{});
   shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
   shadow.pending_begin = shadow.pending_end = 0;
+  shadow.pending_race.other = kNoThread;
   shadow.barriers = 0;
   shadow.simd_syncs.assign(group.thread_count, 0);
   shadow.reported_partial_barrier = false;
@@ -327,7 +337,13 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
   unsigned char* values = shadow.values.data();
   // The last checked store has happened: the bytes it changed are its own.
   if (shadow.pending_end > shadow.pending_begin) {
-    std::memcpy(values + shadow.pending_begin, arena + shadow.pending_begin, shadow.pending_end - shadow.pending_begin);
+    const uint64_t size = shadow.pending_end - shadow.pending_begin;
+    const auto& race = shadow.pending_race;
+    if (race.other != kNoThread && std::memcmp(values + shadow.pending_begin, arena + shadow.pending_begin, size) != 0)
+      report_race(*shadow.group, shadow.pending_begin, size, ETM_CPU_ACCESS_STORE, race.thread, race.other,
+                  race.other_did, false, race.site);
+    shadow.pending_race.other = kNoThread;
+    std::memcpy(values + shadow.pending_begin, arena + shadow.pending_begin, size);
     shadow.pending_begin = shadow.pending_end = 0;
   }
   // Racing bytes in a row with the same writer, partner and kind make one report.
@@ -444,6 +460,8 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
     report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
                std::to_string(offset) + " that no thread of the group has written (uninitialised)",
            shadow.group, thread, site);
+  } else if (other != kNoThread && kind == ETM_CPU_ACCESS_STORE) {
+    shadow.pending_race = {thread, other, other_did, site};
   } else if (other != kNoThread) {
     report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
   }
