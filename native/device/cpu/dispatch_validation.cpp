@@ -143,15 +143,14 @@ struct WorkerShadow {
   // (or barrier, or the group's end) its bytes are what it wrote.
   uint64_t pending_begin = 0;
   uint64_t pending_end = 0;
-  // A race of that store (other: kNoThread when none), reported once the store has happened and
-  // only if it changed a byte: a store of the value the bytes already hold (every thread of a
-  // group clearing one flag, as Inductor's reductions do) neither loses a write nor shows a
-  // reader another value.
+  // That store's race with another thread's write (other: kNoThread when none), reported once
+  // the store has happened and only if it changed a byte: storing the value another thread
+  // stored (every thread of a group clearing one flag, as Inductor's reductions do) loses
+  // nothing. A store after another thread's read is reported at once.
   struct {
     uint32_t thread, other;
-    const char* other_did;
     uintptr_t site;
-  } pending_race = {kNoThread, kNoThread, "", 0};
+  } pending_race = {kNoThread, kNoThread, 0};
   uint32_t barriers = 0;
   std::vector<uint32_t> simd_syncs;  // per thread
   bool reported_partial_barrier = false;
@@ -341,7 +340,7 @@ void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint
     const auto& race = shadow.pending_race;
     if (race.other != kNoThread && std::memcmp(values + shadow.pending_begin, arena + shadow.pending_begin, size) != 0)
       report_race(*shadow.group, shadow.pending_begin, size, ETM_CPU_ACCESS_STORE, race.thread, race.other,
-                  race.other_did, false, race.site);
+                  "wrote", false, race.site);
     shadow.pending_race.other = kNoThread;
     std::memcpy(values + shadow.pending_begin, arena + shadow.pending_begin, size);
     shadow.pending_begin = shadow.pending_end = 0;
@@ -460,8 +459,8 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
     report(std::string(verb(kind, false)) + " " + bytes_text(size) + " at threadgroup memory offset " +
                std::to_string(offset) + " that no thread of the group has written (uninitialised)",
            shadow.group, thread, site);
-  } else if (other != kNoThread && kind == ETM_CPU_ACCESS_STORE) {
-    shadow.pending_race = {thread, other, other_did, site};
+  } else if (other != kNoThread && kind == ETM_CPU_ACCESS_STORE && std::strcmp(other_did, "wrote") == 0) {
+    shadow.pending_race = {thread, other, site};
   } else if (other != kNoThread) {
     report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
   }
