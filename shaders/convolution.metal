@@ -46,7 +46,8 @@ kernel void convolution(device T* output [[buffer(0)]],
     const device T* input_channel = input_batch + channel * p.input_strides[1];
     const device T* weight_channel = Transposed
         ? weight + channel * p.weight_strides[0] + column * p.weight_strides[1]
-        : weight + group * p.weight_group_stride + column * p.weight_strides[0] + ci * p.weight_strides[1];
+        : weight + p.weight_offset + group * p.weight_group_stride + column * p.weight_strides[0] +
+              ci * p.weight_strides[1];
     for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
       long id;
       if (Transposed) {
@@ -162,8 +163,9 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
         const long kh = (r / p.kernel_sizes[2]) % p.kernel_sizes[1];
         const long kd = (r / (p.kernel_sizes[2] * p.kernel_sizes[1])) % p.kernel_sizes[0];
         const long ci = r / taps;
-        value = float(weight[group * p.weight_group_stride + column * p.weight_strides[0] + ci * p.weight_strides[1] +
-                             kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
+        value = float(weight[p.weight_offset + group * p.weight_group_stride + column * p.weight_strides[0] +
+                             ci * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
+                             kw * p.weight_strides[4]]);
       }
       weight_tile[i] = value;
     }
@@ -291,9 +293,9 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
           const long kw = i / (kChannels * kTiledChunk);
           float value = 0.0f;
           if (plane_inside && c0 + c < p.in_channels_per_group && column0 + out < p.out_channels_per_group) {
-            value = float(weight[group * p.weight_group_stride + (column0 + out) * p.weight_strides[0] +
-                                 (c0 + c) * p.weight_strides[1] + kd * p.weight_strides[2] +
-                                 kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
+            value = float(weight[p.weight_offset + group * p.weight_group_stride +
+                                 (column0 + out) * p.weight_strides[0] + (c0 + c) * p.weight_strides[1] +
+                                 kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
           }
           weight_tile[i] = value;
         }
@@ -384,9 +386,9 @@ kernel void convolution_depthwise(device T* output [[buffer(0)]],
     const long kw = i % p.kernel_sizes[2];
     const long kh = (i / p.kernel_sizes[2]) % p.kernel_sizes[1];
     const long kd = i / (p.kernel_sizes[2] * p.kernel_sizes[1]);
-    kernel_taps[i] = float(weight[channel * p.weight_group_stride + (co - channel * p.out_channels_per_group) *
-                                  p.weight_strides[0] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
-                                  kw * p.weight_strides[4]]);
+    kernel_taps[i] = float(weight[p.weight_offset + channel * p.weight_group_stride +
+                                  (co - channel * p.out_channels_per_group) * p.weight_strides[0] +
+                                  kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
   }
   float sum = 0.0f;
   for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {

@@ -160,7 +160,6 @@ struct ForwardOperands {
   size_t output_offset;  // elements past the output's first element
   const Tensor& input;
   const Tensor& weight;
-  size_t weight_offset;
   const Tensor* bias;
 };
 
@@ -177,7 +176,7 @@ KernelLaunch& bind(KernelLaunch& launch, const ConvParams& p, const ForwardOpera
   const bool reads = reads_input(p, operands);
   return launch.tensor(0, operands.output, operands.output_offset)
       .tensor(1, reads ? operands.input : operands.output)
-      .tensor(2, reads ? operands.weight : operands.output, reads ? operands.weight_offset : 0)
+      .tensor(2, reads ? operands.weight : operands.output)
       .tensor(3, operands.bias ? *operands.bias : operands.output)
       .value(4, p);
 }
@@ -374,7 +373,7 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   const std::string suffix = msl_float_type_name(input.dtype);
   if (!options.transposed) {
     params.weight_group_stride = params.out_channels_per_group * params.weight_strides[0];
-    encode_forward(params, {*output, 0, input, weight, 0, bias}, suffix);
+    encode_forward(params, {*output, 0, input, weight, bias}, suffix);
     return output;
   }
   params.weight_group_stride = params.in_channels_per_group * params.weight_strides[0];
@@ -382,7 +381,7 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   int64_t phases = 1;
   for (size_t d = lead; d < 3; ++d) phases *= std::min(params.stride[d], params.output_sizes[d]);
   if (phases > kMaxTransposedPhases) {
-    encode_direct(params, {*output, 0, input, weight, 0, bias}, "convolution_transposed_" + suffix);
+    encode_direct(params, {*output, 0, input, weight, bias}, "convolution_transposed_" + suffix);
     return output;
   }
   // One forward problem per output phase (every phase has outputs: a residue below the output
@@ -390,7 +389,8 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
   ConvParams forward = params;
   std::swap(forward.weight_strides[0], forward.weight_strides[1]);
   for (int64_t phase = 0; phase < phases; ++phase) {
-    size_t output_offset = 0, weight_offset = 0;
+    size_t output_offset = 0;
+    forward.weight_offset = 0;
     for (size_t d = 3, rest = size_t(phase); d-- > lead;) {
       const int64_t extent = std::min(params.stride[d], params.output_sizes[d]);
       const int64_t residue = int64_t(rest % size_t(extent));
@@ -405,9 +405,9 @@ std::unique_ptr<Tensor> convolution(const Tensor& input, const Tensor& weight, c
       forward.output_strides[2 + d] = params.output_strides[2 + d] * params.stride[d];
       forward.weight_strides[2 + d] = -params.weight_strides[2 + d] * axis.tap_step;
       output_offset += size_t(residue * params.output_strides[2 + d]);
-      weight_offset += size_t(axis.first_tap * params.weight_strides[2 + d]);
+      forward.weight_offset += axis.first_tap * params.weight_strides[2 + d];
     }
-    encode_forward(forward, {*output, output_offset, input, weight, weight_offset, bias}, suffix);
+    encode_forward(forward, {*output, output_offset, input, weight, bias}, suffix);
   }
   return output;
 }

@@ -24,12 +24,16 @@ struct ConvParams {
   // convolution_transposed: the weight's own order, input channel first.
   int64 weight_strides[5];
   int64 weight_group_stride;  // from one group's weights to the next
+  // Forward kernels: the element of the bound weight that tap (0, 0, 0) of channels (0, 0) reads
+  // (a transposed problem's phase walks its taps backwards from there, with negative strides;
+  // the weight stays bound from its first element, so no read falls before its binding).
+  int64 weight_offset;
   int64 output_strides[5];
   int64 bias_stride;
   int32 has_bias;
   int32 reserved;           // keeps the struct's size a multiple of 8 on both sides
 };
-ETM_PARAMS_LAYOUT(ConvParams, 320, reserved, 316);
+ETM_PARAMS_LAYOUT(ConvParams, 328, reserved, 324);
 
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops

@@ -6,6 +6,9 @@ volume products: float32 1e-5, float16 1e-2, bfloat16 2e-2 (products accumulate 
 only the stored result is rounded)."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -247,6 +250,19 @@ def test_transposed_strided_offset_input_and_permuted_weight(no_leaks):
     assert input.storage_offset() > 0 and not input.is_contiguous() and not weight.is_contiguous()
     bias = random(40)[::2]
     check(input, weight, bias, [2, 2], [1, 0], [1, 1], True, [1, 1])
+
+
+@pytest.mark.slow
+def test_transposed_phases_read_only_inside_the_weight_binding():
+    # A phase walks its taps backwards (negative strides) from its first tap. Bound at that tap
+    # the weight was read before its binding, which the kernel sanitizer reports (it checks every
+    # access against its binding's offset and length); bound from its first element it is not.
+    # The flag selects how kernels compile, so the test runs in a process that has it from the start.
+    env = dict(os.environ, ETMETAL_VALIDATE="1", ETMETAL_DEVICE="cpu")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             f"{__file__}::test_transposed_strided_offset_input_and_permuted_weight"],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
 
 
 def test_empty_batch_gives_empty_output(no_leaks):

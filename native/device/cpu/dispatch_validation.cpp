@@ -184,6 +184,14 @@ struct WorkerShadow {
   // (or barrier, or the group's end) its bytes are what it wrote.
   uint64_t pending_begin = 0;
   uint64_t pending_end = 0;
+  // That store's race with another thread's write (other: kNoThread when none), reported once
+  // the store has happened and only if it changed a byte: storing the value another thread
+  // stored (every thread of a group clearing one flag, as Inductor's reductions do) loses
+  // nothing. A store after another thread's read is reported at once.
+  struct {
+    uint32_t thread, other;
+    uintptr_t site;
+  } pending_race = {kNoThread, kNoThread, 0};
   uint32_t barriers = 0;
   std::vector<uint32_t> simd_syncs;  // per thread
   bool reported_partial_barrier = false;
@@ -299,6 +307,7 @@ void DispatchValidation::begin_group(const etm_cpu_group& group) {
   shadow.run_length.assign(threadgroup_bytes_, 0);
   shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
   shadow.pending_begin = shadow.pending_end = 0;
+  shadow.pending_race.other = kNoThread;
   shadow.barriers = 0;
   shadow.simd_syncs.assign(group.thread_count, 0);
   shadow.reported_partial_barrier = false;
@@ -411,11 +420,20 @@ void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, u
 // Stores the compiler did not instrument (a store after a load of the same location in one
 // basic block is checked once, as the load) show as changed bytes. No thread switch happens
 // inside a basic block, so the change is the last accessor's, in its epoch then.
+void DispatchValidation::settle_pending_store(WorkerShadow& shadow) {
+  const auto& race = shadow.pending_race;
+  const uint64_t begin = shadow.pending_begin, size = shadow.pending_end - shadow.pending_begin;
+  if (race.other != kNoThread && size > 0 && !same_bytes(shadow.values.data() + begin, shadow.group->arena + begin, size))
+    report_race(*shadow.group, begin, size, ETM_CPU_ACCESS_STORE, race.thread, race.other, "wrote", false, race.site);
+  shadow.pending_race.other = kNoThread;
+  shadow.settle_pending();
+}
+
 void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end) {
   const unsigned char* arena = shadow.group->arena;
   unsigned char* values = shadow.values.data();
   // The last checked store has happened: the bytes it changed are its own.
-  shadow.settle_pending();
+  settle_pending_store(shadow);
   // Racing bytes in a row with the same writer, partner and kind make one report.
   uint64_t run_begin = 0, run_end = 0;
   uint32_t run_writer = kNoThread, run_other = kNoThread;
@@ -480,7 +498,7 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
   }
   // Bytes the access covers that changed since the checks last saw them were written by code
   // the compiler did not instrument (the last checked store's own bytes are settled first).
-  shadow.settle_pending();
+  settle_pending_store(shadow);
   if (!same_bytes(shadow.values.data() + offset, shadow.group->arena + offset, size))
     infer_writes(shadow, offset, offset + size);
   if (kind != ETM_CPU_ACCESS_LOAD) {
@@ -548,6 +566,8 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
   }
   if (uninitialised) {
     report_threadgroup(shadow, offset, size, kind, thread, site, " that no thread of the group has written (uninitialised)");
+  } else if (other != kNoThread && kind == ETM_CPU_ACCESS_STORE && std::strcmp(other_did, "wrote") == 0) {
+    shadow.pending_race = {thread, other, site};
   } else if (other != kNoThread) {
     report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
   }

@@ -100,6 +100,9 @@ class DispatchValidation {
   void check_device(WorkerShadow& shadow, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site,
                     uint32_t running);
   void released_in(WorkerShadow& shadow, uint32_t released, uint32_t finished);
+  // Settles the last checked store: its race with another thread's write is reported if the
+  // store changed a byte.
+  void settle_pending_store(WorkerShadow& shadow);
   void infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end);
   void report_race(const etm_cpu_group& group, uint64_t offset, uint64_t size, uint32_t kind, uint32_t thread,
                    uint32_t other, const char* other_did, bool inferred, uintptr_t site);

@@ -291,6 +291,14 @@ __attribute__((always_inline)) inline void simdgroup_multiply(const simdgroup& g
   multiply_gathered(g, d, a, b, static_cast<metal::simdgroup_matrix<float, 8, 8>*>(nullptr));
 }
 
+// Whole rows move with __builtin_memcpy, which the access instrumentation does not see (a call
+// to plain memcpy): kernels built with counters or access checks copy element by element.
+#if ETM_CPU_INSTRUMENTED
+inline constexpr bool kCopyWholeRows = false;
+#else
+inline constexpr bool kCopyWholeRows = true;
+#endif
+
 // Element (r, c) of the matrix from source[(origin.y + r) * elements_per_row + origin.x + c],
 // or with transpose from the source's (c, r); lanes that are not active keep theirs.
 template <class T, class S>
@@ -310,7 +318,7 @@ inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>&
       }
     }
     for (ulong row = 0; row < 8; ++row) {
-      if (!transpose_matrix && std::is_same_v<T, S>) {
+      if (kCopyWholeRows && !transpose_matrix && std::is_same_v<T, S>) {
         __builtin_memcpy(elements + 8 * row, origin + row * elements_per_row, 8 * sizeof(T));
         continue;
       }
@@ -341,7 +349,7 @@ inline void simdgroup_store(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>
   D* origin = destination + matrix_origin.y * elements_per_row + matrix_origin.x;
   if (g.full()) {
     for (ulong row = 0; row < 8; ++row) {
-      if (!transpose_matrix && std::is_same_v<T, D>) {
+      if (kCopyWholeRows && !transpose_matrix && std::is_same_v<T, D>) {
         __builtin_memcpy(origin + row * elements_per_row, elements + 8 * row, 8 * sizeof(T));
         continue;
       }
