@@ -109,6 +109,15 @@ size_t remove_stale_cache_temporaries(const std::string& cache_directory, double
   return removed;
 }
 
+void remove_precompiled_preludes(const std::string& header_directory) {
+  std::error_code error;
+  std::vector<fs::path> folders;
+  for (const auto& folder : fs::directory_iterator(header_directory, error)) {
+    if (folder.path().filename().string().rfind("precompiled-", 0) == 0) folders.push_back(folder.path());
+  }
+  for (const fs::path& folder : folders) fs::remove_all(folder, error);
+}
+
 CacheEviction evict_least_recently_used(const std::string& cache_directory, uint64_t max_bytes,
                                         uint64_t target_bytes, const std::string& current_headers,
                                         double recently_used_seconds) {

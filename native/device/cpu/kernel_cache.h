@@ -25,6 +25,9 @@ bool claim_cache_maintenance(const std::string& cache_directory, double period_s
 // processes killed mid-write. Returns how many were removed.
 size_t remove_stale_cache_temporaries(const std::string& cache_directory, double max_age_seconds);
 
+// Removes the precompiled preludes (precompiled-*/ folders) of a header folder.
+void remove_precompiled_preludes(const std::string& header_directory);
+
 struct CacheEviction {
   uint64_t bytes_before = 0;
   uint64_t bytes_after = 0;

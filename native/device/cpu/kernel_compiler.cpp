@@ -534,10 +534,21 @@ void KernelCompiler::write_record(const std::string& category, const std::string
   }
 }
 
+// The precompiled prelude is about 13 MB per flag set and lives in the header folder, which
+// is never evicted while in use: a cache limited below 64 MB does without it.
+bool KernelCompiler::room_for_precompiled_prelude() const {
+  return cache_max_bytes_ == 0 || cache_max_bytes_ >= (uint64_t(64) << 20);
+}
+
 void KernelCompiler::enforce_cache_limit() {
   if (cache_max_bytes_ == 0) return;
   std::lock_guard<std::mutex> lock(eviction_mutex_);
   bytes_since_eviction_ = 0;
+  if (!room_for_precompiled_prelude()) {
+    // Left by a process with a larger limit; one compiling against it now keeps its open file,
+    // and later compiles read the header text.
+    remove_precompiled_preludes(header_directory_);
+  }
   // Down to 90% of the limit, so that the next few compiles do not evict again; what another
   // process touched in the last minute stays.
   evict_least_recently_used(cache_directory_, cache_max_bytes_, cache_max_bytes_ / 10 * 9, header_directory_,
@@ -560,7 +571,7 @@ void KernelCompiler::note_stored(const std::string& path) {
 // reads the header: a missing, stale or damaged file costs time, never a result. clang is left
 // out: its precompiled headers are named on the command line and fail the compile when stale.
 void KernelCompiler::prepare_precompiled_prelude() {
-  if (is_clang_) return;
+  if (is_clang_ || !room_for_precompiled_prelude()) return;
   std::string material = description_ + '\0' + compiler_path_ + '\0';
   for (const std::string& flag : flags_) material += flag + '\0';
   const std::string folder = header_directory_ + "/precompiled-" + content_hash(material);

@@ -65,6 +65,7 @@ class KernelCompiler {
   // Precompiles kernel_support/etm_cpu_prelude.h for g++ once per compiler, flags and header
   // set (a cache entry shared by processes); sets precompiled_include_ when it exists.
   void prepare_precompiled_prelude();
+  bool room_for_precompiled_prelude() const;
 
   std::string compiler_path_;
   std::string description_;  // the compiler's --version output (its identity)

@@ -308,7 +308,7 @@ inline void simdgroup_load(const simdgroup& g, metal::simdgroup_matrix<T, 8, 8>&
   T* elements = reinterpret_cast<T*>(g.block(destination));
   const S* origin = source + matrix_origin.y * elements_per_row + matrix_origin.x;
   if (g.full()) {
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+    if constexpr (kCopyWholeRows && std::is_same_v<T, float> && std::is_same_v<S, float>) {
       if (!transpose_matrix) {
 #pragma GCC unroll 8
         for (ulong row = 0; row < 8; ++row)
