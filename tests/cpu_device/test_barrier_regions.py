@@ -517,3 +517,32 @@ def test_a_qualified_call_between_barriers_is_no_declaration(msl, monkeypatch, c
     out = Tensor.empty([48])
     kernel.run({0: out}, 48, 48)
     np.testing.assert_array_equal(out.numpy(), ((np.arange(48) + 1) % 48) * 2.0)
+
+
+CONSTANT_POINTER_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+// Pointers into the constant address space live across a barrier (per-thread frame members of
+// the region form, whose type keeps the pointee const).
+kernel void constant_pointers(constant float* edges [[buffer(0)]], device float* out [[buffer(1)]],
+                              uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  constant float* shifted = edges + 1;
+  constant float* const base = edges;
+  const constant float* last = edges + 64;
+  tile[t] = shifted[t];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[t] = tile[63 - t] + base[0] + last[0];
+}
+"""
+
+
+def test_constant_pointer_locals_keep_the_region_form(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(CONSTANT_POINTER_SOURCE).kernel("constant_pointers")
+    assert "kernel 'constant_pointers' runs as barrier regions" in capfd.readouterr().err
+    edges = np.arange(65, dtype=np.float32) * 3
+    out = Tensor.empty([64])
+    kernel.run({0: device_array(edges), 1: out}, 64, 64)
+    np.testing.assert_array_equal(out.numpy(), edges[1:][::-1] + edges[0] + edges[64])

@@ -361,12 +361,30 @@ class RegionWriter {
       } else if (i != begin) {
         out += ' ';
       }
-      out += spell_literal(i);
+      out += emitted(i);
     }
     return out;
   }
 
-  std::string spell_literal(size_t i) const {
+  // A `const` in the same part of a declaration as token i (between `*`, `&`, brackets, commas).
+  bool const_beside(size_t i) const {
+    auto stops = [&](size_t k) {
+      return t_.is(k, "(") || t_.is(k, ",") || t_.is(k, ";") || t_.is(k, "{") || t_.is(k, "}") || t_.is(k, "<") ||
+             t_.is(k, ">") || t_.is(k, "=") || t_.is(k, "*") || t_.is(k, "&") || t_.is(k, "[") || t_.is(k, ")") ||
+             t_.kind(k) == TokenKind::directive;
+    };
+    for (size_t k = i; k-- > 0 && !stops(k);)
+      if (t_.is(k, "const")) return true;
+    for (size_t k = i + 1; k < t_.size() && !stops(k); ++k)
+      if (t_.is(k, "const")) return true;
+    return false;
+  }
+
+  // The token as the translated source has it: `constant` is `const` (the macro expands to
+  // nothing) unless its part of the declaration already says `const`, as the translator rewrites
+  // it; unsuffixed floating literals get their `f` when the translator adds it.
+  std::string emitted(size_t i) const {
+    if (t_.is(i, "constant")) return const_beside(i) ? "" : "const";
     std::string n = t_.spell(i);
     if (!s_.suffix_float_literals || t_.kind(i) != TokenKind::number) return n;
     if (n.size() > 1 && n[0] == '0' && (n[1] == 'x' || n[1] == 'X')) return n;
@@ -399,7 +417,7 @@ class RegionWriter {
         ++i;
         continue;
       }
-      code += spell_literal(i);
+      code += emitted(i);
     }
     *out += code;
     return true;
@@ -1024,7 +1042,7 @@ class RegionWriter {
     }
     if (name == SIZE_MAX) return false;
     std::string type;
-    for (size_t j = begin; j < name; ++j) type += t_.spell(j) + " ";
+    for (size_t j = begin; j < name; ++j) type += emitted(j) + " ";
     const bool deduced = t_.is(begin, "auto") || t_.is(begin + 1, "auto") || type.find("auto ") != std::string::npos;
     const bool matrix = type.find("simdgroup_") != std::string::npos;
     if (uniform_constant(begin, name, end)) return true;
