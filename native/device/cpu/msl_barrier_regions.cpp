@@ -95,6 +95,7 @@ class Tokens {
   TokenKind kind(size_t i) const { return tokens_[i].kind; }
   int line(size_t i) const { return tokens_[i].line; }
   size_t partner(size_t i) const { return i < partner_.size() ? partner_[i] : SIZE_MAX; }
+  bool const_beside(size_t i) const { return etm::device::cpu::const_beside(text_, tokens_, i); }
 
   // The `>` closing the `<` at i before the statement ends, or SIZE_MAX.
   size_t closing_angle(size_t i, size_t end) const {
@@ -366,25 +367,11 @@ class RegionWriter {
     return out;
   }
 
-  // A `const` in the same part of a declaration as token i (between `*`, `&`, brackets, commas).
-  bool const_beside(size_t i) const {
-    auto stops = [&](size_t k) {
-      return t_.is(k, "(") || t_.is(k, ",") || t_.is(k, ";") || t_.is(k, "{") || t_.is(k, "}") || t_.is(k, "<") ||
-             t_.is(k, ">") || t_.is(k, "=") || t_.is(k, "*") || t_.is(k, "&") || t_.is(k, "[") || t_.is(k, ")") ||
-             t_.kind(k) == TokenKind::directive;
-    };
-    for (size_t k = i; k-- > 0 && !stops(k);)
-      if (t_.is(k, "const")) return true;
-    for (size_t k = i + 1; k < t_.size() && !stops(k); ++k)
-      if (t_.is(k, "const")) return true;
-    return false;
-  }
-
   // The token as the translated source has it: `constant` is `const` (the macro expands to
   // nothing) unless its part of the declaration already says `const`, as the translator rewrites
   // it; unsuffixed floating literals get their `f` when the translator adds it.
   std::string emitted(size_t i) const {
-    if (t_.is(i, "constant")) return const_beside(i) ? "" : "const";
+    if (t_.is(i, "constant")) return t_.const_beside(i) ? "" : "const";
     std::string n = t_.spell(i);
     if (!s_.suffix_float_literals || t_.kind(i) != TokenKind::number) return n;
     if (n.size() > 1 && n[0] == '0' && (n[1] == 'x' || n[1] == 'X')) return n;

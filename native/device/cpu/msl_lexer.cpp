@@ -201,6 +201,25 @@ bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* e
   return Lexer(text).run(tokens, error);
 }
 
+bool const_beside(const std::string& text, const std::vector<Token>& tokens, size_t i) {
+  auto is = [&](size_t k, const char* s) {
+    const size_t n = std::strlen(s);
+    return tokens[k].kind != TokenKind::directive && tokens[k].end - tokens[k].begin == n &&
+           text.compare(tokens[k].begin, n, s) == 0;
+  };
+  auto stops = [&](size_t k) {
+    if (tokens[k].kind == TokenKind::directive) return true;
+    for (const char* s : {"(", ",", ";", "{", "}", "<", ">", "=", "*", "&", "[", ")"})
+      if (is(k, s)) return true;
+    return false;
+  };
+  for (size_t k = i; k-- > 0 && !stops(k);)
+    if (is(k, "const")) return true;
+  for (size_t k = i + 1; k < tokens.size() && !stops(k); ++k)
+    if (is(k, "const")) return true;
+  return false;
+}
+
 int angle_depth_change(const std::string& text, const Token& token) {
   if (token.kind != TokenKind::punctuator || (text[token.begin] != '<' && text[token.begin] != '>')) return 0;
   const size_t length = token.end - token.begin;

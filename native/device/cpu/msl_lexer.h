@@ -28,6 +28,11 @@ bool lex_msl(const std::string& text, std::vector<Token>* tokens, std::string* e
 // for `>>`, else 0. Whether a `<` opens a list is the caller's judgement (it stops at `;`).
 int angle_depth_change(const std::string& text, const Token& token);
 
+// Is there a `const` in the same part of a declaration as token i (between brackets, `*`, `&`,
+// `,`, `=`, `<`, `>`, `;` and directives)? Where it is, MSL's `constant` there is dropped, else
+// written `const`.
+bool const_beside(const std::string& text, const std::vector<Token>& tokens, size_t i);
+
 // A stage's change to its input: the bytes [begin, end) become `replacement`.
 struct TextEdit {
   size_t begin;

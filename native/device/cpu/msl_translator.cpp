@@ -372,7 +372,7 @@ class Translator {
         continue;
       }
       if (is(i, "constant")) {
-        edits_.push_back({tokens_[i].begin, tokens_[i].end, declaration_has_const(i) ? "" : "const"});
+        edits_.push_back({tokens_[i].begin, tokens_[i].end, const_beside(text_, tokens_, i) ? "" : "const"});
       }
     }
   }
@@ -384,26 +384,13 @@ class Translator {
     size_t copied = tokens_[first].begin;
     for (size_t k = first; k < last; ++k) {
       if (!is(k, "constant")) continue;
-      out += text_.substr(copied, tokens_[k].begin - copied) + (declaration_has_const(k) ? "" : "const");
+      out += text_.substr(copied, tokens_[k].begin - copied) + (const_beside(text_, tokens_, k) ? "" : "const");
       copied = tokens_[k].end;
     }
     return out + text_.substr(copied, tokens_[last - 1].end - copied);
   }
 
-  bool declaration_has_const(size_t i) const {
-    auto stops = [&](size_t k) {
-      return is(k, "(") || is(k, ",") || is(k, ";") || is(k, "{") || is(k, "}") || is(k, "<") ||
-             is(k, ">") || is(k, "=") || is(k, "*") || is(k, "&") || is(k, "[") || is(k, ")") ||
-             is_directive(k);
-    };
-    for (size_t k = i; k-- > 0 && !stops(k);) {
-      if (is(k, "const")) return true;
-    }
-    for (size_t k = i + 1; k < tokens_.size() && !stops(k); ++k) {
-      if (is(k, "const")) return true;
-    }
-    return false;
-  }
+
 
   // Unsuffixed floating literals become float literals.
   void suffix_float_literals() {
@@ -903,7 +890,7 @@ class Translator {
           parameter.address_space = spell(t);
         }
         if (is(t, "constant")) {
-          parameter.type += declaration_has_const(t) ? "" : "const ";
+          parameter.type += const_beside(text_, tokens_, t) ? "" : "const ";
           continue;
         }
         parameter.type += spell(t) + " ";
