@@ -112,12 +112,12 @@ kernel void cumulative_extreme(device const T* input [[buffer(0)]], device T* va
                                constant CumulativeParams& p [[buffer(3)]],
                                uint line [[thread_position_in_grid]]) {
   const LineOffsets at = line_offsets(p.layout, line);
-  T best = input[at.input];
+  T best = T(0);  // the first element replaces it: each element is read once
   long best_index = 0;
   for (uint i = 0; i < p.layout.length; ++i) {
     const T v = input[at.input + long(i) * p.layout.input_stride];
     const bool better = Max ? v >= best : v <= best;
-    if (is_nan_value(v) || (!is_nan_value(best) && better)) {
+    if (i == 0 || is_nan_value(v) || (!is_nan_value(best) && better)) {
       best = v;
       best_index = long(i);
     }

@@ -34,6 +34,7 @@ INVALID = [
     ("ETMETAL_CPU_EXECUTION", "fast", "one of loop, fibers or regions"),
     ("ETMETAL_FAST_MATH", "yes", "one of 0 or 1"),
     ("ETMETAL_FALLBACKS", "graph", "one of mpsgraph or msl"),
+    ("ETMETAL_OP_SHAPES", "metal", "one of gpu or cpu"),
 ]
 
 # A runtime that failed to start retries at the next call, so one process tries every value.

@@ -6,7 +6,14 @@ and threadgroups it launches. With --time, the median wall time of each op on th
 instead, with the process's CPU seconds per run (user + system: steadier than wall time on a
 shared machine), in an uninstrumented process (counting slows kernels down).
 
-usage: python3 tools/kernel_report.py [--only SUBSTRING] [--time] [--repeats N]
+Launch shapes (ETMETAL_OP_SHAPES): ops whose best shape differs by device (cumulative ops and
+adaptive pooling of long lines / large windows, topk's group size) are counted in the GPU
+shape, the one Metal runs, unless ETMETAL_OP_SHAPES says otherwise: the bytes and threads are
+the GPU's figures even though the CPU device counts them. --time times the device's own shape
+(the CPU device's: one thread per line); --time --compare-shapes times both, interleaved, and
+their ratio.
+
+usage: python3 tools/kernel_report.py [--only SUBSTRING] [--time [--compare-shapes]] [--repeats N]
 """
 
 import argparse
@@ -18,6 +25,7 @@ import time
 TIMING = "--time" in sys.argv
 if not TIMING:
     os.environ["ETMETAL_COUNTERS"] = "1"  # before the library loads: it selects how kernels compile
+    os.environ.setdefault("ETMETAL_OP_SHAPES", "gpu")  # the bytes and threads Metal's shapes have
 elif os.environ.get("ETMETAL_COUNTERS") == "1":
     sys.exit("--time measures uninstrumented kernels: unset ETMETAL_COUNTERS")
 os.environ.setdefault("ETMETAL_DEVICE", "cpu")
@@ -498,30 +506,67 @@ def count(run, minimum):
     return counted.dispatches
 
 
+def use_shape(shape):
+    """Ops take launch shape `shape` from their next call on ("gpu", "cpu"; None: the device's own)."""
+    if shape is None:
+        os.environ.pop("ETMETAL_OP_SHAPES", None)
+    else:
+        os.environ["ETMETAL_OP_SHAPES"] = shape
+
+
+def median_ms(run, repeats, shapes):
+    """{shape: (median wall ms, median CPU ms)} of `repeats` runs under each launch shape in
+    `shapes` (None: the device's own), interleaved so that changes of load hit each alike."""
+    before = os.environ.get("ETMETAL_OP_SHAPES") or None
+    for shape in shapes:  # compiles, and fills the buffer pool, outside the timed runs
+        use_shape(shape)
+        run()
+        etmetal_py.synchronize()
+    walls = {shape: [] for shape in shapes}
+    cpus = {shape: [] for shape in shapes}
+    for _ in range(repeats):
+        for shape in shapes:
+            use_shape(shape)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run()
+            etmetal_py.synchronize()
+            walls[shape].append(time.perf_counter() - start)
+            cpus[shape].append(time.process_time() - start_cpu)
+    use_shape(before)
+    return {shape: (statistics.median(walls[shape]) * 1e3, statistics.median(cpus[shape]) * 1e3)
+            for shape in shapes}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="cases whose op or shape contains this text")
     parser.add_argument("--time", action="store_true", help="median wall ms per op instead of traffic")
+    parser.add_argument("--compare-shapes", action="store_true",
+                        help="with --time: time the GPU and the CPU launch shapes, interleaved")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per op with --time (default 5)")
     args = parser.parse_args()
     cases = [c for c in CASES if args.only in c[0] or args.only in c[1]]
     print(f"device: {etmetal_py.device_name()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if args.time and args.compare_shapes:
+        print("launch shapes: gpu (Metal's) and cpu (the CPU device's), medians of interleaved runs")
+        print(f"{'op':12} {'shape':40} {'gpu wall':>9} {'gpu cpu':>9} {'cpu wall':>9} {'cpu cpu':>9} "
+              f"{'cpu/gpu':>8}")
+        for op, label, factory, arguments in cases:
+            run, _ = factory(*arguments)
+            ms = median_ms(run, args.repeats, ("gpu", "cpu"))
+            print(f"{op:12} {label:40} {ms['gpu'][0]:9.2f} {ms['gpu'][1]:9.2f} {ms['cpu'][0]:9.2f} "
+                  f"{ms['cpu'][1]:9.2f} {ms['cpu'][1] / ms['gpu'][1]:8.2f}", flush=True)
+        return
     if args.time:
+        shape = os.environ.get("ETMETAL_OP_SHAPES") or None
+        print("launch shapes:", shape or "the device's own (ETMETAL_OP_SHAPES unset)")
         print(f"{'op':12} {'shape':40} {'wall ms':>10} {'cpu ms':>10}")
         for op, label, factory, arguments in cases:
             run, _ = factory(*arguments)
-            run()
-            etmetal_py.synchronize()
-            walls, cpus = [], []
-            for _ in range(args.repeats):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                run()
-                etmetal_py.synchronize()
-                walls.append(time.perf_counter() - start)
-                cpus.append(time.process_time() - start_cpu)
-            print(f"{op:12} {label:40} {statistics.median(walls) * 1e3:10.2f} "
-                  f"{statistics.median(cpus) * 1e3:10.2f}", flush=True)
+            wall, cpu = median_ms(run, args.repeats, (shape,))[shape]
+            print(f"{op:12} {label:40} {wall:10.2f} {cpu:10.2f}", flush=True)
         return
+    print(f"launch shapes: {os.environ['ETMETAL_OP_SHAPES']} (ETMETAL_OP_SHAPES)")
     print("bytes = device-memory bytes read + written by all the op's dispatches; minimum = inputs read")
     print("once + outputs written once; threads / groups = largest dispatch of the op")
     print(f"{'op':12} {'shape':40} {'MB':>9} {'min MB':>9} {'ratio':>7} {'threads':>9} {'groups':>7}  kernels")

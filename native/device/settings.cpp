@@ -39,6 +39,8 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_KERNEL_TIMEOUT_MS", Kind::integer, "", 0, int64_t{1} << 40, "300000 (0: no limit)"},
       {"ETMETAL_FALLBACKS", Kind::choice, "mpsgraph|msl", 0, 0,
        "mpsgraph: mm, bmm and conv2d through MPSGraph where the device runs graphs (Metal)"},
+      {"ETMETAL_OP_SHAPES", Kind::choice, "gpu|cpu", 0, 0,
+       "the device's own: gpu on Metal (a threadgroup per long line or large window), cpu on the CPU device"},
       {"ETMETAL_VALIDATE", Kind::choice, "0|1", 0, 0, "0 (1: the CPU device checks every kernel access)"},
   };
   return table;

@@ -15,8 +15,9 @@ namespace etm::ops {
 namespace {
 
 constexpr const char* kShaderFile = "cumulative.metal";
-// Lines of at least this many elements take the *_line kernels of cummax / cummin and
-// logcumsumexp (a threadgroup of kCumulativeLineThreads per line) instead of one thread per line.
+// With the GPU launch shape, lines of at least this many elements take the *_line kernels of
+// cummax / cummin and logcumsumexp (a threadgroup of kCumulativeLineThreads per line) instead of
+// one thread per line.
 constexpr uint32_t kLineMinimum = 1024;
 
 // Line layout of self and of contiguous results of self's shape; false when there is no
@@ -28,12 +29,12 @@ bool plan(const char* op, const Tensor& self, int64_t& dim, CumulativeParams& p)
   return true;
 }
 
-// Encodes "<op>_line_<type>" (a threadgroup of kCumulativeLineThreads per line) when p's lines
-// are long and its pipeline takes that many threads per group, else "<op>_<type>" (a thread per
-// line); bind sets the arguments, which both kernels take alike.
+// Encodes "<op>_line_<type>" (a threadgroup of kCumulativeLineThreads per line) when ops take
+// the GPU shape, p's lines are long and its pipeline takes that many threads per group, else
+// "<op>_<type>" (a thread per line); bind sets the arguments, which both kernels take alike.
 template <typename Bind>
 void dispatch_lines(const std::string& op, const std::string& type, const CumulativeParams& p, Bind bind) {
-  if (p.layout.length >= kLineMinimum) {
+  if (p.layout.length >= kLineMinimum && launch_shape() == LaunchShape::gpu) {
     KernelFunction& line_kernel = shader_kernel(kShaderFile, op + "_line_" + type);
     if (line_kernel.max_threads_per_group() >= kCumulativeLineThreads) {
       KernelLaunch launch(line_kernel);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "device/settings.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
@@ -96,6 +97,15 @@ device::Size3 group_for(const device::Size3& grid, uint64_t limit) {
 
 device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launch) {
   return group_for(grid, std::min<uint32_t>(256, launch.max_threads_per_group()));
+}
+
+LaunchShape launch_shape() {
+  std::string forced;
+  const device::Status status = settings::read_choice("ETMETAL_OP_SHAPES", &forced);
+  ETM_REQUIRE(status.ok(), status.message());
+  if (forced == "gpu") return LaunchShape::gpu;
+  if (forced == "cpu") return LaunchShape::cpu;
+  return std::strcmp(Runtime::get().device().kind(), "cpu") == 0 ? LaunchShape::cpu : LaunchShape::gpu;
 }
 
 void require_mps(const char* op, const char* name, const Tensor& t) {

@@ -66,6 +66,15 @@ device::Size3 group_for(const device::Size3& grid, uint64_t limit);
 // kernel allows fewer.
 device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launch);
 
+// Which launch shape ops take where the best one differs by device. On a GPU, long lines and
+// large windows go to a cooperating threadgroup each: thousands of threads in flight hide
+// memory latency, and each byte is read once. On the CPU device a threadgroup runs on one core,
+// so cooperation buys no parallelism and costs barriers (fiber switches or barrier regions):
+// one thread walking a line is fastest there. ETMETAL_OP_SHAPES forces one shape on any device
+// (tests run the GPU shapes on the CPU device with it); it is read at each call.
+enum class LaunchShape { gpu, cpu };
+LaunchShape launch_shape();
+
 // Throws "<op>: <name> must be an mps tensor (device type N)" unless t is on the mps device.
 void require_mps(const char* op, const char* name, const Tensor& t);
 

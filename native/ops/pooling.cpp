@@ -166,14 +166,15 @@ PoolOutputs adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& outp
   if (result.values->numel() == 0) return result;
   const uint32_t max_flag = take_max ? 1 : 0;
   const device::Size3 grid{p.out_width, p.out_height, static_cast<uint64_t>(planes)};
-  // Windows of about kWindowMinimum elements or more (global pooling of a feature map) take a
-  // threadgroup of kAdaptiveWindowThreads per output instead of one thread walking the window.
+  // With the GPU launch shape, windows of about kWindowMinimum elements or more (global pooling
+  // of a feature map) take a threadgroup of kAdaptiveWindowThreads per output instead of one
+  // thread walking the window.
   constexpr int64_t kWindowMinimum = 1024;
   const int64_t window_rows = (height + output_size[0] - 1) / output_size[0];
   const int64_t window = window_rows * ((width + output_size[1] - 1) / output_size[1]);
   const std::string type = msl_float_type_name(self.dtype);
   const std::string window_kernel = "adaptive_pool2d_window_" + type;
-  const bool by_group = window >= kWindowMinimum &&
+  const bool by_group = window >= kWindowMinimum && launch_shape() == LaunchShape::gpu &&
                         shader_kernel("pooling.metal", window_kernel).max_threads_per_group() >= kAdaptiveWindowThreads;
   KernelLaunch launch(shader_kernel("pooling.metal", by_group ? window_kernel : "adaptive_pool2d_" + type));
   launch.tensor(0, self).tensor(1, *result.values).tensor(2, take_max ? *result.indices : *result.values)

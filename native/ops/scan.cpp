@@ -21,8 +21,8 @@ constexpr const char* kShaderFile = "scan.metal";
 constexpr int64_t kTargetThreads = 16384;
 // ...but no chunk is shorter than this.
 constexpr int64_t kMinChunk = 256;
-// Lines of at least this many elements take the one-pass scan_line (a threadgroup of
-// kLineThreads per line): every element read once instead of twice.
+// With the GPU launch shape, lines of at least this many elements take the one-pass scan_line
+// (a threadgroup of kLineThreads per line): every element read once instead of twice.
 constexpr int64_t kLineMinimum = 1024;
 constexpr uint64_t kLineThreads = 256;
 
@@ -55,7 +55,7 @@ std::unique_ptr<Tensor> cumsum(const Tensor& self, int64_t dim, std::optional<in
   p.lines = checked_u32(kOp, lines, "number of lines");
   const std::string suffix = std::string(input_name) + "_" + msl_element_type_name(out_dtype);
   const bool float_accumulator = is_floating(out_dtype);
-  if (length >= kLineMinimum &&
+  if (length >= kLineMinimum && launch_shape() == LaunchShape::gpu &&
       shader_kernel(kShaderFile, "scan_line_" + suffix).max_threads_per_group() >= kLineThreads) {
     KernelLaunch launch(shader_kernel(kShaderFile, "scan_line_" + suffix));
     launch.tensor(0, self).tensor(1, *output).value(2, p).threadgroups({uint64_t(lines), 1, 1}, {kLineThreads, 1, 1});

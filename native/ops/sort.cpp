@@ -23,7 +23,7 @@ constexpr uint32_t kTileRun = 8;          // elements a tile-sorting thread keep
 constexpr uint32_t kMergeRun = 32;        // outputs per merge thread
 constexpr uint32_t kTopkPerThread = 8;
 constexpr int64_t kTopkMaxK = 256;
-constexpr uint32_t kTopkGroup = 256;      // threads per threadgroup, at least...
+constexpr uint32_t kTopkGroup = 256;      // threads per threadgroup, at least (with the GPU shape)...
 constexpr uint32_t kTopkMaxGroup = 1024;  // ...and at most (the kernels keep 32 SIMD-group totals)
 
 // Contiguous values and int64 indices shaped like self with `count` elements along dim.
@@ -130,9 +130,15 @@ SortOutputs topk_by_selection(const Tensor& self, const char* type_name, int64_t
   KernelFunction& chunks_kernel = shader_kernel(kShaderFile, "topk_chunks_" + suffix);
   KernelFunction& final_kernel = shader_kernel(kShaderFile, "topk_final_" + suffix);
   // Whole SIMD-groups of 32 (the kernels' digit search uses one). A chunk pass writes k
-  // candidates of 8 bytes (key, index) per chunk, which the next pass reads again: groups grow
-  // with k until that is about a tenth of the input's bytes (chunk >= 160 k / element size).
-  const uint64_t wanted = (20 * uint64_t(k) / self.itemsize() + 31) / 32 * 32;
+  // candidates of 8 bytes (key, index) per chunk, which the next pass reads again: with the GPU
+  // shape, groups grow with k until that is about a tenth of the input's bytes (chunk >= 160 k /
+  // element size). The CPU device keeps kTopkGroup threads and runs another candidate pass
+  // instead: it runs these kernels on fibers (every thread switched in at every barrier), and
+  // groups of 1,024 took 1.36x the CPU time of groups of 256 there (k = 256 of 4 x 128,256
+  // float32) for about as many threads in all, most likely because 1,024 fiber stacks outgrow
+  // a core's caches where 256 fit.
+  const uint64_t wanted = launch_shape() == LaunchShape::gpu ? (20 * uint64_t(k) / self.itemsize() + 31) / 32 * 32
+                                                             : kTopkGroup;
   const uint32_t group = std::min<uint32_t>(
       static_cast<uint32_t>(std::clamp<uint64_t>(wanted, kTopkGroup, kTopkMaxGroup)),
       std::min(chunks_kernel.max_threads_per_group(), final_kernel.max_threads_per_group()) / 32 * 32);

@@ -185,30 +185,59 @@ def global_max_pool(x):
     return [Tensor(r0[0]), Tensor(r1[0])]
 
 
-# (op, input, reference, kernel, threads, bytes read, bytes written): lines / windows of 5,000 /
-# 1,600 elements take a threadgroup each (256 / 64 threads) and touch every byte once.
+# (op, input, reference, dispatches by launch shape: [(kernel, threads, bytes read, bytes
+# written)]). With the GPU shape, lines / windows of 5,000 / 1,600 elements take a threadgroup
+# each (256 / 64 threads) and touch every byte once. With the CPU device's shape one thread
+# walks each (cummax and pooling read once too); cumsum scans 19 chunks of 264 elements per line:
+# chunk totals (reading the input once), their offsets, then the scan (reading it again). None:
+# not compared. scan_chunk_offsets replaces each total by its offset in place, and the counters
+# miss such stores: the instrumentation drops the check of a store to an address the same code
+# has just loaded (a kernel doing x[i] = x[i] + 1 counts no written byte).
+CHUNKS = 2 * 19
 LONG_LINE_CASES = [
-    (cummax_long_lines, torch.randn(2, 5000), lambda x: list(torch.cummax(x, 1)), "cummax_line_float", 512,
-     40_000, 2 * 5000 * (4 + 8)),
-    (cumsum_long_lines, torch.randint(-9, 9, (2, 5000)), lambda x: [torch.cumsum(x, 1)], "scan_line_long_long", 512,
-     80_000, 80_000),
+    (cummax_long_lines, torch.randn(2, 5000), lambda x: list(torch.cummax(x, 1)),
+     {"gpu": [("cummax_line_float", 512, 40_000, 2 * 5000 * (4 + 8))],
+      "cpu": [("cummax_float", 2, 40_000, 2 * 5000 * (4 + 8))]}),
+    (cumsum_long_lines, torch.randint(-9, 9, (2, 5000)), lambda x: [torch.cumsum(x, 1)],
+     {"gpu": [("scan_line_long_long", 512, 80_000, 80_000)],
+      "cpu": [("scan_chunk_totals_long_long", CHUNKS, 80_000, CHUNKS * 8),
+              ("scan_chunk_offsets_ulong", 2, CHUNKS * 8, None),
+              ("scan_apply_long_long", CHUNKS, 80_000 + CHUNKS * 8, 80_000)]}),
     (global_max_pool, torch.randn(1, 3, 40, 40), lambda x: list(torch.ops.aten.adaptive_max_pool2d(x, [1, 1])),
-     "adaptive_pool2d_window_float", 3 * 64, 3 * 1600 * 4, 3 * (4 + 8)),
+     {"gpu": [("adaptive_pool2d_window_float", 3 * 64, 3 * 1600 * 4, 3 * (4 + 8))],
+      "cpu": [("adaptive_pool2d_float", 3, 3 * 1600 * 4, 3 * (4 + 8))]}),
 ]
 
 
-@pytest.mark.parametrize("case", LONG_LINE_CASES, ids=lambda case: case[3])
-def test_long_lines_take_a_threadgroup_each_and_read_once(case):
-    # One thread per line (or window) walked 1,024 elements and more until these kernels.
+@pytest.mark.parametrize("shape", ["gpu", "cpu"])
+@pytest.mark.parametrize("case", LONG_LINE_CASES, ids=lambda case: case[0].__name__)
+def test_long_lines_take_each_devices_launch_shape(case, shape, monkeypatch):
+    # One thread per line (or window) walked 1,024 elements and more until the GPU shape's
+    # kernels; the CPU device keeps that shape (ETMETAL_OP_SHAPES forces either).
     if etmetal_py.device_kind() != "cpu":
         pytest.skip("traffic counters exist on the CPU device")
-    run, x, reference, kernel, threads, read, written = case
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", shape)
+    run, x, reference, expected = case
     device_x = Tensor.from_array(x)
-    run(device_x)  # compiles the kernel outside the window
+    run(device_x)  # compiles the kernels outside the window
     etmetal_py.synchronize()
     with etmetal_py.counters() as counted:
         results = run(device_x)
-    for result, expected in zip(results, reference(x)):
-        assert torch.equal(result.torch(), expected)
-    d = only_dispatch(counted)
-    assert (d.kernel, d.threads, d.bytes_read, d.bytes_written) == (kernel, threads, read, written)
+    for result, expected_result in zip(results, reference(x)):
+        assert torch.equal(result.torch(), expected_result)
+    counts = [(d.kernel, d.threads, d.bytes_read, d.bytes_written) for d in counted.dispatches]
+    assert len(counts) == len(expected[shape])
+    for count, wanted in zip(counts, expected[shape]):
+        assert all(want is None or got == want for got, want in zip(count, wanted)), (count, wanted)
+
+
+def test_the_cpu_device_takes_the_cpu_shape_by_default(monkeypatch):
+    if etmetal_py.device_kind() != "cpu":
+        pytest.skip("traffic counters exist on the CPU device")
+    monkeypatch.delenv("ETMETAL_OP_SHAPES", raising=False)
+    device_x = Tensor.from_array(torch.randn(2, 5000))
+    cummax_long_lines(device_x)
+    etmetal_py.synchronize()
+    with etmetal_py.counters() as counted:
+        cummax_long_lines(device_x)
+    assert [d.kernel for d in counted.dispatches] == ["cummax_float"]

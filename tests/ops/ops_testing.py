@@ -1,7 +1,7 @@
 """Helpers shared by the op tests: device copies of torch tensors (any sizes, strides and
-storage offset), the once-per-module leak check, scale-relative comparison, and the check that
-a failed call poisoned the stream, and compiling a model whose generated code must call given
-C functions."""
+storage offset), the once-per-module leak check, the fixture that runs a test with each launch
+shape, scale-relative comparison, the check that a failed call poisoned the stream, and
+compiling a model whose generated code must call given C functions."""
 
 import gc
 import zipfile
@@ -68,6 +68,16 @@ def no_leaks_in_module():
     gc.collect()
     after = allocator_stats()
     assert (after.live_bytes, after.live_allocations) == (before.live_bytes, before.live_allocations)
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def launch_shape(request, monkeypatch):
+    """Runs the test once with each launch shape forced (ETMETAL_OP_SHAPES, which ops read at
+    each call): "gpu", a threadgroup cooperating on each long line or large window, and "cpu",
+    a thread walking each, so both kernels of such ops are tested on whichever device runs the
+    tests (each device takes its own shape by default). Returns the shape."""
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", request.param)
+    return request.param
 
 
 def assert_close_scaled(actual, expected, tolerance, same_dtype=False):

@@ -7,7 +7,7 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, launch_shape, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
@@ -130,8 +130,10 @@ def test_cummax_cummin_nan_views_empty_0_dim(function, reference):
         assert torch.equal(indices, expected.indices)
 
 
-# Lines of >= 1024 elements take one threadgroup each (blocks of 4096, 256 threads of 16):
-# the boundary, a tail that leaves threads and part of a simdgroup idle, several blocks.
+# With the GPU launch shape, lines of >= 1024 elements take one threadgroup each (blocks of
+# 4096, 256 threads of 16): the boundary, a tail that leaves threads and part of a simdgroup
+# idle, several blocks. With the CPU device's shape one thread walks each line. The tests of
+# long lines run with both (the launch_shape fixture).
 LONG_LENGTHS = [1024, 4096 + 37, 9000]
 
 
@@ -156,7 +158,7 @@ EXTREMES = [(name, dtype) for name in ("cummax", "cummin") for dtype in FLOATS +
 
 @pytest.mark.parametrize("name, dtype", slow_but(EXTREMES, ("cummax", torch.float16), ("cummin", torch.int64)),
                          ids=str)
-def test_cummax_cummin_of_long_lines_match_torch(name, dtype):
+def test_cummax_cummin_of_long_lines_match_torch(name, dtype, launch_shape):
     function, reference = getattr(lib, f"aoti_torch_mps_{name}"), getattr(torch, name)
     # Few distinct values: ties everywhere, so the index rule (the last extreme; the last NaN
     # once one appeared) decides most indices.
@@ -171,7 +173,7 @@ def test_cummax_cummin_of_long_lines_match_torch(name, dtype):
             assert torch.equal(indices, expected.indices)
 
 
-def test_cummax_cummin_long_lines_extremes_after_the_first_block():
+def test_cummax_cummin_long_lines_extremes_after_the_first_block(launch_shape):
     # The extreme reached late (another block, another simdgroup, the last lane) and -0.0 / 0.0
     # ties: values and indices as torch's.
     x = torch.zeros(3, 8200, dtype=torch.float16)
@@ -185,7 +187,7 @@ def test_cummax_cummin_long_lines_extremes_after_the_first_block():
 
 
 @pytest.mark.parametrize("dtype", slow_but(FLOATS, torch.float32), ids=str)
-def test_logcumsumexp_of_long_lines_matches_float64(dtype):
+def test_logcumsumexp_of_long_lines_matches_float64(dtype, launch_shape):
     generator = torch.Generator().manual_seed(7)
     for length in LONG_LENGTHS:
         x = (torch.randn(2, length, generator=generator) * 30).to(dtype)

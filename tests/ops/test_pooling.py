@@ -10,7 +10,7 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, launch_shape, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 
 def call(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
@@ -124,9 +124,10 @@ def test_adaptive_pools_match_torch(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32] + [pytest.param(d, marks=pytest.mark.slow)
                                                      for d in (torch.float16, torch.bfloat16)], ids=str)
-def test_adaptive_pools_of_large_windows_match_torch(dtype):
-    # Windows of >= 1024 elements take a threadgroup per output: the maximum's index must still
-    # be torch's (the first of equal maxima, the last NaN), whichever thread held it.
+def test_adaptive_pools_of_large_windows_match_torch(dtype, launch_shape):
+    # With the GPU launch shape, windows of >= 1024 elements take a threadgroup per output: the
+    # maximum's index must still be torch's (the first of equal maxima, the last NaN), whichever
+    # thread held it. With the CPU device's shape one thread walks each window.
     x = torch.randn(2, 4, 70, 40, generator=torch.Generator().manual_seed(4)).to(dtype)
     x[0, 0, 10, 5] = x[0, 0, 60, 30] = 100.0  # equal maxima: the first wins
     x[0, 1, 3, 3] = x[0, 1, 50, 7] = float("nan")  # the last NaN wins

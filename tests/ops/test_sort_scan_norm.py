@@ -14,7 +14,7 @@ import torch
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
 from etmetal_testing import fails
-from ops_testing import as_device, no_leaks_in_module  # noqa: F401 (autouse fixture)
+from ops_testing import as_device, launch_shape, no_leaks_in_module  # noqa: F401 (fixtures)
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
@@ -229,29 +229,32 @@ def assert_topk_matches(x, k, dim, largest):
     assert torch.equal(indices, expected_indices)
 
 
-# Radix selection (k <= 256): lines of one chunk (2048 elements), of several chunks, and of
-# so many chunks that their candidates take a second chunk pass; heavy ties pick the lowest
-# indices first.
+# Radix selection (k <= 256): lines of one chunk (2048 elements with the CPU device's launch
+# shape; with the GPU shape chunks grow with k, to 8192), of several chunks, and of so many
+# chunks that their candidates take a second chunk pass; heavy ties pick the lowest indices
+# first.
 @pytest.mark.parametrize("dtype,shape,k,dim",
                          [(dtype, (2, 5000), 50, -1) for dtype in FLOATS + INTEGERS + [torch.bool]] +
                          [(dtype, shape, k, dim) for dtype in (torch.float32, torch.int64)
                           for shape, k, dim in [((3, 700), 13, 1), ((2, 2049), 256, 1), ((5000, 2), 7, 0)]])
 @pytest.mark.parametrize("largest", [True, False])
-def test_topk_with_ties_takes_lowest_indices(dtype, shape, k, dim, largest):
+def test_topk_with_ties_takes_lowest_indices(dtype, shape, k, dim, largest, launch_shape):
     torch.manual_seed(k + sum(shape))
     assert_topk_matches(with_ties(shape, dtype), k, dim, largest)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
-def test_topk_two_chunk_passes(dtype):
+def test_topk_two_chunk_passes(dtype, launch_shape):
     torch.manual_seed(3)
-    x = torch.randn(2, 70000).mul(1000).to(dtype)  # 35 chunks x 256 candidates > one chunk
+    # Chunks of 2048 (CPU shape) to 8192 elements (GPU shape, float32 and float16; 5120 for
+    # int64): 37 to 147 chunks x 256 candidates > one chunk, so at least two chunk passes.
+    x = torch.randn(2, 300000).mul(1000).to(dtype)
     for largest in (True, False):
         assert_topk_matches(x, 256, 1, largest)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_topk_nan_infinities_and_signed_zeros(dtype):
+def test_topk_nan_infinities_and_signed_zeros(dtype, launch_shape):
     torch.manual_seed(5)
     x = torch.randn(3, 4100)
     x[:, ::97] = float("nan")
@@ -339,11 +342,12 @@ def test_cumsum_float_override_rounds_elements_first(out_dtype):
     assert ((out.double() - expected).abs() <= relative * torch.cumsum(x.abs().double(), 1) + 1e-6).all()
 
 
-# Lines of >= 1024 elements with a floating output take the one-pass kernel (a threadgroup per
-# line, blocks of 4096): the boundary, a whole block, a one-element tail, several blocks.
+# With the GPU launch shape, lines of >= 1024 elements take the one-pass kernel (a threadgroup
+# per line, blocks of 4096): the boundary, a whole block, a one-element tail, several blocks.
+# The CPU device's shape scans them in chunks. The tests of long lines run with both.
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", [(1024,), (2, 4096), (3, 4097), (2, 9000)])
-def test_cumsum_long_lines(dtype, shape):
+def test_cumsum_long_lines(dtype, shape, launch_shape):
     torch.manual_seed(shape[-1])
     x = torch.randn(shape).to(dtype)
     (out,) = results(*call_cumsum(x, -1))
@@ -353,7 +357,7 @@ def test_cumsum_long_lines(dtype, shape):
     assert ((out.double() - expected).abs() <= relative * torch.cumsum(x.double().abs(), -1) + 1e-6).all()
 
 
-def test_cumsum_long_lines_of_views_integers_and_non_finite_values():
+def test_cumsum_long_lines_of_views_integers_and_non_finite_values(launch_shape):
     torch.manual_seed(9)
     x = torch.randn(3000, 4)[:, 1:3]  # scanned along a stride-4 dimension, storage offset 1
     (out,) = results(*call_cumsum(x, 0))
@@ -369,14 +373,15 @@ def test_cumsum_long_lines_of_views_integers_and_non_finite_values():
     torch.testing.assert_close(out[:100], expected[:100], rtol=1e-5, atol=1e-4)
 
 
-# Integer results of long lines take the one-pass kernel too, summing in wrapping 64-bit
-# integers across lanes, simdgroups and blocks: exact, wrap-around included.
+# Integer results of long lines take the one-pass kernel too (GPU shape), summing in wrapping
+# 64-bit integers across lanes, simdgroups and blocks, or the chunks (CPU shape): exact,
+# wrap-around included.
 # (the first two by default: each case compiles a kernel of its own)
 @pytest.mark.parametrize("dtype, out_dtype", [(torch.int64, None), (torch.int32, None)] + [
     pytest.param(*case, marks=pytest.mark.slow)
     for case in ((torch.int32, torch.int32), (torch.uint8, torch.int64), (torch.bool, None),
                  (torch.int16, torch.int32))])
-def test_cumsum_long_integer_lines_are_exact(dtype, out_dtype):
+def test_cumsum_long_integer_lines_are_exact(dtype, out_dtype, launch_shape):
     generator = torch.Generator().manual_seed(10)
     if dtype == torch.bool:
         x = torch.rand(3, 9000, generator=generator) > 0.5
