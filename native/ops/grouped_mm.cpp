@@ -87,21 +87,44 @@ std::unique_ptr<Tensor> grouped_mm(const Tensor& a, const Tensor& b, const Tenso
   p.depth = checked_u32(op, depth, "depth");
   p.groups = checked_u32(op, groups, "group count");
   if (out->numel() == 0) return out;
-  KernelLaunch launch(shader_kernel("grouped_mm.metal", std::string("grouped_mm_") + suffix));
+  // Blocks twice as wide along the wider output dimension (where it holds a wide block) read each
+  // element of the other operand half as often. Not along a grouped dimension: a group's blocks
+  // start at its first row (column), so wide ones there would leave more of them partial.
+  uint32_t block_rows = kGroupedMmBlock, block_cols = kGroupedMmBlock;
+  if (p.cols >= p.rows && p.cols >= kGroupedMmWideBlock && p.mode != kGroupCols) {
+    block_cols = kGroupedMmWideBlock;
+  } else if (p.rows > p.cols && p.rows >= kGroupedMmWideBlock && p.mode != kGroupRows) {
+    block_rows = kGroupedMmWideBlock;
+  }
+  auto block_kernel = [&](uint32_t rows, uint32_t cols) -> KernelFunction& {
+    return shader_kernel("grouped_mm.metal", "grouped_mm_" + std::to_string(rows) + "x" + std::to_string(cols) +
+                                                 "_" + suffix);
+  };
+  // A simdgroup of 32 threads per 32 x 32 outputs; the narrow block where the device allows too
+  // few threads per group for a wide one.
+  uint32_t threads = block_rows * block_cols / 32;
+  if (block_kernel(block_rows, block_cols).max_threads_per_group() < threads) {
+    block_rows = block_cols = kGroupedMmBlock;
+    threads = block_rows * block_cols / 32;
+  }
+  KernelLaunch launch(block_kernel(block_rows, block_cols));
+  // Operand tiles (block_rows x depth, depth x block_cols), then the block's results.
+  const size_t tile_floats = std::max<size_t>((block_rows + block_cols) * kGroupedMmTileDepth,
+                                              block_rows * block_cols);
   // A zero depth leaves a or b without storage; the kernel reads neither then.
   const Tensor& any = *out;
   launch.tensor(0, a.numel() ? a : any).tensor(1, b.numel() ? b : any)
       .tensor(2, offs && offs->numel() ? *offs : any).tensor(3, *out).value(4, p)
-      .threadgroup_memory(0, kGroupedMmTileFloats * sizeof(float));
+      .threadgroup_memory(0, tile_floats * sizeof(float));
   // Blocks along a grouped dimension: each group's blocks start at its first row (column), so
   // the groups and the tail past the last end add at most one partial block each.
-  uint64_t column_blocks = (uint64_t(p.cols) + kGroupedMmBlock - 1) / kGroupedMmBlock;
-  uint64_t row_blocks = (uint64_t(p.rows) + kGroupedMmBlock - 1) / kGroupedMmBlock;
+  uint64_t column_blocks = (uint64_t(p.cols) + block_cols - 1) / block_cols;
+  uint64_t row_blocks = (uint64_t(p.rows) + block_rows - 1) / block_rows;
   if (p.mode == kGroupRows) row_blocks += p.groups;
   if (p.mode == kGroupCols) column_blocks += p.groups;
   checked_u32(op, std::max(row_blocks, column_blocks), "block count");
   launch.threadgroups({column_blocks, row_blocks, out_3d ? static_cast<uint64_t>(out_sizes[0]) : 1},
-                      {kGroupedMmThreads, 1, 1});
+                      {threads, 1, 1});
   return out;
 }
 

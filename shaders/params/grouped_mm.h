@@ -7,10 +7,11 @@
 namespace etm::ops {
 #endif
 
-// A threadgroup of kGroupedMmThreads (four simdgroups) computes kGroupedMmBlock x kGroupedMmBlock outputs.
+// A threadgroup computes a block of kGroupedMmBlock x kGroupedMmBlock outputs, or of twice that
+// along one dimension (kGroupedMmWideBlock), with a simdgroup (32 threads) per 32 x 32 of them.
 ETM_PARAMS_CONSTANT uint32 kGroupedMmBlock = 64;
-ETM_PARAMS_CONSTANT uint32 kGroupedMmThreads = 128;
-ETM_PARAMS_CONSTANT uint32 kGroupedMmTileFloats = kGroupedMmBlock * kGroupedMmBlock;  // threadgroup(0)
+ETM_PARAMS_CONSTANT uint32 kGroupedMmWideBlock = 128;
+ETM_PARAMS_CONSTANT uint32 kGroupedMmTileDepth = 32;  // depth of the operand tiles a step stages
 
 struct GroupedMmParams {
   int64 a_strides[3];    // group (0 for a 2-D a), row, depth

@@ -124,3 +124,39 @@ def test_blocks_match_float64(ends):
     batch_a = randn(2, 75, 45, seed=13)[:, 5:, 5:]  # offset view [2, 70, 40]
     batch_b = randn(2, 40, 66, seed=14)
     assert_close_scaled(grouped_mm(batch_a, batch_b), batch_a.double() @ batch_b.double(), tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_wide_blocks_match_float64(dtype):
+    """Outputs at least 128 wide along their wider, ungrouped dimension take blocks of 64 x 128
+    (or 128 x 64): whole and partial wide blocks in every layout that has them, against float64
+    products group by group."""
+    tolerance = TOLERANCE[dtype]
+
+    def check(out, expected):
+        assert out.dtype == dtype
+        assert_close_scaled(out, expected, tolerance)
+
+    ends = (30, 30, 90)  # an empty group, the tail past the last end
+    a, experts = randn(100, 40, dtype=dtype, seed=15), randn(3, 200, 40, dtype=dtype, seed=16)
+    b = experts.transpose(-2, -1)  # [G, K, N] strided; rows grouped, 200 columns: 64 x 128 blocks
+    expected = torch.zeros(100, 200, dtype=torch.float64)
+    for g, (begin, end) in enumerate(spans(ends, 100)):
+        expected[begin:end] = a[begin:end].double() @ b[g].double()
+    check(grouped_mm(a, b, offsets(*ends)), expected)
+
+    a3, b2 = randn(3, 150, 40, dtype=dtype, seed=17), randn(40, 90, dtype=dtype, seed=18)  # 150 rows: 128 x 64
+    expected = torch.zeros(150, 90, dtype=torch.float64)
+    for g, (begin, end) in enumerate(spans((20, 20, 70), 90)):
+        expected[:, begin:end] = a3[g].double() @ b2[:, begin:end].double()
+    check(grouped_mm(a3, b2, offsets(20, 20, 70)), expected)
+
+    for rows, columns in ((70, 300), (200, 130)):  # depth groups: 64 x 128, then 128 x 64
+        a2, b_depth = randn(rows, 100, dtype=dtype, seed=rows), randn(100, columns, dtype=dtype, seed=columns)
+        expected = torch.stack([a2[:, begin:end].double() @ b_depth[begin:end].double()
+                                for begin, end in spans(ends, 100)])
+        check(grouped_mm(a2, b_depth, offsets(*ends)), expected)
+
+    for rows, columns in ((70, 150), (140, 66)):  # batches: 64 x 128, then 128 x 64
+        batch_a, batch_b = randn(2, rows, 40, dtype=dtype, seed=19), randn(2, 40, columns, dtype=dtype, seed=20)
+        check(grouped_mm(batch_a, batch_b), batch_a.double() @ batch_b.double())
