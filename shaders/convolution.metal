@@ -99,6 +99,18 @@ kernel void convolution(device T* output [[buffer(0)]],
 constant constexpr uint kGemmBlock = 32;
 constant constexpr uint kGemmDepth = 32;
 constant constexpr uint kGemmThreads = 128;
+// The weight tile's row pitch: a simdgroup's 32 lanes stage one column's 32 reduction steps,
+// and a pitch of 33 puts them in 32 different threadgroup-memory banks.
+constant constexpr uint kGemmWeightPitch = kGemmBlock + 1;
+
+// One output pixel of a block: where its input window starts (the offset of tap (0, 0, 0) of
+// channel 0, before padding is checked) and where its outputs go.
+struct GemmPixel {
+  long input;
+  long output;
+  int depth, height, width;  // the window's first input position, negative in the padding
+  int valid;                 // inside the problem (the last block may be partial)
+};
 
 template <typename T>
 kernel void convolution_gemm(device T* output [[buffer(0)]],
@@ -111,17 +123,39 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
                              uint thread_index [[thread_index_in_threadgroup]],
                              uint simdgroup [[simdgroup_index_in_threadgroup]]) {
   threadgroup float* patch_tile = tiles;                            // kGemmBlock x kGemmDepth
-  threadgroup float* weight_tile = tiles + kGemmBlock * kGemmDepth;  // kGemmDepth x kGemmBlock
+  threadgroup float* weight_tile = tiles + kGemmBlock * kGemmDepth;  // kGemmDepth x kGemmWeightPitch
+  threadgroup GemmPixel block_pixels[kGemmBlock];
 
   const long pixels_per_image = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
   const long pixels = p.batch * pixels_per_image;
-  const long taps = p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
+  const uint taps = uint(p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2]);
+  const uint plane_taps = uint(p.kernel_sizes[1] * p.kernel_sizes[2]);
   const long depth = p.in_channels_per_group * taps;
   const long group = group_position.z;
   const long pixel0 = long(group_position.y) * kGemmBlock;
   const long column0 = long(group_position.x) * kGemmBlock;
   const long first_in_channel = group * p.in_channels_per_group;
   const long first_out_channel = group * p.out_channels_per_group;
+
+  // Each pixel's coordinates are worked out once here, not at every staging step.
+  if (thread_index < kGemmBlock) {
+    const long pixel = pixel0 + thread_index;
+    GemmPixel info;
+    info.valid = pixel < pixels;
+    const long in_image = pixel % pixels_per_image;
+    const long n = pixel / pixels_per_image;
+    const long ow = in_image % p.output_sizes[2];
+    const long oh = (in_image / p.output_sizes[2]) % p.output_sizes[1];
+    const long od = in_image / (p.output_sizes[2] * p.output_sizes[1]);
+    info.depth = int(od * p.stride[0] - p.padding[0]);
+    info.height = int(oh * p.stride[1] - p.padding[1]);
+    info.width = int(ow * p.stride[2] - p.padding[2]);
+    info.input = n * p.input_strides[0] + first_in_channel * p.input_strides[1] + info.depth * p.input_strides[2] +
+                 info.height * p.input_strides[3] + info.width * p.input_strides[4];
+    info.output = n * p.output_strides[0] + od * p.output_strides[2] + oh * p.output_strides[3] +
+                  ow * p.output_strides[4];
+    block_pixels[thread_index] = info;
+  }
 
   const uint simd_row = (simdgroup / 2) * 16;
   const uint simd_column = (simdgroup % 2) * 16;
@@ -130,44 +164,42 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
     for (uint j = 0; j < 2; ++j) accumulators[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
 
+  // A thread stages one reduction step r of the patch (for every fourth pixel) and of the
+  // weight (for every fourth column): r's channel and taps are decomposed once per step.
+  const uint step = thread_index % kGemmDepth;
+  const uint first_row = thread_index / kGemmDepth;
+  constexpr uint kRowsPerThread = kGemmBlock * kGemmDepth / kGemmThreads;
+  constexpr uint kRowStride = kGemmThreads / kGemmDepth;
   for (long k0 = 0; k0 < depth; k0 += kGemmDepth) {
+    const long r = k0 + step;
+    const bool inside = r < depth;
+    const uint ci = inside ? uint(r / taps) : 0;
+    const uint tap = inside ? uint(r - long(ci) * taps) : 0;
+    const uint kd = tap / plane_taps;
+    const uint kh = (tap - kd * plane_taps) / uint(p.kernel_sizes[2]);
+    const uint kw = tap - kd * plane_taps - kh * uint(p.kernel_sizes[2]);
+    const int dd = int(kd * p.dilation[0]), dh = int(kh * p.dilation[1]), dw = int(kw * p.dilation[2]);
+    const long input_tap = ci * p.input_strides[1] + dd * p.input_strides[2] + dh * p.input_strides[3] +
+                           dw * p.input_strides[4];
+    const long weight_tap = p.weight_offset + group * p.weight_group_stride + ci * p.weight_strides[1] +
+                            kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4];
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint i = thread_index; i < kGemmBlock * kGemmDepth; i += kGemmThreads) {
-      const long pixel = pixel0 + i / kGemmDepth, r = k0 + i % kGemmDepth;
+    for (uint j = 0; j < kRowsPerThread; ++j) {
+      const uint row = first_row + j * kRowStride;
+      const GemmPixel info = block_pixels[row];
+      const int id = info.depth + dd, ih = info.height + dh, iw = info.width + dw;
       float value = 0.0f;
-      if (pixel < pixels && r < depth) {
-        const long ow = pixel % p.output_sizes[2];
-        const long oh = (pixel / p.output_sizes[2]) % p.output_sizes[1];
-        const long od = (pixel / (p.output_sizes[2] * p.output_sizes[1])) % p.output_sizes[0];
-        const long n = pixel / pixels_per_image;
-        const long kw = r % p.kernel_sizes[2];
-        const long kh = (r / p.kernel_sizes[2]) % p.kernel_sizes[1];
-        const long kd = (r / (p.kernel_sizes[2] * p.kernel_sizes[1])) % p.kernel_sizes[0];
-        const long ci = r / taps;
-        const long id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
-        const long ih = oh * p.stride[1] - p.padding[1] + kh * p.dilation[1];
-        const long iw = ow * p.stride[2] - p.padding[2] + kw * p.dilation[2];
-        if (id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 &&
-            iw < p.input_sizes[2]) {
-          value = float(input[n * p.input_strides[0] + (first_in_channel + ci) * p.input_strides[1] +
-                              id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]]);
-        }
+      if (inside && info.valid && id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] &&
+          iw >= 0 && iw < p.input_sizes[2]) {
+        value = float(input[info.input + input_tap]);
       }
-      patch_tile[i] = value;
+      patch_tile[row * kGemmDepth + step] = value;
     }
-    for (uint i = thread_index; i < kGemmDepth * kGemmBlock; i += kGemmThreads) {
-      const long r = k0 + i / kGemmBlock, column = column0 + i % kGemmBlock;
-      float value = 0.0f;
-      if (r < depth && column < p.out_channels_per_group) {
-        const long kw = r % p.kernel_sizes[2];
-        const long kh = (r / p.kernel_sizes[2]) % p.kernel_sizes[1];
-        const long kd = (r / (p.kernel_sizes[2] * p.kernel_sizes[1])) % p.kernel_sizes[0];
-        const long ci = r / taps;
-        value = float(weight[p.weight_offset + group * p.weight_group_stride + column * p.weight_strides[0] +
-                             ci * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3] +
-                             kw * p.weight_strides[4]]);
-      }
-      weight_tile[i] = value;
+    for (uint j = 0; j < kRowsPerThread; ++j) {
+      const uint column = first_row + j * kRowStride;
+      const bool present = inside && column0 + column < p.out_channels_per_group;
+      weight_tile[step * kGemmWeightPitch + column] =
+          present ? float(weight[weight_tap + (column0 + column) * p.weight_strides[0]]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -176,7 +208,7 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
       simdgroup_float8x8 weight_fragments[2];
       for (uint i = 0; i < 2; ++i) {
         simdgroup_load(patch_fragments[i], patch_tile, kGemmDepth, ulong2(kk, simd_row + 8 * i));
-        simdgroup_load(weight_fragments[i], weight_tile, kGemmBlock, ulong2(simd_column + 8 * i, kk));
+        simdgroup_load(weight_fragments[i], weight_tile, kGemmWeightPitch, ulong2(simd_column + 8 * i, kk));
       }
       for (uint i = 0; i < 2; ++i) {
         for (uint j = 0; j < 2; ++j) {
@@ -195,18 +227,15 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint i = thread_index; i < kGemmBlock * kGemmBlock; i += kGemmThreads) {
-    const long pixel = pixel0 + i / kGemmBlock, column = column0 + i % kGemmBlock;
-    if (pixel >= pixels || column >= p.out_channels_per_group) continue;
-    const long co = first_out_channel + column;
-    const long ow = pixel % p.output_sizes[2];
-    const long oh = (pixel / p.output_sizes[2]) % p.output_sizes[1];
-    const long od = (pixel / (p.output_sizes[2] * p.output_sizes[1])) % p.output_sizes[0];
-    const long n = pixel / pixels_per_image;
-    float sum = results[i];
-    if (p.has_bias) sum += float(bias[co * p.bias_stride]);
-    output[n * p.output_strides[0] + co * p.output_strides[1] + od * p.output_strides[2] +
-           oh * p.output_strides[3] + ow * p.output_strides[4]] = T(sum);
+  const long column = column0 + step;
+  if (column >= p.out_channels_per_group) return;
+  const long co = first_out_channel + column;
+  const float bias_value = p.has_bias ? float(bias[co * p.bias_stride]) : 0.0f;
+  for (uint j = 0; j < kRowsPerThread; ++j) {
+    const uint row = first_row + j * kRowStride;
+    const GemmPixel info = block_pixels[row];
+    if (!info.valid) continue;
+    output[info.output + co * p.output_strides[1]] = T(results[row * kGemmBlock + step] + bias_value);
   }
 }
 

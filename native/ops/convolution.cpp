@@ -24,7 +24,8 @@ constexpr const char* kOp = "convolution";
 constexpr uint64_t kGemmBlock = 32;
 constexpr uint64_t kGemmDepth = 32;
 constexpr uint64_t kGemmThreads = 128;
-constexpr uint64_t kGemmMinimumPixels = 32;
+constexpr uint64_t kGemmWeightPitch = kGemmBlock + 1;
+constexpr uint64_t kGemmMinimumPixels = 8;
 constexpr int64_t kGemmMinimumChannels = 16;
 constexpr int64_t kGemmMinimumDepth = 16;
 
@@ -116,6 +117,15 @@ PhaseAxis phase_axis(int64_t residue, int64_t output_size, int64_t stride, int64
 }
 
 uint64_t blocks(uint64_t extent, uint64_t block) { return (extent + block - 1) / block; }
+
+// convolution_gemm keeps input positions (padding and dilated taps included) in 32-bit integers.
+bool positions_fit_int32(const ConvParams& p) {
+  for (size_t d = 0; d < 3; ++d) {
+    const int64_t span = (p.output_sizes[d] - 1) * p.stride[d] + (p.kernel_sizes[d] - 1) * p.dilation[d];
+    if (p.input_sizes[d] + p.padding[d] > INT32_MAX || span > INT32_MAX) return false;
+  }
+  return true;
+}
 
 // convolution_transposed_gemm's geometry: 128 x 128 blocks of (input pixels, output channel and
 // tap pairs), 16-deep reduction steps, eight simdgroups. Below a block's worth of rows or columns,
@@ -245,11 +255,12 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
                          group_planes},
                         {kTiledThreads, 1, 1});
   } else if (reads && pixels >= kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
-             depth >= kGemmMinimumDepth) {
+             depth >= kGemmMinimumDepth && positions_fit_int32(p)) {
     const uint64_t pixel_blocks = blocks(pixels, kGemmBlock);
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX, kOp, ": ", pixels, " output pixels exceed the dispatch limit");
     KernelLaunch launch(shader_kernel("convolution.metal", "convolution_gemm_" + suffix));
-    bind(launch, p, operands).threadgroup_memory(0, 2 * kGemmBlock * kGemmDepth * sizeof(float));
+    bind(launch, p, operands)
+        .threadgroup_memory(0, (kGemmBlock * kGemmDepth + kGemmDepth * kGemmWeightPitch) * sizeof(float));
     launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
                         {kGemmThreads, 1, 1});
   } else {

@@ -77,12 +77,18 @@ FORWARD_CASES = [
     ((1, 4, 7, 7), (6, 4, 1, 1), [1, 1], [0, 0], [1, 1], 1),  # pointwise
     ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), [1, 2, 1], [1, 0, 2], [2, 1, 1], 1),
     ((2, 4, 4, 5, 6), (4, 1, 3, 3, 3), [2, 1, 1], [1, 1, 1], [1, 1, 2], 4),
-    # Flattened implicit GEMM (>= 32 output pixels, >= 16 output channels per group, depth >= 16)
+    # Flattened implicit GEMM (>= 8 output pixels, >= 16 output channels per group, depth >= 16)
     # where the pixel-block kernel does not fit: a 1-D problem, fewer than 4 output rows, an
-    # input window too wide for threadgroup memory.
+    # input window too wide for threadgroup memory, planes of fewer than 32 pixels (the deep
+    # layers of a small-image network; one partial pixel block, padding on every side).
     ((2, 16, 40), (32, 16, 3), [1], [1], [1], 1),
     ((2, 6, 3, 30), (20, 6, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((1, 4, 40, 40), (16, 4, 5, 5), [4, 4], [0, 0], [3, 3], 1),
+    ((1, 24, 4, 4), (40, 24, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((2, 20, 2, 3), (36, 10, 3, 3), [1, 1], [1, 1], [1, 1], 2),
+    ((1, 18, 8, 7), (34, 18, 3, 3), [2, 2], [1, 1], [1, 1], 1),
+    # Fewer than 8 output pixels: the direct kernel.
+    ((1, 20, 2, 2), (24, 20, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     # Pixel-block implicit GEMM (>= 32 output pixels and >= 4 rows per plane), with partial blocks
     # in rows, columns, output channels and input channel chunks:
     ((2, 5, 9, 11), (20, 5, 3, 3), [1, 1], [1, 1], [1, 1], 1),
@@ -217,9 +223,11 @@ def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_l
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("groups,out_channels", [(1, 24), (8, 8)])  # pixel-block GEMM, depthwise
-def test_channels_last_input_and_weight_in_the_block_kernels(groups, out_channels, dtype, no_leaks):
-    input = random(2, 8, 12, 11, dtype=dtype).contiguous(memory_format=torch.channels_last)
+@pytest.mark.parametrize("groups,out_channels,size", [(1, 24, 12), (8, 8, 12), (1, 24, 4)])
+def test_channels_last_input_and_weight_in_the_block_kernels(groups, out_channels, size, dtype, no_leaks):
+    # Pixel-block GEMM, depthwise, flattened GEMM (a 4 x 4 plane: the layout Inductor gives the
+    # deep layers of a small-image network).
+    input = random(2, 8, size, size - 1, dtype=dtype).contiguous(memory_format=torch.channels_last)
     weight = random(out_channels, 8 // groups, 3, 3, dtype=dtype).contiguous(memory_format=torch.channels_last)
     bias = random(out_channels, dtype=dtype)
     result = check(input, weight, bias, [1, 1], [1, 1], [1, 1], groups=groups)
