@@ -7,11 +7,14 @@
 // access that falls inside a binding's byte range adds its size to that binding's counters;
 // threadgroup memory, the stack and the launch data lie outside every binding and are not
 // counted. Because the compiler sees the accesses after inlining and type lowering, the counts
-// are exact whatever the source does: vector loads (a float4 load is 16 bytes), pointer
+// follow whatever the source does: vector loads (a float4 load is 16 bytes), pointer
 // arithmetic, casts between pointer types, pointers handed to helper functions, c10 and
 // metal_stdlib helpers, simdgroup_matrix loads. An atomic read-modify-write counts its size
 // once as a read and once as a write (etm_atomic.h adds the read the instrumentation does not
-// see).
+// see). One gap: g++ checks a memory reference once per extended basic block, so a store to
+// the reference the same block has just loaded (`x[i] += 1`) reaches no hook: it is neither
+// counted nor checked (its address was checked by the load; a race through that store is not
+// seen). g++ has no switch for this.
 //
 // With access checks every hook settles what it can itself (an access inside a binding, or far
 // from the bindings and threadgroup memory) and hands the rest to the dispatch's checker
