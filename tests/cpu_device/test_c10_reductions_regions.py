@@ -1,5 +1,5 @@
 """Inductor's reductions on barrier regions: c10::metal::threadgroup_sum / max / min / argmax /
-argmin / welford_reduce, called from kernels whose source inlines torch's c10/metal headers (as
+argmin / welford_reduce / welford_combine, called from kernels whose source inlines torch's c10/metal headers (as
 Inductor's generated MSL does), with `auto` values live across the call. Each kernel runs on
 both paths and must give the same bits on both, and the numpy result."""
 
@@ -93,6 +93,25 @@ kernel void row_normalize(device float* out [[buffer(0)]], device const float* i
     auto tmp2 = tmp1.y / size.y;
     auto tmp3 = (tmp0 - tmp1.x) * metal::precise::rsqrt(tmp2 + 1e-5);
     out[r0_index + size.y * x0] = tmp3;
+}
+
+// Inductor's group norm: each thread folds 4 values into a (mean, m2, weight) triple, then
+// threadgroup_welford_combine folds the group's triples.
+kernel void row_combine(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                        uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float3 tmp_acc_0[1024];
+    tmp_acc_0[r0_index] = 0.0;
+    for (auto r0__cnt = 0; r0__cnt < 4; ++r0__cnt) {
+        auto tmp0 = in[4 * r0_index + r0__cnt + 4 * size.y * x0];
+        tmp_acc_0[r0_index] = ::c10::metal::welford_combine(tmp_acc_0[r0_index], float3(tmp0, 0.0, 1.0));
+    }
+    auto tmp1 = c10::metal::threadgroup_welford_combine(tmp_acc_0, size.y);
+    for (auto r0__cnt = 0; r0__cnt < 4; ++r0__cnt) {
+        auto index = 4 * r0_index + r0__cnt + 4 * size.y * x0;
+        out[index] = (in[index] - tmp1.x) * metal::precise::rsqrt(tmp1.y / tmp1.z + 1e-5);
+    }
 }
 """
 
@@ -196,11 +215,26 @@ def test_threadgroup_welford_reduce(msl, monkeypatch, width):
     np.testing.assert_allclose(out.reshape(rows, width), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_welford_combine(msl, monkeypatch, width):
+    rows = 3
+    x = np.random.default_rng(width + 4).normal(2.0, 3.0, size=(rows, 4 * width)).astype(np.float32)
+
+    def arguments():
+        out = Tensor.empty([rows * 4 * width])
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_combine", arguments, (rows, width), (1, width))
+    expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out.reshape(rows, 4 * width), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_the_reductions_run_as_barrier_regions(msl, monkeypatch, capfd):
     monkeypatch.setenv("ETMETAL_LOG", "debug")
     library = msl(SOURCE)
-    for name in ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize"):
+    names = ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize", "row_combine")
+    for name in names:
         library.kernel(name)
     err = capfd.readouterr().err
-    for name in ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize"):
+    for name in names:
         assert f"kernel '{name}' runs as barrier regions" in err, err

@@ -61,7 +61,7 @@ bool is_vote_collective(const std::string& name) {
 int c10_group_helper_arguments(const std::string& name) {
   if (name == "threadgroup_sum" || name == "threadgroup_max" || name == "threadgroup_min") return 4;
   if (name == "threadgroup_argmax" || name == "threadgroup_argmin") return 6;
-  if (name == "threadgroup_welford_reduce") return 2;
+  if (name == "threadgroup_welford_reduce" || name == "threadgroup_welford_combine") return 2;
   return -1;
 }
 
@@ -69,9 +69,9 @@ int c10_group_helper_arguments(const std::string& name) {
 // their definitions' tokens (name to closing brace, in source order) as torch 2.13 writes them.
 bool is_c10_reduction_definition(const std::string& name) {
   return c10_group_helper_arguments(name) >= 0 || name == "simd_sum" || name == "simd_max" || name == "simd_min" ||
-         name == "simd_argmax" || name == "simd_argmin" || name == "simd_broadcast";
+         name == "simd_argmax" || name == "simd_argmin" || name == "simd_broadcast" || name == "welford_combine";
 }
-constexpr uint64_t kC10ReductionsFingerprint = 14506266811174274129ull;
+constexpr uint64_t kC10ReductionsFingerprint = 15867583111245870532ull;
 
 bool is_matrix_type_name(const std::string& name) {
   return name == "simdgroup_matrix" || name == "simdgroup_float8x8" || name == "simdgroup_half8x8" ||

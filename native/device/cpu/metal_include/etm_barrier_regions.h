@@ -887,6 +887,35 @@ inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& cal
   });
 }
 
+// threadgroup_welford_combine (data, size): every thread folds the (mean, m2, weight) triples
+// data[0 .. size) in order with c10's welford_combine, re-expressed here (float literals: the
+// kernel's own are float too); threads with the same arguments share the computation.
+template <class R, class A0, class A1>
+inline void c10_threadgroup_welford_combine(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
+  bool computed = false;
+  arguments<A0, A1> last{};
+  R result{};
+  for_each_joined(call, count, [&](uint32_t i, const arguments<A0, A1>& a) {
+    if (!computed || a.a0 != last.a0 || unsigned(a.a1) != unsigned(last.a1)) {
+      const auto* data = a.a0;
+      const unsigned size = a.a1;
+      R combined = data[0];
+      for (unsigned idx = 1; idx < size; ++idx) {
+        const auto& b = data[idx];
+        const float delta = b.x - combined.x;
+        const float new_weight = combined.z + b.z;
+        const auto w2_over_w = new_weight != 0 ? b.z / new_weight : 0.0f;
+        combined = R(combined.x + delta * w2_over_w, combined.y + b.y + delta * delta * combined.z * w2_over_w,
+                     new_weight);
+      }
+      result = combined;
+      last = a;
+      computed = true;
+    }
+    call.results[i] = result;
+  });
+}
+
 // A value of type T where only its type matters: the region function deduces the types of
 // `auto` variables from their initialisers in unevaluated statement expressions, where the
 // per-thread names stand for values of their frame types. Never defined, never called.
