@@ -285,6 +285,12 @@ REGIONS = [
      "barrier regions"),
     ("return_with_value", "{ threadgroup_barrier(mem_flags::mem_threadgroup); return 1; }",
      "line 2: a return with a value"),
+    ("matrix_steps_under_per_thread_if",
+     "{ simdgroup_float8x8 m; simdgroup_load(m, out, 8); threadgroup_barrier(mem_flags::mem_threadgroup);"
+     " if (l < n) { simdgroup_multiply(m, m, m); simdgroup_store(m, out, 8); } }", "barrier regions"),
+    ("simdgroup_barrier_under_per_thread_if",
+     "{ if (l < 4) { simdgroup_barrier(mem_flags::mem_none); } out[l] = 1; }",
+     "line 2: a barrier or 'simdgroup_barrier' under an if on per-thread values"),
 ]
 
 
@@ -323,6 +329,14 @@ WRAPPERS = [
       "etm_cpu_kernel::attribute_value<uint3 , etm_cpu_kernel::threadgroup_position_in_grid>(etm__launch, "
       "etm__group, {})"],
      []),
+    # A value read past a barrier lives in the thread's frame; one read only in the region that
+    # declares it is a local there (no frame member), and an if without else gets one mask.
+    ("region_locals",
+     "kernel void v(device float* out [[buffer(0)]], uint l [[thread_index_in_threadgroup]]) {\n"
+     "  float kept = out[l]; const float s = simd_sum(kept); if (s > 0) out[l] = s;\n"
+     "  threadgroup_barrier(mem_flags::mem_threadgroup); if (l < 4) { out[l] = simd_max(kept); } }\n",
+     ["struct etm__frame { etm__t0 m0_kept; };", "etm__t1 s", "bool* etm__m1 = "],
+     ["m1_s", "etm__m1_else"]),
     ("deduced_instantiation",
      "template <typename T>\n"
      "kernel void c(device T* out [[buffer(0)]], uint i [[thread_position_in_grid]]) { out[i] = 0; }\n"

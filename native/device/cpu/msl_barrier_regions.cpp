@@ -50,6 +50,12 @@ bool is_simd_reduction(const std::string& name) {
   return kReductions.count(name) != 0;
 }
 
+// simdgroup matrix operations, which the region form runs once per simdgroup.
+bool is_simdgroup_matrix_step(const std::string& name) {
+  return name == "simdgroup_load" || name == "simdgroup_store" || name == "simdgroup_multiply" ||
+         name == "simdgroup_multiply_accumulate";
+}
+
 // Collectives whose operand is a vote (bool) and whose region form is no template.
 bool is_vote_collective(const std::string& name) {
   const std::string base = name.substr(5);
@@ -210,11 +216,15 @@ class RegionWriter {
           "(void)etm__launch; ETM_CPU_LOCAL_GROUP(etm__group) const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
-          "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; "
-          "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca(sizeof(etm__frame) * "
-          "etm__count), etm__count); " +
-          matrix_storage() + "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
-          "uint32_t etm__live = etm__count; (void)etm__live; __builtin_memset(etm__done, 0, etm__count); " +
+          "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; " +
+          (members_.empty() ? ""
+                            : "etm__frame* etm__frames = etm_regions::construct_frames<etm__frame>(__builtin_alloca("
+                              "sizeof(etm__frame) * etm__count), etm__count); ") +
+          matrix_storage() + "uint32_t etm__live = etm__count; (void)etm__live; " +
+          // Only a kernel with `return` has threads that are done before the end.
+          (kernel_returns_ ? "bool* etm__done = static_cast<bool*>(__builtin_alloca(etm__count)); "
+                             "__builtin_memset(etm__done, 0, etm__count); "
+                           : "") +
           (parameter_copies_.empty() ? ""
                                      : "for (uint32_t etm__i = 0; etm__i < etm__count; ++etm__i) { " +
                                            parameter_copies_ + "} ") +
@@ -427,6 +437,7 @@ class RegionWriter {
 
   void spine(size_t begin, size_t end, bool top) {
     scopes_.push_back({});
+    scope_ends_.push_back(end);
     for (size_t i = begin; i < end && reason_.empty();) {
       const size_t next = statement_end(i, end);
       if (next <= i || next > end) {
@@ -437,6 +448,7 @@ class RegionWriter {
       i = next;
     }
     close_region();
+    scope_ends_.pop_back();
     scopes_.pop_back();
   }
 
@@ -468,14 +480,13 @@ class RegionWriter {
       // What the access checks need to know (no code without them: etm_cpu_kernel.h).
       if (name == "simdgroup_barrier") {
         body_ += "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) "
-                 "etm_cpu_kernel::pass_simd_sync(etm__base, etm_regions::active_lanes(etm__done, etm__base, etm__count));";
+                 "etm_cpu_kernel::pass_simd_sync(etm__base, " + live_lanes() + ");";
       } else {
         body_ += "\netm_cpu_kernel::pass_barrier(etm__live);";
       }
       return;
     }
-    if (whole_call && (name == "simdgroup_load" || name == "simdgroup_store" || name == "simdgroup_multiply" ||
-                       name == "simdgroup_multiply_accumulate")) {
+    if (whole_call && is_simdgroup_matrix_step(name)) {
       return simdgroup_step(name, call + 1, end);
     }
     if (collective_statement(begin, end, top)) return;
@@ -712,7 +723,9 @@ class RegionWriter {
     }
     close_region();
     if (leader_header) {
-      body_ += "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; " + aliases();
+      body_ += std::string(kernel_returns_ ? "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; "
+                                           : "{ const uint32_t etm__index = 0; ") +
+               aliases();
     }
     scopes_.push_back({});
     // Variables the header declares are the group's; the body must not change them.
@@ -770,7 +783,12 @@ class RegionWriter {
     sites_ += "bool* " + mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
     scopes_.push_back({});
     // The initialisation (its declarations: the threads' own), and who enters the loop.
-    if (t_.is(begin, "for") && condition_begin > open + 2) region_statement(open + 1, condition_begin, false);
+    if (t_.is(begin, "for") && condition_begin > open + 2) {
+      // Read by the condition and step, regions of their own: in the threads' frames.
+      in_loop_header_ = true;
+      region_statement(open + 1, condition_begin, false);
+      in_loop_header_ = false;
+    }
     open_region();
     region_reset_ += "__builtin_memset(" + mask + ", 0, etm__count); ";
     region_code_ += mask + "[etm__index] = true; ";
@@ -824,37 +842,40 @@ class RegionWriter {
     }
   }
 
-  // An if on per-thread values around SIMD-group collectives (not barriers: Metal requires
-  // those to be reached by the whole group): the condition goes into a per-thread mask, and
-  // each branch runs for the threads of its mask only, so a collective in it sees those lanes.
+  // An if on per-thread values around SIMD-group collectives or simdgroup matrix operations
+  // (not barriers: Metal requires those to be reached by the whole group): the condition goes
+  // into a per-thread mask, and each branch runs for the threads of its mask only, so a
+  // collective in it sees those lanes. A mask for `else` only when there is one.
   void predicated_if(size_t end, size_t open, size_t close) {
     for (size_t k = close + 1; k < end; ++k) {
       if (!t_.identifier(k) || !t_.called(k, end)) continue;
       const std::string name = t_.spell(k);
-      if ((is_synchronising_name(name) || synchronising_.count(name)) && collective_operands(name) < 0) {
+      if ((is_synchronising_name(name) || synchronising_.count(name)) && collective_operands(name) < 0 &&
+          !is_simdgroup_matrix_step(name)) {
         fail(k, "a barrier or '" + name + "' under an if on per-thread values");
         return;
       }
     }
+    const size_t then_begin = close + 1;
+    const size_t then_end = statement_end(then_begin, end);
+    const bool has_else = t_.is(then_end, "else");
     const std::string then_mask = "etm__m" + std::to_string(next_site_++);
     const std::string else_mask = then_mask + "_else";
-    sites_ += "bool* " + then_mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); bool* " + else_mask +
-              " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
+    sites_ += "bool* " + then_mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
+    if (has_else) sites_ += "bool* " + else_mask + " = static_cast<bool*>(__builtin_alloca(etm__count)); ";
     open_region();
-    region_reset_ += "__builtin_memset(" + then_mask + ", 0, etm__count); __builtin_memset(" + else_mask +
-                     ", 0, etm__count); ";
+    region_reset_ += "__builtin_memset(" + then_mask + ", 0, etm__count); ";
+    if (has_else) region_reset_ += "__builtin_memset(" + else_mask + ", 0, etm__count); ";
     std::string condition;
     if (!region_text(open + 1, close, &condition)) return;
     region_code_ += "{ const bool etm__c = bool(" + condition + "); " + then_mask + "[etm__index] = etm__c; " +
-                    else_mask + "[etm__index] = !etm__c; } ";
+                    (has_else ? else_mask + "[etm__index] = !etm__c; " : "") + "} ";
     region_has_code_ = true;
     close_region();
-    const size_t then_begin = close + 1;
-    const size_t then_end = statement_end(then_begin, end);
     masks_.push_back(then_mask);
     branch(then_begin, then_end);
     masks_.pop_back();
-    if (t_.is(then_end, "else")) {
+    if (has_else) {
       masks_.push_back(else_mask);
       branch(then_end + 1, end);
       masks_.pop_back();
@@ -878,6 +899,16 @@ class RegionWriter {
            "etm__matrix_group* etm__matrices = "
            "etm_regions::construct_frames<etm__matrix_group>(__builtin_alloca(sizeof(etm__matrix_group) * "
            "etm__simdgroups), etm__simdgroups); ";
+  }
+
+  // The lanes [etm__base, etm__base + 32) that code at this point runs for: the group's, less
+  // those that returned, and under an if or loop on per-thread values only its mask's.
+  std::string live_lanes() const {
+    const std::string lanes = kernel_returns_ ? "etm_regions::active_lanes(etm__done, etm__base, etm__count)"
+                                              : "etm_regions::group_lanes(etm__base, etm__count)";
+    if (masks_.empty()) return lanes;
+    const std::string masked = "etm_regions::flagged_lanes(" + masks_.back() + ", etm__base, etm__count)";
+    return kernel_returns_ ? masked + " & " + lanes : masked;
   }
 
   // The per-thread names in scope, as references into the thread's frame.
@@ -918,10 +949,8 @@ class RegionWriter {
     } else {
       // Under a predicated branch the loop visits the mask's threads only (not returned), by
       // their bits 32 lanes at a time: a branch often holds a few threads of the group.
-      std::string lanes = "etm_regions::flagged_lanes(" + masks_.back() + ", etm__base, etm__count)";
-      if (kernel_returns_) lanes += " & etm_regions::active_lanes(etm__done, etm__base, etm__count)";
       body_ += "for (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) for (uint64_t etm__lanes = " +
-               lanes + "; etm__lanes != 0; etm__lanes &= etm__lanes - 1) { const uint32_t etm__index = etm__base + "
+               live_lanes() + "; etm__lanes != 0; etm__lanes &= etm__lanes - 1) { const uint32_t etm__index = etm__base + "
                "uint32_t(__builtin_ctzll(etm__lanes)); " + thread;
     }
     if (region_returns_) body_ += " etm__next" + std::to_string(region_id_) + ":;";
@@ -1069,6 +1098,21 @@ class RegionWriter {
       } else {
         member_type = frame_member_type("std::remove_cv_t<" + type + ">" + dimensions);
       }
+      if (!matrix && dimensions.empty() && region_local(declared, end)) {
+        // Read only in the region that declares it: a local of each thread's code there, not a
+        // frame member (zero-initialised without an initialiser, as frames are).
+        std::string initialiser = "{}";
+        if (j < stop) {
+          initialiser.clear();
+          if (!region_text(j, stop, &initialiser)) return true;
+        }
+        region_code_ += member_type + " " + declared + initialiser + "\n; (void)" + declared + "; ";
+        region_has_code_ = true;
+        scopes_.back().push_back({declared, "", true, false, member_type});
+        part = stop + 1;
+        if (t_.is(stop, ";")) break;
+        continue;
+      }
       const std::string member = "m" + std::to_string(next_member_++) + "_" + declared;
       std::string storage = "etm__frames[etm__index]." + member;
       if (matrix) {
@@ -1106,6 +1150,42 @@ class RegionWriter {
     return true;
   }
 
+  // Does the statement [begin, end) end the region it would run in? Those that synchronise do,
+  // and those the group runs itself: declarations of constants, types and threadgroup memory,
+  // and `const` declarations (a uniform one is computed once for the group between regions).
+  bool ends_region(size_t begin, size_t end) const {
+    if (range_synchronises(t_, begin, end, synchronising_)) return true;
+    static const std::set<std::string> kGroupStatements = {"constexpr", "static", "using", "typedef", "struct",
+                                                           "class",     "enum",   "union", "threadgroup"};
+    if (kGroupStatements.count(t_.spell(begin))) return true;
+    for (size_t k = begin; k < end; ++k) {
+      if (t_.is(k, "=") || t_.is(k, "(") || t_.is(k, "{") || t_.is(k, ";")) break;
+      if (t_.is(k, "const") || t_.is(k, "constant")) return true;
+    }
+    return false;
+  }
+
+  // Is the scalar or struct `name`, declared by a statement that ends at `from`, read only in
+  // the region that declares it (nowhere past the first statement after it that ends the
+  // region, up to the end of its scope) and its address never taken (a pointer to it could be
+  // read later)? Then it needs no frame member. Arrays, which decay to pointers, keep theirs.
+  bool region_local(const std::string& name, size_t from) {
+    if (in_loop_header_ || scope_ends_.empty()) return false;
+    const size_t to = scope_ends_.back();
+    bool region_ended = false;
+    for (size_t i = from; i < to;) {
+      const size_t next = statement_end(i, to);
+      if (next <= i) return false;
+      region_ended = region_ended || ends_region(i, next);
+      for (size_t k = i; k < next; ++k) {
+        if (!t_.identifier(k) || t_.spell(k) != name || t_.is(k - 1, ".") || t_.is(k - 1, "->")) continue;
+        if (region_ended || t_.is(k - 1, "&")) return false;
+      }
+      i = next;
+    }
+    return true;
+  }
+
   // A frame member's type, as an alias declared before the frame (etm__t<N>).
   std::string frame_member_type(const std::string& spelled) {
     const std::string alias = "etm__t" + std::to_string(next_type_++);
@@ -1139,7 +1219,7 @@ class RegionWriter {
     std::string code = "const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + group_stand_ins_;
     for (const auto& scope : scopes_) {
       for (const Name& n : scope)
-        if (n.per_thread && !n.storage.empty())
+        if (n.per_thread && !n.type.empty())
           code += n.type + "& " + n.name + " = etm_regions::stand_in<" + n.type + ">(); (void)" + n.name + "; ";
     }
     return code;
@@ -1207,19 +1287,14 @@ class RegionWriter {
       }
     }
     (void)end;
-    if (!masks_.empty()) {
-      fail(open, name + " under an if on per-thread values");
-      return;
-    }
     close_region();
     std::string call;
     region_text(open + 1, close, &call);
-    // In a kernel without `return` no thread is done: the lanes follow from the group's size alone.
-    const std::string lanes = kernel_returns_ ? "etm_regions::active_lanes(etm__done, etm__base, etm__count)"
-                                              : "etm_regions::group_lanes(etm__base, etm__count)";
+    // Under an if or loop on per-thread values, the simdgroup is the lanes of its mask (the
+    // threads that reach the call, as on fibers).
     body_ +=
         "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) { const uint64_t etm__active = " +
-        lanes + "; if (!etm__active) continue; const uint32_t etm__index = etm__base + "
+        live_lanes() + "; if (!etm__active) continue; const uint32_t etm__index = etm__base + "
         "uint32_t(__builtin_ctzll(etm__active)); " +
         thread_code_ + aliases() +
         "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base}; "
@@ -1235,6 +1310,8 @@ class RegionWriter {
   const bool c10_helpers_known_;
   std::string reason_;
   std::vector<std::vector<Name>> scopes_;
+  std::vector<size_t> scope_ends_;  // one past the last statement of each scope spine() runs
+  bool in_loop_header_ = false;     // declaring a per-thread loop's variables
   std::set<std::string> matrix_names_;
   std::string members_;
   std::string matrix_members_;  // of etm__matrix_group: the simdgroup matrices, by simdgroup

@@ -425,32 +425,34 @@ struct collective {
   }
 };
 
-// The reductions of eight full simdgroups (repeats allowed), each combining lanes 0..31 in
-// order, as reduce_lanes does. The eight chains of dependent operations run side by side in
+// The reductions of Width full simdgroups (repeats allowed), each combining lanes 0..31 in
+// order, as reduce_lanes does. The Width chains of dependent operations run side by side in
 // registers instead of one after another.
-template <class T, class Combine>
-ETM_REGION_UNCHECKED_ELSE(inline) void reduce_eight_simdgroups(collective& c, const uint32_t (&groups)[8], Combine combine) {
+template <class T, uint32_t Width, class Combine>
+ETM_REGION_UNCHECKED_ELSE(inline) void reduce_full_simdgroups(collective& c, const uint32_t* groups, Combine combine) {
   auto operand = [&](uint32_t b, uint32_t lane) {
     T value;
     __builtin_memcpy(static_cast<void*>(&value), c.slots + (size_t(groups[b]) * 32u + lane) * sizeof(T), sizeof(T));
     return value;
   };
-  T results[8];
+  T results[Width];
 #pragma GCC unroll 8
-  for (uint32_t b = 0; b < 8; ++b) results[b] = operand(b, 0);
+  for (uint32_t b = 0; b < Width; ++b) results[b] = operand(b, 0);
+#pragma GCC unroll 4
   for (uint32_t lane = 1; lane < 32; ++lane) {
 #pragma GCC unroll 8
-    for (uint32_t b = 0; b < 8; ++b) results[b] = T(combine(results[b], operand(b, lane)));
+    for (uint32_t b = 0; b < Width; ++b) results[b] = T(combine(results[b], operand(b, lane)));
   }
 #pragma GCC unroll 8
-  for (uint32_t b = 0; b < 8; ++b)
+  for (uint32_t b = 0; b < Width; ++b)
     __builtin_memcpy(c.reductions + size_t(groups[b]) * kCollectiveSlotBytes, static_cast<const void*>(&results[b]),
                      sizeof(T));
 }
 
 // Every simdgroup's reduction of the site (those where some lane joined), once every thread
-// has published: full simdgroups eight at a time, the others combining their joined lanes as
-// reduce_lanes does.
+// has published: full simdgroups eight at a time, the rest of them together in a batch of
+// 1, 2, 4 or 8 (small groups and predicated collectives often have one or two), the others
+// combining their joined lanes as reduce_lanes does.
 template <class T, class Combine> ETM_REGION_UNCHECKED void reduce_simdgroups(collective& c, Combine combine) {
   const uint32_t simdgroups = (c.count + 31u) / 32u;
   uint32_t full[8];
@@ -460,7 +462,7 @@ template <class T, class Combine> ETM_REGION_UNCHECKED void reduce_simdgroups(co
     if (joined == 0xffffffffu) {
       full[batched++] = g;
       if (batched == 8) {
-        reduce_eight_simdgroups<T>(c, full, combine);
+        reduce_full_simdgroups<T, 8>(c, full, combine);
         batched = 0;
       }
     } else if (joined != 0) {
@@ -469,9 +471,16 @@ template <class T, class Combine> ETM_REGION_UNCHECKED void reduce_simdgroups(co
       __builtin_memcpy(c.reductions + size_t(g) * kCollectiveSlotBytes, static_cast<const void*>(&result), sizeof(T));
     }
   }
-  if (batched) {
-    for (uint32_t b = batched; b < 8; ++b) full[b] = full[0];  // computed again, stored again: the same value
-    reduce_eight_simdgroups<T>(c, full, combine);
+  if (batched == 0) return;
+  for (uint32_t b = batched; b < 8; ++b) full[b] = full[0];  // computed again, stored again: the same value
+  if (batched == 1) {
+    reduce_full_simdgroups<T, 1>(c, full, combine);
+  } else if (batched == 2) {
+    reduce_full_simdgroups<T, 2>(c, full, combine);
+  } else if (batched <= 4) {
+    reduce_full_simdgroups<T, 4>(c, full, combine);
+  } else {
+    reduce_full_simdgroups<T, 8>(c, full, combine);
   }
 }
 
@@ -921,10 +930,15 @@ inline void c10_threadgroup_welford_combine(group_call<arguments<A0, A1>, R>& ca
 // per-thread names stand for values of their frame types. Never defined, never called.
 template <class T> T& stand_in();
 
-// Frames for `count` threads in caller-provided storage (alloca'd by the region function).
+// Frames for `count` threads in caller-provided storage (alloca'd by the region function),
+// value-initialised: zeros for frames of trivial types, in one memset.
 template <class Frame> ETM_REGION_UNCHECKED inline Frame* construct_frames(void* storage, uint32_t count) {
   Frame* frames = static_cast<Frame*>(storage);
-  for (uint32_t i = 0; i < count; ++i) ::new (static_cast<void*>(frames + i)) Frame();
+  if constexpr (std::is_trivially_default_constructible_v<Frame>) {
+    __builtin_memset(storage, 0, sizeof(Frame) * count);
+  } else {
+    for (uint32_t i = 0; i < count; ++i) ::new (static_cast<void*>(frames + i)) Frame();
+  }
   return frames;
 }
 
