@@ -168,11 +168,11 @@ kernel void matmul_vector_columns(device T* out [[buffer(0)]],
 // read from memory once and from cache for the other rows.
 // matmul_gemv_kdot: a and b unit-stride along K (x @ weight.t()); a thread owns four columns
 // (clamped into the matrix: loads stay in bounds, only owned columns are stored).
-// matmul_gemv_columns: b unit-stride along N (x @ weight); a thread owns 16 consecutive columns
-// (a 64-byte line of float32), the last strip of a row shifted left to end at N (the host
-// requires N >= 16).
+// matmul_gemv_columns: b unit-stride along N (x @ weight); a thread owns 32 consecutive columns
+// (whole 64-byte lines of b per k), the last strip of a row shifted left to end at N (the host
+// requires N >= 32).
 constant constexpr uint kGemvDotColumns = 4;
-constant constexpr uint kGemvStripColumns = 16;
+constant constexpr uint kGemvStripColumns = 32;
 
 template <typename T>
 inline float4 load_float4(const device T* p) {
@@ -228,6 +228,7 @@ kernel void matmul_gemv_columns(device T* out [[buffer(0)]],
   const device T* a_row = a + batch * p.a_strides[0] + row * p.a_strides[1];
   const device T* b_strip = b + batch * p.b_strides[0] + column0;  // unit stride along N
   float4 s0 = float4(0.0f), s1 = float4(0.0f), s2 = float4(0.0f), s3 = float4(0.0f);
+  float4 s4 = float4(0.0f), s5 = float4(0.0f), s6 = float4(0.0f), s7 = float4(0.0f);
   for (long k = 0; k < p.depth; ++k) {
     const float x = float(a_row[k * p.a_strides[2]]);
     const device T* w = b_strip + k * p.b_strides[1];
@@ -235,9 +236,13 @@ kernel void matmul_gemv_columns(device T* out [[buffer(0)]],
     s1 += x * load_float4(w + 4);
     s2 += x * load_float4(w + 8);
     s3 += x * load_float4(w + 12);
+    s4 += x * load_float4(w + 16);
+    s5 += x * load_float4(w + 20);
+    s6 += x * load_float4(w + 24);
+    s7 += x * load_float4(w + 28);
   }
   // Copied out after the loop: indexing the accumulators themselves would keep them in memory.
-  const float4 sums[4] = {s0, s1, s2, s3};
+  const float4 sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
   for (uint c = 0; c < kGemvStripColumns; ++c) {
     if (column0 + c >= owned) store_result(out, addend, p, batch, row, column0 + c, sums[c / 4][c % 4]);
   }

@@ -31,7 +31,7 @@ LARGE_TILE_MINIMUM = 64
 WIDE_TILE_MINIMUM = 128
 ROW_DOT_MINIMUM_DEPTH = 64
 GEMV_DOT_COLUMNS = 4
-GEMV_STRIP_COLUMNS = 16
+GEMV_STRIP_COLUMNS = 32
 
 
 def matmul_kernel(M, K, N, a_strides, b_strides, cpu_device):

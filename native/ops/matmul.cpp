@@ -38,7 +38,7 @@ constexpr int64_t kWideTileMinimum = 128;
 constexpr int64_t kRowDotMinimumDepth = 64;
 // Columns per thread of matmul_gemv_kdot and matmul_gemv_columns (shaders/matmul.metal).
 constexpr uint64_t kGemvDotColumns = 4;
-constexpr uint64_t kGemvStripColumns = 16;
+constexpr uint64_t kGemvStripColumns = 32;
 constexpr uint64_t kGemvGroupThreads = 64;
 
 void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {

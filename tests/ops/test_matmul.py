@@ -112,9 +112,9 @@ def test_row_vector_times_matrix_in_both_layouts(K, N, dtype, no_leaks):
 
 # Few rows or few columns (< 16): on the CPU device the matmul_gemv kernels (the product is
 # transposed when N < M): gemv_kdot when a and b are unit-stride along K (x @ weight.t()),
-# gemv_columns when b is unit-stride along N and N >= 16, else the one-thread-per-output kernel.
+# gemv_columns when b is unit-stride along N and N >= 32, else the one-thread-per-output kernel.
 # K: below, at and past the 4-wide steps (tails of 1 to 3); N: partial column strips.
-SKINNY_SHAPES = [(1, 1, 17), (1, 2051, 67), (2, 6, 40), (3, 5, 16), (5, 37, 130), (8, 259, 19),
+SKINNY_SHAPES = [(1, 1, 33), (1, 2051, 67), (2, 6, 40), (3, 5, 32), (5, 37, 130), (8, 259, 47),
                  (15, 64, 33), (70, 45, 3), (300, 130, 1), (9, 2, 12)]
 
 
@@ -142,7 +142,7 @@ def test_skinny_products(M, K, N, layout, dtype, no_leaks):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,M,K,N", [(3, 4, 70, 33), (2, 1, 129, 20), (4, 40, 21, 2)])
+@pytest.mark.parametrize("B,M,K,N", [(3, 4, 70, 33), (2, 1, 129, 40), (4, 40, 21, 2)])
 def test_skinny_batched_products(B, M, K, N, dtype, no_leaks):
     a = random(B, M, K + 1, dtype=dtype)[:, :, 1:]
     along_k = random(B, N, K, dtype=dtype).transpose(1, 2)
