@@ -40,6 +40,9 @@ constexpr int64_t kRowDotMinimumDepth = 64;
 constexpr uint64_t kGemvDotColumns = 4;
 constexpr uint64_t kGemvStripColumns = 32;
 constexpr uint64_t kGemvGroupThreads = 64;
+// Multiply-adds a gemv thread group should do at least: enough that the per-group cost stays
+// small, few enough that a product with few strips still spreads over the CPU device's workers.
+constexpr uint64_t kGemvGroupWork = 32768;
 
 void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {
   require_float_operand(op, name, t);
@@ -138,7 +141,10 @@ bool dispatch_gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Te
   const uint64_t rows = uint64_t(p.rows);
   const uint64_t strip = kdot ? kGemvDotColumns : kGemvStripColumns;
   const uint64_t strips = (uint64_t(p.columns) + strip - 1) / strip;
-  launch.threads({rows, strips, uint64_t(p.batch)}, {rows, std::min(strips, kGemvGroupThreads / rows), 1});
+  const uint64_t strip_work = rows * strip * uint64_t(p.depth);
+  const uint64_t group_strips = std::clamp<uint64_t>((kGemvGroupWork + strip_work - 1) / strip_work, 1,
+                                                     std::min(strips, kGemvGroupThreads / rows));
+  launch.threads({rows, strips, uint64_t(p.batch)}, {rows, group_strips, 1});
   return true;
 }
 
