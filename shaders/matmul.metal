@@ -165,7 +165,8 @@ kernel void matmul_vector_columns(device T* out [[buffer(0)]],
 // array: at -O2 g++ keeps only those in registers), so its inner loop compiles to vector loads
 // and arithmetic; each value of b it loads serves the row, each value of a the whole strip. The
 // host puts the rows of one strip in consecutive threads (the loop's order), so b's strip is
-// read from memory once and from cache for the other rows.
+// read from memory once and from cache for the other rows. When N < M the host runs the
+// transposed product (out^T = b^T @ a^T), so the rows are always the short side.
 // matmul_gemv_kdot: a and b unit-stride along K (x @ weight.t()); a thread owns four columns
 // (clamped into the matrix: loads stay in bounds, only owned columns are stored).
 // matmul_gemv_columns: b unit-stride along N (x @ weight); a thread owns 32 consecutive columns
