@@ -159,6 +159,96 @@ kernel void matmul_vector_columns(device T* out [[buffer(0)]],
   }
 }
 
+// Products with few rows (M < 16: matrix-vector, LLM decode) for the CPU device, whose executor
+// runs a kernel without barriers or SIMD-group calls as a plain loop over its threads. A thread
+// computes a strip of one output row over the whole of K in float4 accumulators (named, not an
+// array: at -O2 g++ keeps only those in registers), so its inner loop compiles to vector loads
+// and arithmetic; each value of b it loads serves the row, each value of a the whole strip. The
+// host puts the rows of one strip in consecutive threads (the loop's order), so b's strip is
+// read from memory once and from cache for the other rows. When N < M the host runs the
+// transposed product (out^T = b^T @ a^T), so the rows are always the short side.
+// matmul_gemv_kdot: a and b unit-stride along K (x @ weight.t()); a thread owns four columns
+// (clamped into the matrix: loads stay in bounds, only owned columns are stored).
+// matmul_gemv_columns: b unit-stride along N (x @ weight); a thread owns 32 consecutive columns
+// (whole 64-byte lines of b per k), the last strip of a row shifted left to end at N (the host
+// requires N >= 32).
+constant constexpr uint kGemvDotColumns = 4;
+constant constexpr uint kGemvStripColumns = 32;
+
+template <typename T>
+inline float4 load_float4(const device T* p) {
+  return float4(float(p[0]), float(p[1]), float(p[2]), float(p[3]));
+}
+
+inline float horizontal_sum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+
+template <typename T>
+kernel void matmul_gemv_kdot(device T* out [[buffer(0)]],
+                             const device T* a [[buffer(1)]],
+                             const device T* b [[buffer(2)]],
+                             const device T* addend [[buffer(3)]],
+                             constant MatmulParams& p [[buffer(4)]],
+                             uint3 position [[thread_position_in_grid]]) {
+  const long row = position.x, owned = long(position.y) * kGemvDotColumns, batch = position.z;
+  if (row >= p.rows || owned >= p.columns || batch >= p.batch) return;
+  const device T* a_row = a + batch * p.a_strides[0] + row * p.a_strides[1];
+  const device T* b_batch = b + batch * p.b_strides[0];
+  const long last = p.columns - 1;
+  const device T* w0 = b_batch + min(owned, last) * p.b_strides[2];
+  const device T* w1 = b_batch + min(owned + 1, last) * p.b_strides[2];
+  const device T* w2 = b_batch + min(owned + 2, last) * p.b_strides[2];
+  const device T* w3 = b_batch + min(owned + 3, last) * p.b_strides[2];
+  float4 s0 = float4(0.0f), s1 = float4(0.0f), s2 = float4(0.0f), s3 = float4(0.0f);
+  long k = 0;
+  for (; k + 4 <= p.depth; k += 4) {
+    const float4 x = load_float4(a_row + k);
+    s0 += x * load_float4(w0 + k);
+    s1 += x * load_float4(w1 + k);
+    s2 += x * load_float4(w2 + k);
+    s3 += x * load_float4(w3 + k);
+  }
+  float4 sums = float4(horizontal_sum(s0), horizontal_sum(s1), horizontal_sum(s2), horizontal_sum(s3));
+  for (; k < p.depth; ++k) {
+    sums += float(a_row[k]) * float4(float(w0[k]), float(w1[k]), float(w2[k]), float(w3[k]));
+  }
+  for (uint c = 0; c < kGemvDotColumns; ++c) {
+    if (owned + c < p.columns) store_result(out, addend, p, batch, row, owned + c, sums[c]);
+  }
+}
+
+template <typename T>
+kernel void matmul_gemv_columns(device T* out [[buffer(0)]],
+                                const device T* a [[buffer(1)]],
+                                const device T* b [[buffer(2)]],
+                                const device T* addend [[buffer(3)]],
+                                constant MatmulParams& p [[buffer(4)]],
+                                uint3 position [[thread_position_in_grid]]) {
+  const long row = position.x, owned = long(position.y) * kGemvStripColumns, batch = position.z;
+  if (row >= p.rows || owned >= p.columns || batch >= p.batch) return;
+  const long column0 = min(owned, p.columns - long(kGemvStripColumns));
+  const device T* a_row = a + batch * p.a_strides[0] + row * p.a_strides[1];
+  const device T* b_strip = b + batch * p.b_strides[0] + column0;  // unit stride along N
+  float4 s0 = float4(0.0f), s1 = float4(0.0f), s2 = float4(0.0f), s3 = float4(0.0f);
+  float4 s4 = float4(0.0f), s5 = float4(0.0f), s6 = float4(0.0f), s7 = float4(0.0f);
+  for (long k = 0; k < p.depth; ++k) {
+    const float x = float(a_row[k * p.a_strides[2]]);
+    const device T* w = b_strip + k * p.b_strides[1];
+    s0 += x * load_float4(w);
+    s1 += x * load_float4(w + 4);
+    s2 += x * load_float4(w + 8);
+    s3 += x * load_float4(w + 12);
+    s4 += x * load_float4(w + 16);
+    s5 += x * load_float4(w + 20);
+    s6 += x * load_float4(w + 24);
+    s7 += x * load_float4(w + 28);
+  }
+  // Copied out after the loop: indexing the accumulators themselves would keep them in memory.
+  const float4 sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+  for (uint c = 0; c < kGemvStripColumns; ++c) {
+    if (column0 + c >= owned) store_result(out, addend, p, batch, row, column0 + c, sums[c / 4][c % 4]);
+  }
+}
+
 // Function constants of the tiled kernels, as MLX's GEMM specialises: aligned_blocks when M and N
 // are multiples of the block, aligned_depth when K is a multiple of the step, drop the edge
 // checks from staging and the epilogue (the host gives both to every tiled pipeline).
@@ -366,6 +456,10 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
   template [[host_name("matmul_vector_columns_" #SUFFIX)]] kernel void matmul_vector_columns<T>(  \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
       uint, uint, uint);                                                                          \
+  template [[host_name("matmul_gemv_kdot_" #SUFFIX)]] kernel void matmul_gemv_kdot<T>(            \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint3); \
+  template [[host_name("matmul_gemv_columns_" #SUFFIX)]] kernel void matmul_gemv_columns<T>(      \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint3); \
   template [[host_name("matmul_tiled32_" #SUFFIX)]] kernel void matmul_tiled<T, 2, 2>(            \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
       threadgroup float*, uint3, uint, uint);                                                     \

@@ -11,7 +11,7 @@ written once). The kernel traffic is counted from the kernel's access pattern (e
 store a thread issues to device memory, before any cache), not measured: the CPU device has no
 memory counters.
 
-usage: python3 tools/bench_ops_matmul_conv.py [--repeats R] [--quick]
+usage: python3 tools/bench_ops_matmul_conv.py [--repeats R] [--quick] [--mm-only]
 """
 
 import argparse
@@ -27,24 +27,48 @@ from etmetal_py import Tensor, ffi, lib
 
 # Kernel choice and tile geometry of native/ops/matmul.cpp (kept in step with it).
 TILED_MINIMUM = 16
-LARGE_TILE_MINIMUM = 256
+LARGE_TILE_MINIMUM = 64
+WIDE_TILE_MINIMUM = 128
 ROW_DOT_MINIMUM_DEPTH = 64
+GEMV_DOT_COLUMNS = 4
+GEMV_STRIP_COLUMNS = 32
 
 
-def matmul_kernel(M, K, N, a_depth_stride, b_depth_stride):
+def matmul_kernel(M, K, N, a_strides, b_strides, cpu_device):
+    """(kernel, block rows, block columns) for out[M, N] = a[M, K] @ b[K, N] with the given
+    (row, depth) and (depth, column) strides."""
+    if K >= TILED_MINIMUM and min(M, N) >= LARGE_TILE_MINIMUM and max(M, N) >= WIDE_TILE_MINIMUM:
+        block_m = 128 if M >= WIDE_TILE_MINIMUM else 64
+        return f"tiled{block_m}x{128 * 64 // block_m}", block_m, 128 * 64 // block_m
     if M >= TILED_MINIMUM and N >= TILED_MINIMUM and K >= TILED_MINIMUM:
-        return ("tiled64", 64) if M >= LARGE_TILE_MINIMUM and N >= LARGE_TILE_MINIMUM else ("tiled32", 32)
-    if (M == 1 or N == 1) and K >= ROW_DOT_MINIMUM_DEPTH and a_depth_stride == 1 and b_depth_stride == 1:
-        return "rowdot", None
-    return "naive", None
+        block = 64 if M >= LARGE_TILE_MINIMUM and N >= LARGE_TILE_MINIMUM else 32
+        return f"tiled{block}", block, block
+    if cpu_device and K > 0 and min(M, N) < TILED_MINIMUM:
+        if N < M:  # the host runs the transposed product
+            M, N, a_strides, b_strides = N, M, b_strides[::-1], a_strides[::-1]
+        if a_strides[1] == 1 and b_strides[0] == 1:
+            return "gemv_kdot", M, N
+        if b_strides[1] == 1 and N >= GEMV_STRIP_COLUMNS:
+            return "gemv_columns", M, N
+    if M == 1 and K >= ROW_DOT_MINIMUM_DEPTH and 1 in b_strides:
+        return ("vector_kdot" if b_strides[0] == 1 else "vector_columns"), None, None
+    if N == 1 and K >= ROW_DOT_MINIMUM_DEPTH and a_strides[1] == 1 and b_strides[0] == 1:
+        return "rowdot", None, None
+    return "naive", None, None
 
 
-def matmul_traffic(M, K, N, kernel, block, itemsize):
-    """(kernel bytes, minimum bytes) of out[M, N] = a[M, K] @ b[K, N]."""
+def matmul_traffic(M, K, N, kernel, block_m, block_n, itemsize):
+    """(kernel bytes, minimum bytes) of out[M, N] = a[M, K] @ b[K, N], counted before any cache."""
     minimum = (M * K + K * N + M * N) * itemsize
     if kernel.startswith("tiled"):
         # Each threadgroup stages its rows of a and columns of b once per K step.
-        reads = M * K * math.ceil(N / block) + K * N * math.ceil(M / block)
+        reads = M * K * math.ceil(N / block_n) + K * N * math.ceil(M / block_m)
+    elif kernel.startswith("gemv"):
+        # block_m x block_n is the (possibly transposed) product the kernel runs: a thread reads
+        # its strip of the wide operand for its row, and its row of the narrow one once per strip.
+        rows, columns = block_m, block_n
+        strip = GEMV_DOT_COLUMNS if kernel == "gemv_kdot" else GEMV_STRIP_COLUMNS
+        reads = rows * K * math.ceil(columns / strip) + rows * K * columns
     else:
         # Every output element reads its whole row of a and column of b.
         reads = 2 * M * N * K
@@ -118,7 +142,16 @@ def median_seconds(run_etmetal, run_torch, repeats, budget=1.0):
 def bench_mm(M, K, N, dtype, transposed_weight, repeats):
     a = torch.randn(M, K).to(dtype)
     b = torch.randn(N, K).to(dtype).t() if transposed_weight else torch.randn(K, N).to(dtype)
-    device_a, device_b = Tensor.from_array(a), Tensor.from_array(b)
+    device_a = Tensor.from_array(a)
+    if transposed_weight:
+        # from_array may copy into a contiguous tensor: the view over the weight is rebuilt.
+        device_weight = Tensor.from_array(b.t())
+        view = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch__reinterpret_tensor(device_weight.handle, 2, ffi.new("int64_t[]", [K, N]),
+                                                            ffi.new("int64_t[]", [1, K]), 0, view))
+        device_b = Tensor(view[0])
+    else:
+        device_b = Tensor.from_array(b)
     out = Tensor.empty((M, N), dtype)
 
     def run_etmetal():
@@ -128,8 +161,8 @@ def bench_mm(M, K, N, dtype, transposed_weight, repeats):
     etmetal_seconds, torch_seconds = median_seconds(run_etmetal, lambda: torch.mm(a, b), repeats)
     expected = a.double() @ b.double()
     error = (out.torch().double() - expected).abs().max().item() / max(1.0, math.sqrt(K))
-    kernel, block = matmul_kernel(M, K, N, a.stride(1), b.stride(0))
-    kernel_bytes, minimum = matmul_traffic(M, K, N, kernel, block, a.element_size())
+    kernel, block_m, block_n = matmul_kernel(M, K, N, a.stride(), b.stride(), etmetal_py.device_kind() == "cpu")
+    kernel_bytes, minimum = matmul_traffic(M, K, N, kernel, block_m, block_n, a.element_size())
     flops = 2 * M * N * K
     return dict(op="mm", problem=f"{M}x{K} @ {K}x{N}{' (b = w.t())' if transposed_weight else ''}",
                 dtype=str(dtype).replace("torch.", ""), kernel=kernel,
@@ -187,6 +220,8 @@ MM_PROBLEMS = [  # (M, K, N, dtype, weight passed transposed)
     (1, 2048, 1024, torch.float32, True),
     (1, 1024, 2048, torch.float32, False),
     (8, 512, 512, torch.float32, True),
+    (4, 4096, 1024, torch.bfloat16, True),
+    (1, 2048, 2048, torch.float16, False),
     (33, 100, 7, torch.float32, False),
 ]
 MM_QUICK = [MM_PROBLEMS[0], MM_PROBLEMS[5], MM_PROBLEMS[7]]
@@ -206,18 +241,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="at least this many timed runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="a few small problems only")
+    parser.add_argument("--mm-only", action="store_true", help="the mm problems only")
     args = parser.parse_args()
 
     print(f"device: {etmetal_py.device_name()} ({etmetal_py.device_kind()}); torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rows = [bench_mm(*p, args.repeats) for p in (MM_QUICK if args.quick else MM_PROBLEMS)]
-    rows += [bench_conv(*p, args.repeats) for p in (CONV_QUICK if args.quick else CONV_PROBLEMS)]
+    if not args.mm_only:
+        rows += [bench_conv(*p, args.repeats) for p in (CONV_QUICK if args.quick else CONV_PROBLEMS)]
 
     print("\nthroughput (GFLOP/s; ratio = etmetal / torch eager CPU; error = max |diff| / sqrt(K))")
-    header = f"{'op':5} {'problem':40} {'dtype':9} {'kernel':8} {'ms':>9} {'etmetal':>9} {'torch':>9} {'ratio':>8} {'error':>8}"
+    header = f"{'op':5} {'problem':40} {'dtype':9} {'kernel':14} {'ms':>9} {'etmetal':>9} {'torch':>9} {'ratio':>8} {'error':>8}"
     print(header)
     for r in rows:
-        print(f"{r['op']:5} {r['problem']:40} {r['dtype']:9} {r['kernel']:8} {r['milliseconds']:9.2f} "
+        print(f"{r['op']:5} {r['problem']:40} {r['dtype']:9} {r['kernel']:14} {r['milliseconds']:9.2f} "
               f"{r['etmetal']:9.3f} {r['torch']:9.2f} {r['etmetal'] / r['torch']:8.4f} {r['error']:8.1e}")
     for op in ("mm", "conv"):
         ratios = [r["etmetal"] / r["torch"] for r in rows if r["op"] == op]
@@ -225,9 +262,9 @@ def main():
             print(f"median ratio {op}: {statistics.median(ratios):.4f} over {len(ratios)} problems")
 
     print("\ndevice-memory traffic per kernel (counted from the access pattern) vs the op's minimum")
-    print(f"{'op':5} {'problem':40} {'dtype':9} {'kernel':8} {'kernel MB':>10} {'minimum MB':>11} {'ratio':>8}")
+    print(f"{'op':5} {'problem':40} {'dtype':9} {'kernel':14} {'kernel MB':>10} {'minimum MB':>11} {'ratio':>8}")
     for r in rows:
-        print(f"{r['op']:5} {r['problem']:40} {r['dtype']:9} {r['kernel']:8} {r['bytes'] / 1e6:10.3f} "
+        print(f"{r['op']:5} {r['problem']:40} {r['dtype']:9} {r['kernel']:14} {r['bytes'] / 1e6:10.3f} "
               f"{r['minimum'] / 1e6:11.3f} {r['bytes'] / r['minimum']:8.1f}")
 
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "ops/graph_fallbacks.h"
 #include "ops/kernel_launch.h"
@@ -35,6 +36,13 @@ constexpr uint64_t kWideThreads = 256;
 constexpr uint64_t kWideDepth = 16;
 constexpr int64_t kWideTileMinimum = 128;
 constexpr int64_t kRowDotMinimumDepth = 64;
+// Columns per thread of matmul_gemv_kdot and matmul_gemv_columns (shaders/matmul.metal).
+constexpr uint64_t kGemvDotColumns = 4;
+constexpr uint64_t kGemvStripColumns = 32;
+constexpr uint64_t kGemvGroupThreads = 64;
+// Multiply-adds a gemv thread group should do at least: enough that the per-group cost stays
+// small, few enough that a product with few strips still spreads over the CPU device's workers.
+constexpr uint64_t kGemvGroupWork = 32768;
 
 void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {
   require_float_operand(op, name, t);
@@ -100,6 +108,44 @@ KernelFunction& tiled_kernel(const std::string& name, int64_t M, int64_t N, int6
   return shader_kernel("matmul.metal", name,
                        bool_constants({{"aligned_blocks", uint64_t(M) % block_m == 0 && uint64_t(N) % block_n == 0},
                                        {"aligned_depth", uint64_t(K) % step == 0}}));
+}
+
+bool on_cpu_device() { return std::string(Runtime::get().device().kind()) == "cpu"; }
+
+// The same product transposed: out^T = b^T @ a^T, rows and columns exchanged (a and b are then
+// bound in each other's place).
+MatmulParams transposed_product(const MatmulParams& p) {
+  MatmulParams t = p;
+  std::swap(t.rows, t.columns);
+  t.a_strides[0] = p.b_strides[0], t.a_strides[1] = p.b_strides[2], t.a_strides[2] = p.b_strides[1];
+  t.b_strides[0] = p.a_strides[0], t.b_strides[1] = p.a_strides[2], t.b_strides[2] = p.a_strides[1];
+  std::swap(t.out_strides[1], t.out_strides[2]);
+  std::swap(t.addend_strides[1], t.addend_strides[2]);
+  return t;
+}
+
+// On the CPU device, a product with few rows (or, transposed, few columns) runs on the
+// matmul_gemv kernels when its operands have the unit strides one of them needs. Returns false
+// (nothing encoded) otherwise.
+bool dispatch_gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& addend,
+                   const MatmulParams& params, const std::string& suffix) {
+  const bool transposed = params.columns < params.rows;
+  const MatmulParams p = transposed ? transposed_product(params) : params;
+  if (p.rows >= kTiledMinimum) return false;
+  const bool kdot = p.a_strides[2] == 1 && p.b_strides[1] == 1;
+  if (!kdot && !(p.b_strides[2] == 1 && uint64_t(p.columns) >= kGemvStripColumns)) return false;
+  KernelLaunch launch(
+      shader_kernel("matmul.metal", (kdot ? "matmul_gemv_kdot_" : "matmul_gemv_columns_") + suffix));
+  launch.tensor(0, out).tensor(1, transposed ? b : a).tensor(2, transposed ? a : b).tensor(3, addend).value(4, p);
+  // x: the rows, so that a thread group's consecutive threads share their strip of b.
+  const uint64_t rows = uint64_t(p.rows);
+  const uint64_t strip = kdot ? kGemvDotColumns : kGemvStripColumns;
+  const uint64_t strips = (uint64_t(p.columns) + strip - 1) / strip;
+  const uint64_t strip_work = rows * strip * uint64_t(p.depth);
+  const uint64_t group_strips = std::clamp<uint64_t>((kGemvGroupWork + strip_work - 1) / strip_work, 1,
+                                                     std::min(strips, kGemvGroupThreads / rows));
+  launch.threads({rows, strips, uint64_t(p.batch)}, {rows, group_strips, 1});
+  return true;
 }
 
 // Chooses the kernel for the problem's shape and encodes it; `bind` binds the operands.
@@ -216,6 +262,9 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   const std::string suffix = msl_float_type_name(out.dtype);
   const uint64_t batch = static_cast<uint64_t>(params.batch);
 
+  if (K > 0 && std::min(M, N) < kTiledMinimum && on_cpu_device() &&
+      dispatch_gemv(out, a_bound, b_bound, addend_bound, params, suffix))
+    return;
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
     return launch.tensor(0, out).tensor(1, a_bound).tensor(2, b_bound).tensor(3, addend_bound).value(4, params);
   };

@@ -6,7 +6,8 @@ the scale sqrt(K) of a random-normal dot product: float32 1e-5, float16 1e-2, bf
 
 The shapes are chosen to reach each kernel of shaders/matmul.metal: the one-thread-per-output
 kernel (small or odd shapes, K == 0, M == 1 against a row-major matrix), the simdgroup
-row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), and the 32x32,
+row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), on the CPU device
+the matmul_gemv kernels (fewer than 16 rows or columns: the test_skinny_* cases), and the 32x32,
 64x64, 128x64 and 64x128 simdgroup-matrix tiled kernels, with tails in every dimension (the
 last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered). The
 tiled kernels are specialised by function constants (aligned_blocks: M and N whole blocks;
@@ -107,6 +108,62 @@ def test_row_vector_times_matrix_in_both_layouts(K, N, dtype, no_leaks):
     a, b = random(4, 1, K, dtype=dtype), random(4, N, K, dtype=dtype).transpose(1, 2)
     result = run(lib.aoti_torch_mps_bmm_out, filled_like((4, 1, N), dtype), a, b)
     assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+# Few rows or few columns (< 16): on the CPU device the matmul_gemv kernels (the product is
+# transposed when N < M): gemv_kdot when a and b are unit-stride along K (x @ weight.t()),
+# gemv_columns when b is unit-stride along N and N >= 32, else the one-thread-per-output kernel.
+# K: below, at and past the 4-wide steps (tails of 1 to 3); N: partial column strips.
+SKINNY_SHAPES = [(1, 1, 33), (1, 2051, 67), (2, 6, 40), (3, 5, 32), (5, 37, 130), (8, 259, 47),
+                 (15, 64, 33), (70, 45, 3), (300, 130, 1), (9, 2, 12)]
+
+
+def skinny_operands(M, K, N, layout, dtype):
+    if layout == "weight_t":  # offset views, unit stride along K, row pitches past K
+        return random(M, K + 1, dtype=dtype)[:, 1:], random(N, K + 2, dtype=dtype)[:, 2:].t()
+    if layout == "row_major":
+        return random(M, K, dtype=dtype), random(K, N, dtype=dtype)
+    # x strided along K; weight unit-stride along N with a row pitch past N and an offset
+    return random(M, 2 * K, dtype=dtype)[:, ::2], random(K, N + 3, dtype=dtype)[:, 3:]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
+@pytest.mark.parametrize("M,K,N", SKINNY_SHAPES)
+def test_skinny_products(M, K, N, layout, dtype, no_leaks):
+    x, weight = skinny_operands(M, K, N, layout, dtype)
+    assert x.shape == (M, K) and weight.shape == (K, N)
+    result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), x, weight)
+    assert_matches(result, x.double() @ weight.double(), dtype, K)
+    bias = random(N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), dtype), bias, x, weight,
+                 scalars=(0.5, -2.0))
+    assert_matches(result, reference_addmm(bias, x, weight, 0.5, -2.0), dtype, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,M,K,N", [(3, 4, 70, 33), (2, 1, 129, 40), (4, 40, 21, 2)])
+def test_skinny_batched_products(B, M, K, N, dtype, no_leaks):
+    a = random(B, M, K + 1, dtype=dtype)[:, :, 1:]
+    along_k = random(B, N, K, dtype=dtype).transpose(1, 2)
+    along_n = random(B, K, N, dtype=dtype)
+    for b in (along_k, along_n):
+        result = run(lib.aoti_torch_mps_bmm_out, filled_like((B, M, N), dtype), a, b)
+        assert_matches(result, a.double() @ b.double(), dtype, K)
+    self = random(B, 1, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((B, M, N), dtype), self, a, along_k,
+                 scalars=(-1.0, 0.5))
+    assert_matches(result, reference_addmm(self, a, along_k, -1.0, 0.5), dtype, K)
+
+
+def test_skinny_product_into_strided_out(no_leaks):
+    # The transposed product (N < M) stores through out's exchanged strides.
+    M, K, N = 37, 50, 5
+    x, weight = random(M, K), random(N, K).t()
+    out = filled_like((N + 1, 2 * M), torch.float32).t()[::2, 1:]
+    assert out.shape == (M, N)
+    result = run(lib.aoti_torch_mps_mm_out, out, x, weight)
+    assert_matches(result, x.double() @ weight.double(), torch.float32, K)
 
 
 @pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36), (130, 20, 70)])
