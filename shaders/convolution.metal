@@ -4,9 +4,11 @@
 // input channel per group); an implicit GEMM on simdgroup matrices over 2-D blocks of output
 // pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
 // 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
-// channels per group and reduction depth); else a direct kernel with one thread per output
-// element. Transposed problems whose kernel equals the stride (no padding or dilation) run as
-// one GEMM scattered to the output phases (outputs whose index has the same residue modulo the
+// channels per group and reduction depth); fewer output pixels than that, a patch matrix and
+// one product per group on the matrix-product kernels (the weight read once) where the weight's
+// per-channel blocks are dense; else a direct kernel with one thread per output element.
+// Transposed problems whose kernel equals the stride (no padding or dilation) run as one GEMM
+// scattered to the output phases (outputs whose index has the same residue modulo the
 // stride); the others as one forward problem per phase (native/ops/convolution.cpp), the weight
 // bound at its phase's first tap with negative tap strides; those with more phases than that is
 // worth take the direct transposed kernel. Products accumulate in float for every element type.
@@ -237,6 +239,53 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
     if (!info.valid) continue;
     output[info.output + co * p.output_strides[1]] = T(results[row * kGemmBlock + step] + bias_value);
   }
+}
+
+// The patch matrix of a problem with few output pixels, for a product with the weight on the
+// matrix-product kernels: patches[group][pixel][r] is the input under reduction step r of output
+// pixel `pixel` (zero in the padding), r counted in the order the weight's dense per-channel
+// block lies in memory (axes of size 1 aside, largest stride first), so that block is one
+// contiguous row of the product's other operand whatever the weight's layout.
+template <typename T>
+kernel void convolution_patches(device T* patches [[buffer(0)]],
+                                const device T* input [[buffer(1)]],
+                                constant ConvParams& p [[buffer(2)]],
+                                uint3 position [[thread_position_in_grid]]) {
+  const long depth = p.in_channels_per_group * p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
+  const long pixels_per_image = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
+  const long pixels = p.batch * pixels_per_image;
+  const long r = position.x, pixel = position.y, group = position.z;
+  if (r >= depth || pixel >= pixels) return;
+
+  const long sizes[4] = {p.in_channels_per_group, p.kernel_sizes[0], p.kernel_sizes[1], p.kernel_sizes[2]};
+  long index[4] = {0, 0, 0, 0};
+  long rest = r;
+  uint taken = 0;
+  for (uint pass = 0; pass < 4; ++pass) {
+    int axis = -1;
+    for (int a = 0; a < 4; ++a) {
+      if (sizes[a] > 1 && !(taken & (1u << a)) && (axis < 0 || p.weight_strides[1 + a] > p.weight_strides[1 + axis]))
+        axis = a;
+    }
+    if (axis < 0) break;
+    taken |= 1u << axis;
+    index[axis] = rest / p.weight_strides[1 + axis];
+    rest -= index[axis] * p.weight_strides[1 + axis];
+  }
+
+  const long n = pixel / pixels_per_image, in_image = pixel % pixels_per_image;
+  const long ow = in_image % p.output_sizes[2];
+  const long oh = (in_image / p.output_sizes[2]) % p.output_sizes[1];
+  const long od = in_image / (p.output_sizes[2] * p.output_sizes[1]);
+  const long id = od * p.stride[0] - p.padding[0] + index[1] * p.dilation[0];
+  const long ih = oh * p.stride[1] - p.padding[1] + index[2] * p.dilation[1];
+  const long iw = ow * p.stride[2] - p.padding[2] + index[3] * p.dilation[2];
+  T value = T(0);
+  if (id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2]) {
+    value = input[n * p.input_strides[0] + (group * p.in_channels_per_group + index[0]) * p.input_strides[1] +
+                  id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]];
+  }
+  patches[(group * pixels + pixel) * depth + r] = value;
 }
 
 // Forward convolution as an implicit GEMM over a 2-D tile of output pixels, for 2-D and 3-D
@@ -586,6 +635,8 @@ kernel void convolution_transposed_gemm(device T* output [[buffer(0)]],
       device T*, const device T*, const device T*, const device T*, constant ConvParams&, uint3);  \
   template [[host_name("convolution_transposed_" #SUFFIX)]] kernel void convolution<T, true>(     \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&, uint3);  \
+  template [[host_name("convolution_patches_" #SUFFIX)]] kernel void convolution_patches<T>(       \
+      device T*, const device T*, constant ConvParams&, uint3);                                    \
   template [[host_name("convolution_gemm_" #SUFFIX)]] kernel void convolution_gemm<T>(             \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&,          \
       threadgroup float*, uint3, uint, uint);                                                      \

@@ -7,6 +7,7 @@
 
 #include "ops/graph_fallbacks.h"
 #include "ops/kernel_launch.h"
+#include "ops/matmul.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "params/convolution.h"
@@ -206,8 +207,67 @@ void encode_direct(const ConvParams& p, const ForwardOperands& operands, const s
   launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
 }
 
+// Whether each output channel's weights (input channel and taps of one group) form one dense
+// block: then they are one row of a matrix product, read in the order they lie.
+bool weight_rows_are_dense(const ConvParams& p) {
+  if (p.weight_offset != 0) return false;
+  const int64_t sizes[4] = {p.in_channels_per_group, p.kernel_sizes[0], p.kernel_sizes[1], p.kernel_sizes[2]};
+  std::vector<std::pair<int64_t, int64_t>> axes;  // (stride, size) of the axes that vary
+  for (size_t a = 0; a < 4; ++a)
+    if (sizes[a] > 1) axes.emplace_back(p.weight_strides[1 + a], sizes[a]);
+  std::sort(axes.begin(), axes.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : axes) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return p.weight_strides[0] > 0;
+}
+
+// A problem with fewer than kGemmMinimumPixels output pixels in all and dense weight rows, into
+// a fresh contiguous output: the patch matrix (convolution_patches) and per group one batched
+// product out[n] = patches[n] @ weight rows^T (+ bias) on the matrix-product kernels, which
+// read each weight row once where the direct kernel reads it once per output pixel.
+void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
+  const int64_t depth = reduction_depth(p);
+  const int64_t image_pixels = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
+  const int64_t pixels = p.batch * image_pixels;
+  const int64_t groups = p.out_channels / p.out_channels_per_group;
+  const int64_t channels = p.out_channels_per_group;
+  std::unique_ptr<Tensor> patches =
+      Runtime::get().empty_tensor({groups, pixels, depth}, contiguous_strides({groups, pixels, depth}),
+                                  operands.input.dtype);
+  KernelLaunch launch(shader_kernel("convolution.metal", "convolution_patches_" + suffix));
+  launch.tensor(0, *patches).tensor(1, operands.input).value(2, p);
+  launch.threads({uint64_t(depth), uint64_t(pixels), uint64_t(groups)},
+                 {std::min<uint64_t>(uint64_t(depth), 256), 1, 1});
+  for (int64_t g = 0; g < groups; ++g) {
+    Tensor out = operands.output;
+    out.sizes = {p.batch, image_pixels, channels};
+    out.strides = {p.out_channels * image_pixels, 1, image_pixels};
+    out.storage_offset += g * channels * image_pixels;
+    Tensor rows = *patches;
+    rows.sizes = {p.batch, image_pixels, depth};
+    rows.strides = {image_pixels * depth, depth, 1};
+    rows.storage_offset = g * pixels * depth;
+    Tensor weights = operands.weight;
+    weights.sizes = {p.batch, depth, channels};
+    weights.strides = {0, 1, p.weight_strides[0]};
+    weights.storage_offset += g * p.weight_group_stride;
+    if (!operands.bias) {
+      bmm_out(out, rows, weights);
+      continue;
+    }
+    Tensor bias = *operands.bias;
+    bias.sizes = {p.batch, image_pixels, channels};
+    bias.strides = {0, 0, p.bias_stride};
+    bias.storage_offset += g * channels * p.bias_stride;
+    baddbmm_out(out, bias, rows, weights, 1.0, 1.0);
+  }
+}
+
 // Encodes forward convolution `p` with the first kernel that takes it: depthwise, pixel-block
-// implicit GEMM, flattened implicit GEMM, direct.
+// implicit GEMM, flattened implicit GEMM, patch matrix product, direct.
 void encode_forward(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
   const int64_t depth = reduction_depth(p);
   const bool reads = reads_input(p, operands);
@@ -263,6 +323,9 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
         .threadgroup_memory(0, (kGemmBlock * kGemmDepth + kGemmDepth * kGemmWeightPitch) * sizeof(float));
     launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
                         {kGemmThreads, 1, 1});
+  } else if (reads && pixels < kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
+             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() && weight_rows_are_dense(p)) {
+    encode_patch_product(p, operands, suffix);
   } else {
     encode_direct(p, operands, "convolution_" + suffix);
   }

@@ -87,8 +87,14 @@ FORWARD_CASES = [
     ((1, 24, 4, 4), (40, 24, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((2, 20, 2, 3), (36, 10, 3, 3), [1, 1], [1, 1], [1, 1], 2),
     ((1, 18, 8, 7), (34, 18, 3, 3), [2, 2], [1, 1], [1, 1], 1),
-    # Fewer than 8 output pixels: the direct kernel.
+    # Fewer than 8 output pixels: a patch matrix times the weight rows on the matrix-product
+    # kernels (2-D with groups, 1-D, 3-D with one output pixel), and the direct kernel for
+    # fewer than 16 output channels per group.
     ((1, 20, 2, 2), (24, 20, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((2, 16, 1, 3), (32, 8, 3, 3), [1, 1], [1, 1], [1, 1], 2),
+    ((1, 32, 5), (20, 32, 3), [2], [0], [1], 1),
+    ((1, 8, 2, 2, 2), (16, 8, 2, 2, 2), [1, 1, 1], [0, 0, 0], [1, 1, 1], 1),
+    ((1, 4, 2, 2), (6, 4, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     # Pixel-block implicit GEMM (>= 32 output pixels and >= 4 rows per plane), with partial blocks
     # in rows, columns, output channels and input channel chunks:
     ((2, 5, 9, 11), (20, 5, 3, 3), [1, 1], [1, 1], [1, 1], 1),
@@ -223,16 +229,35 @@ def test_channels_last_input_gives_the_contiguous_result(transposed, dtype, no_l
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("groups,out_channels,size", [(1, 24, 12), (8, 8, 12), (1, 24, 4)])
+@pytest.mark.parametrize("groups,out_channels,size", [(1, 24, 12), (8, 8, 12), (1, 24, 4), (1, 24, 2)])
 def test_channels_last_input_and_weight_in_the_block_kernels(groups, out_channels, size, dtype, no_leaks):
-    # Pixel-block GEMM, depthwise, flattened GEMM (a 4 x 4 plane: the layout Inductor gives the
-    # deep layers of a small-image network).
+    # Pixel-block GEMM, depthwise, flattened GEMM (a 4 x 3 plane: the layout Inductor gives the
+    # deep layers of a small-image network), the patch matrix product (2 x 1: it sums in the
+    # order the weight lies in memory, so the two layouts round differently and each is checked
+    # against the reference alone).
     input = random(2, 8, size, size - 1, dtype=dtype).contiguous(memory_format=torch.channels_last)
     weight = random(out_channels, 8 // groups, 3, 3, dtype=dtype).contiguous(memory_format=torch.channels_last)
     bias = random(out_channels, dtype=dtype)
     result = check(input, weight, bias, [1, 1], [1, 1], [1, 1], groups=groups)
     contiguous = check(input.contiguous(), weight.contiguous(), bias, [1, 1], [1, 1], [1, 1], groups=groups)
-    assert torch.equal(result.torch(), contiguous.torch())
+    if size > 2:
+        assert torch.equal(result.torch(), contiguous.torch())
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "taps_outermost", "sliced"])
+def test_few_output_pixels_with_any_weight_layout(layout, no_leaks):
+    # The patch matrix follows the weight's memory order where its per-channel blocks are dense
+    # (the first three layouts); a sliced weight's are not, and it takes the direct kernel.
+    input = random(1, 20, 3, 2)
+    if layout == "sliced":
+        weight = random(24, 40, 3, 3)[:, ::2]
+    else:
+        weight = random(24, 20, 3, 3)
+    if layout == "channels_last":
+        weight = weight.contiguous(memory_format=torch.channels_last)
+    elif layout == "taps_outermost":
+        weight = random(3, 3, 24, 20).permute(2, 3, 0, 1)
+    check(input, weight, random(24), [2, 1], [1, 1], [1, 1])
 
 
 def test_channels_last_3d_input_and_weight(no_leaks):
