@@ -347,7 +347,7 @@ struct FaultHandlers {
     // polls for and its look at the table after it: either it sees this entry or this thread
     // sees the timeout it polls for.
     entry.watched.store(faults.serial_ * 2 + 1, std::memory_order_seq_cst);
-    if (faults.timeout_ms_ < g_polled_timeout_ms.load(std::memory_order_seq_cst)) wake_watchdog();
+    if (faults.timeout_ms_ < g_polled_timeout_ms.load(std::memory_order_seq_cst)) wake_watchdog(faults.timeout_ms_);
   }
 
   // The watchdog: one thread for the process, started by the first watched scope.
@@ -362,7 +362,7 @@ struct FaultHandlers {
     return *w;
   }
 
-  static void wake_watchdog() {
+  [[gnu::noinline]] static void wake_watchdog(uint64_t timeout_ms) {
     Watchdog& w = watchdog();
     {
       std::lock_guard<std::mutex> lock(w.mutex);
@@ -373,6 +373,12 @@ struct FaultHandlers {
         } catch (const std::system_error&) {
           return;  // no thread now: the next watched scope tries again
         }
+      }
+      // Woken, it looks at the table before it sleeps again and publishes what it polls for;
+      // until then this timeout stands for it, so that scopes armed meanwhile with no shorter
+      // one do not wake it again (it may be slow to get a processor).
+      uint64_t polled = g_polled_timeout_ms.load(std::memory_order_relaxed);
+      while (timeout_ms < polled && !g_polled_timeout_ms.compare_exchange_weak(polled, timeout_ms)) {
       }
       w.wake_requested = true;
     }
@@ -398,7 +404,6 @@ struct FaultHandlers {
     std::vector<Seen> seen(kMaxScopes);
     std::vector<uint64_t> expired;  // serials of dispatches past their timeout that still run
     std::vector<uint64_t> running;
-    uint64_t polled = UINT64_MAX;
     Watchdog& w = watchdog();
     for (;;) {
       const Clock::time_point now = Clock::now();
@@ -430,20 +435,21 @@ struct FaultHandlers {
         if (std::find(running.begin(), running.end(), serial) == running.end()) running.push_back(serial);
       }
       expired.swap(running);
-      // UINT64_MAX: nothing armed and nothing moved since the last poll; sleep until woken.
-      if (shortest > polled) {
-        // A scope armed before this store with a shorter timeout read the old value and did not
-        // wake the watchdog: look again.
+      // Publishes what it polls for (UINT64_MAX: nothing armed and nothing moved since the last
+      // poll; it sleeps until woken). A scope armed before a raise with a shorter timeout read
+      // the old value and did not wake the watchdog: it looks again. (A waker that lowers the
+      // value meanwhile also asks for another poll, which publishes again.)
+      if (shortest > g_polled_timeout_ms.load(std::memory_order_seq_cst)) {
         g_polled_timeout_ms.store(shortest, std::memory_order_seq_cst);
         shortest = shortest_armed_timeout(g_entry_count.load(std::memory_order_acquire), shortest);
       }
-      if (shortest != polled) g_polled_timeout_ms.store(shortest, std::memory_order_seq_cst);
-      polled = shortest;
+      if (shortest != g_polled_timeout_ms.load(std::memory_order_seq_cst))
+        g_polled_timeout_ms.store(shortest, std::memory_order_seq_cst);
       std::unique_lock<std::mutex> lock(w.mutex);
-      if (polled == UINT64_MAX) {
+      if (shortest == UINT64_MAX) {
         w.wake.wait(lock, [&] { return w.wake_requested; });
       } else {
-        auto interval = std::chrono::milliseconds(std::clamp<uint64_t>(polled / 4, 5, 1000));
+        auto interval = std::chrono::milliseconds(std::clamp<uint64_t>(shortest / 4, 5, 1000));
         if (!expired.empty()) interval = std::min(interval, std::chrono::milliseconds(20));
         w.wake.wait_for(lock, interval, [&] { return w.wake_requested; });
       }
@@ -489,17 +495,27 @@ struct ScopeSlot {
   }
 };
 
-// The calling thread's entry; its first call also gives the thread a signal stack and makes
-// sure the handlers are installed.
-size_t thread_scope_slot() {
+// The calling thread's entry once it has one: constant-initialized, so read without a guard.
+thread_local size_t tl_scope_slot = SIZE_MAX;
+
+// The calling thread's first scope (or one after the table was full): gives the thread its
+// entry and a signal stack, and makes sure the handlers are installed.
+[[gnu::noinline]] size_t claim_thread_scope_slot() {
   struct ThreadState {
     ThreadState() { FaultHandlers::install(); }
+    ~ThreadState() { tl_scope_slot = SIZE_MAX; }
     SignalStack signal_stack;
     ScopeSlot slot;
   };
   thread_local ThreadState state;
   if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
+  tl_scope_slot = state.slot.index;
   return state.slot.index;
+}
+
+size_t thread_scope_slot() {
+  const size_t slot = tl_scope_slot;
+  return slot != SIZE_MAX ? slot : claim_thread_scope_slot();
 }
 
 }  // namespace
