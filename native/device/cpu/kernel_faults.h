@@ -30,7 +30,6 @@
 
 #include <setjmp.h>
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
