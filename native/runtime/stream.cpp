@@ -1,6 +1,8 @@
 #include "runtime/stream.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "runtime/error.h"
@@ -8,6 +10,23 @@
 #include "runtime/trace.h"
 
 namespace etm {
+namespace {
+
+// Lane `lane` (1 and up) of a stream's trace track: a track of its own, made on first use.
+uint32_t lane_track(uint32_t stream_track, const std::string& stream_name, size_t lane) {
+  static std::mutex mutex;
+  static std::map<std::pair<uint32_t, size_t>, uint32_t> tracks;
+  std::lock_guard lock(mutex);
+  auto [found, added] = tracks.try_emplace({stream_track, lane}, 0);
+  if (added) found->second = trace::new_track(concat(stream_name, ", overlapping lane ", lane));
+  return found->second;
+}
+
+std::string stream_track_name(const device::Device& device) {
+  return concat(device.kind(), " device: stream of host thread ", trace::thread_track());
+}
+
+}  // namespace
 
 Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
     : device_(device),
@@ -21,8 +40,7 @@ Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
       shared_(std::make_shared<Shared>()) {
   ETM_REQUIRE(queue_, "the device could not create a command queue");
   if (tracing_) {
-    trace_track_ = trace::new_track(
-        concat(device.kind(), " device: stream of host thread ", trace::thread_track()));
+    trace_track_ = trace::new_track(stream_track_name(device));
   }
 }
 
@@ -333,7 +351,8 @@ void Stream::trace_completion() {
                  concat("\"command_buffer\": ", number, ", \"commands\": ", open_commands_,
                         ", \"bytes\": ", open_bytes_));
   open_->add_completed_handler(
-      [buffer = open_, commands = std::move(traced_), track = trace_track_, number](const device::Status&) {
+      [buffer = open_, commands = std::move(traced_), track = trace_track_, name = stream_track_name(device_),
+       number](const device::Status&) {
         const device::ExecutionTimes times = buffer->execution_times();
         const double start = times.buffer.start_us;
         trace::span(track, "command_buffer", concat("command buffer ", number), start,
@@ -344,11 +363,18 @@ void Stream::trace_completion() {
             trace::instant(track, command.category, command.name, start, command.args_json);
           return;
         }
-        // Commands after a failure did not run and have no times.
+        // Commands after a failure did not run and have no times. A command that overlapped
+        // an earlier one (the CPU device runs independent dispatches beside each other) goes
+        // on the stream's first lane track free at its start: slices of one track never overlap.
+        std::vector<double> lane_ends;  // per lane: when its last command ended
         for (size_t i = 0; i < commands.size() && i < times.commands.size(); ++i) {
           const device::ExecutionTimes::Interval& ran = times.commands[i];
-          trace::span(track, commands[i].category, commands[i].name, ran.start_us,
-                      ran.end_us - ran.start_us, commands[i].args_json);
+          size_t lane = 0;
+          while (lane < lane_ends.size() && lane_ends[lane] > ran.start_us) ++lane;
+          if (lane == lane_ends.size()) lane_ends.push_back(0);
+          lane_ends[lane] = ran.end_us;
+          trace::span(lane == 0 ? track : lane_track(track, name, lane), commands[i].category, commands[i].name,
+                      ran.start_us, ran.end_us - ran.start_us, commands[i].args_json);
         }
       });
   traced_.clear();

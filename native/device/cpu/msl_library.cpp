@@ -15,6 +15,7 @@
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/dispatch_counters.h"
+#include "device/cpu/dispatch_overlap.h"
 #include "device/cpu/dispatch_validation.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/kernel_faults.h"
@@ -164,8 +165,11 @@ uint64_t align16(uint64_t n) { return (n + 15) / 16 * 16; }
 
 class CpuKernelPipeline : public CpuPipeline {
  public:
-  CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object)
-      : kernel_(kernel), object_(std::move(object)), timeout_ms_(kernel_timeout_ms()) {
+  CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object, bool follows_stored_addresses)
+      : kernel_(kernel),
+        object_(std::move(object)),
+        timeout_ms_(kernel_timeout_ms()),
+        follows_stored_addresses_(follows_stored_addresses) {
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
       if (a.kind == KernelArgumentKind::buffer) {
@@ -188,6 +192,11 @@ class CpuKernelPipeline : public CpuPipeline {
         return argument.writable;
     }
     return false;  // nothing bound there is read or written
+  }
+
+  bool may_overlap(const Size3& grid, const Size3& threads_per_group) const override {
+    return !follows_stored_addresses_ && !validation_enabled() && !counters_enabled() &&
+           !spreads_over_workers(grid, threads_per_group, object_->use_fibers() || object_->regions());
   }
 
   Status execute(const DispatchArgs& args) override {
@@ -333,6 +342,7 @@ class CpuKernelPipeline : public CpuPipeline {
   // Read when the pipeline is made: reading the environment costs ~900 instructions, an
   // eighth of a small dispatch.
   const uint64_t timeout_ms_;
+  const bool follows_stored_addresses_;  // may_follow_stored_addresses of its library
 };
 
 // Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.
@@ -444,7 +454,8 @@ class CpuLibrary : public Library {
         msl_(std::move(msl)),
         options_(options),
         description_(std::move(description)),
-        translated_(std::move(translated)) {}
+        translated_(std::move(translated)),
+        follows_stored_addresses_(may_follow_stored_addresses(msl_)) {}
 
   const std::vector<TranslatedKernel>& kernels() const { return description_.kernels; }
   bool has_function_constants() const { return !description_.function_constants.empty(); }
@@ -527,7 +538,7 @@ class CpuLibrary : public Library {
       std::shared_ptr<KernelObject> object;
       Status status = load(kernel, specialization, &object);
       if (!status.ok()) return Status::error(with_source_lines(status.message(), msl_));
-      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
+      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object), follows_stored_addresses_);
       return Status();
     }
     std::string names;
@@ -542,6 +553,7 @@ class CpuLibrary : public Library {
   const MslTranslationOptions options_;
   const LibraryDescription description_;
   std::string translated_;  // empty until needed
+  const bool follows_stored_addresses_;  // its dispatches never overlap others
   std::mutex mutex_;
   // By entry index and function constant flags.
   std::map<std::pair<uint32_t, std::vector<std::string>>, std::shared_ptr<KernelObject>> objects_;
