@@ -390,13 +390,14 @@ class OverlappedExecution {
     for (; started < commands.size(); ++started) {
       if (failure_seen()) break;
       const Command& command = commands[started];
-      const auto* dispatch = std::get_if<DispatchCommand>(&command);
-      const bool overlaps = dispatch && dispatch->pipeline && dispatch->pipeline->may_overlap(dispatch->grid, dispatch->group);
-      if (!overlaps || dispatch->after_barrier) wait_for_lanes(nullptr);
-      if (overlaps) {
+      const DispatchCommand* dispatch = overlapping_dispatch(command);
+      if (!dispatch || dispatch->after_barrier) wait_for_lanes(nullptr);
+      if (dispatch) {
         collect_uses(*dispatch, &uses_);
         wait_for_lanes(&uses_);
-        if (start_on_worker(*dispatch, started)) continue;
+        // A worker only pays when the next command could run beside this one; otherwise the
+        // next one would just wait for it.
+        if (next_runs_beside(started) && start_on_worker(*dispatch, started)) continue;
       }
       const double start = times_ ? host_clock_us() : 0;
       Status status = run_command(command, recorded_, recorded_.args);
@@ -423,6 +424,23 @@ class OverlappedExecution {
   }
 
  private:
+  // The command as a dispatch that may overlap others (CpuPipeline::may_overlap), or null.
+  static const DispatchCommand* overlapping_dispatch(const Command& command) {
+    const auto* dispatch = std::get_if<DispatchCommand>(&command);
+    if (!dispatch || !dispatch->pipeline || !dispatch->pipeline->may_overlap(dispatch->grid, dispatch->group))
+      return nullptr;
+    return dispatch;
+  }
+
+  // Whether the command after `index` may start while that one (whose uses are in uses_) runs.
+  bool next_runs_beside(size_t index) {
+    if (index + 1 >= recorded_.commands.size()) return false;
+    const DispatchCommand* next = overlapping_dispatch(recorded_.commands[index + 1]);
+    if (!next || next->after_barrier) return false;
+    collect_uses(*next, &next_uses_);
+    return !conflict(uses_, next_uses_);
+  }
+
   void collect_uses(const DispatchCommand& dispatch, std::vector<BufferUse>* uses) const {
     uses->clear();
     for (uint32_t i = 0; i < dispatch.binding_count; ++i) {
@@ -497,6 +515,7 @@ class OverlappedExecution {
   Recording& recorded_;
   ExecutionTimes* times_;  // null when not timed
   std::vector<BufferUse> uses_;  // of the dispatch being started
+  std::vector<BufferUse> next_uses_;  // of the command after it
   std::mutex mutex_;
   std::condition_variable lane_finished_;
   size_t failed_index_ = SIZE_MAX;
