@@ -199,9 +199,11 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
 
   device::CommandBuffer& command_buffer = open_command_buffer();
   device::ComputeEncoder& encoder = command_buffer.compute_encoder();
-  // One look-up per buffer: its first use orders it after other streams' work, and a buffer
-  // bound since the last barrier needs a new one (conservatively, reads included).
+  // One look-up per buffer: its first use orders it after other streams' work, and a write to
+  // a buffer bound since the last barrier, or a read of one written since, needs a new one.
+  // (A device whose pipelines cannot tell reads from writes has every binding write.)
   BufferUses::Use* bound[kMaxArguments];
+  bool bound_writing[kMaxArguments];
   size_t bound_count = 0;
   bool conflict = false;
   uses_.reserve(argument_count_);
@@ -213,14 +215,18 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     bool first_use;
     BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
     if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
-    conflict = conflict || use.interval == uses_.interval();
+    conflict = conflict || (use.interval == uses_.interval() && (writing || use.written_interval == uses_.interval()));
+    bound_writing[bound_count] = writing;
     bound[bound_count++] = &use;
   }
   if (conflict) {
     encoder.memory_barrier();
     uses_.next_interval();
   }
-  for (size_t i = 0; i < bound_count; ++i) bound[i]->interval = uses_.interval();
+  for (size_t i = 0; i < bound_count; ++i) {
+    bound[i]->interval = uses_.interval();
+    if (bound_writing[i]) bound[i]->written_interval = uses_.interval();
+  }
   device::DispatchDescription work;
   work.pipeline = &kernel->pipeline();
   work.arguments = arguments_.data();
