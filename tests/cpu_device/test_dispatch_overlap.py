@@ -46,9 +46,18 @@ CHILD = textwrap.dedent("""\
                            uint i [[thread_position_in_grid]]) {
       out[i] = float(value);
     }
+    kernel void slow_stray(device float* out [[buffer(0)]], constant long& steps [[buffer(1)]],
+                           uint i [[thread_position_in_grid]]) {
+      float total = 1.0f;
+      for (long k = 0; k < steps; ++k) total += 1.0f;
+      out[i + (1ul << 40)] = total;  // 4 TiB past the buffer, once the loop is done
+    }
+    kernel void stray(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      out[i + (1ul << 40)] = 1.0f;
+    }
     ''')
-    add_slowly, add_in_place, fill_value = (library.kernel(name).handle
-                                            for name in ("add_slowly", "add_in_place", "fill_value"))
+    add_slowly, add_in_place, fill_value, slow_stray, stray = (
+        library.kernel(name).handle for name in ("add_slowly", "add_in_place", "fill_value", "slow_stray", "stray"))
     N, STEPS = 64, int(sys.argv[2])
 
     def dispatch(kernel, *arguments):
@@ -71,14 +80,60 @@ CHILD = textwrap.dedent("""\
 
     x0 = np.arange(N, dtype=np.float32)
     if sys.argv[1] == "independent":
-        for _ in range(3):  # three command buffers of eight dispatches writing disjoint outputs
-            inputs = [tensor(x0 + 100 * k) for k in range(8)]
+        # Three command buffers of eight dispatches writing disjoint outputs; dispatches 2m and
+        # 2m + 1 read one input.
+        for _ in range(3):
+            inputs = [tensor(x0 + 100 * k) for k in range(4)]
             outputs = [Tensor.empty([N]) for _ in range(8)]
-            for source, destination in zip(inputs, outputs):
-                dispatch(add_slowly, destination, source, STEPS)
+            for k, destination in enumerate(outputs):
+                dispatch(add_slowly, destination, inputs[k // 2], STEPS)
             etmetal_py.synchronize()
             for k, destination in enumerate(outputs):
-                np.testing.assert_array_equal(destination.numpy(), x0 + 100 * k + STEPS)
+                np.testing.assert_array_equal(destination.numpy(), x0 + 100 * (k // 2) + STEPS)
+    elif sys.argv[1] == "addresses":
+        # A library that could follow device addresses stored in memory (a struct with a
+        # pointer member): its dispatches never overlap; then the plain library's do.
+        tables = ShaderLibrary('''
+        #include <metal_stdlib>
+        using namespace metal;
+        struct Table { device float* data; };
+        kernel void add_slowly_too(device float* out [[buffer(0)]], const device float* in [[buffer(1)]],
+                                   constant long& steps [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+          float total = in[i];
+          for (long k = 0; k < steps; ++k) total += 1.0f;
+          out[i] = total;
+        }
+        kernel void through_table(device float* out [[buffer(0)]], constant Table& table [[buffer(1)]],
+                                  uint i [[thread_position_in_grid]]) {
+          out[i] = table.data[i];
+        }
+        ''')
+        for kernel in (tables.kernel("add_slowly_too").handle, add_slowly):
+            for _ in range(2):
+                source = tensor(x0)
+                outputs = [Tensor.empty([N]) for _ in range(8)]
+                for destination in outputs:
+                    dispatch(kernel, destination, source, STEPS)
+                etmetal_py.synchronize()
+                for destination in outputs:
+                    np.testing.assert_array_equal(destination.numpy(), x0 + STEPS)
+        tables.close()
+    elif sys.argv[1] == "faults":
+        # The first failure in command order is the command buffer's, even when a later
+        # dispatch beside it fails first; dispatches that started finish.
+        a, b, c, d = (Tensor.empty([N]) for _ in range(4))
+        source = tensor(x0)
+        dispatch(slow_stray, a, STEPS)
+        dispatch(stray, b)
+        dispatch(add_slowly, c, source, STEPS)
+        try:
+            etmetal_py.synchronize()
+            print("no error")
+        except etmetal_py.EtmetalError as error:
+            print("ERROR:" + str(error).splitlines()[0])
+        dispatch(add_slowly, d, source, STEPS)  # the stream and the workers go on
+        etmetal_py.synchronize()
+        np.testing.assert_array_equal(d.numpy(), x0 + STEPS)
     else:
         # One command buffer in which every dispatch conflicts with the one before it.
         x = [tensor(x0)] + [Tensor.empty([N]) for _ in range(3)]
@@ -123,7 +178,7 @@ def run_case(tmp_path, case, threads, overlap):
     events = json.loads(trace_path.read_text())
     dispatches = [e for e in events if e.get("cat") == "dispatch"]
     tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
-    return dispatches, tracks
+    return dispatches, tracks, child.stdout
 
 
 def overlapping_pairs(dispatches):
@@ -137,10 +192,13 @@ def overlapping_pairs(dispatches):
 
 
 def test_independent_dispatches_overlap_on_two_workers(tmp_path):
-    dispatches, tracks = run_case(tmp_path, "independent", threads=2, overlap="1")
+    dispatches, tracks, _ = run_case(tmp_path, "independent", threads=2, overlap="1")
     assert len(dispatches) == 24
     pairs = overlapping_pairs(dispatches)
     assert pairs, "no two independent dispatches overlapped"
+    # Dispatches reading one buffer need no barrier between them: such pairs overlap too.
+    position = {id(d): k % 8 for k, d in enumerate(dispatches)}
+    assert any(position[id(a)] // 2 == position[id(b)] // 2 for a, b in pairs)
     # Overlapping slices are on different tracks: a lane track of the stream.
     for a, b in pairs:
         assert a["tid"] != b["tid"]
@@ -150,7 +208,7 @@ def test_independent_dispatches_overlap_on_two_workers(tmp_path):
 
 @pytest.mark.parametrize("threads, overlap", [(2, "0"), (1, "1")])
 def test_without_overlap_dispatches_run_one_at_a_time(tmp_path, threads, overlap):
-    dispatches, tracks = run_case(tmp_path, "independent", threads=threads, overlap=overlap)
+    dispatches, tracks, _ = run_case(tmp_path, "independent", threads=threads, overlap=overlap)
     assert len(dispatches) == 24
     assert not overlapping_pairs(dispatches)
     assert not any("overlapping lane" in name for name in tracks.values())
@@ -159,10 +217,29 @@ def test_without_overlap_dispatches_run_one_at_a_time(tmp_path, threads, overlap
 
 @pytest.mark.parametrize("overlap", ["1", "0"])
 def test_conflicting_dispatches_never_overlap(tmp_path, overlap):
-    dispatches, _ = run_case(tmp_path, "dependent", threads=2, overlap=overlap)
+    dispatches, _, _ = run_case(tmp_path, "dependent", threads=2, overlap=overlap)
     assert [d["name"] for d in dispatches] == (
         ["add_slowly", "add_slowly", "add_in_place", "add_slowly", "fill_value", "add_in_place"] +
         ["add_slowly"] * 3 + ["add_in_place"])
     assert not overlapping_pairs(dispatches)
     for earlier, later in zip(dispatches, dispatches[1:]):
         assert later["ts"] >= earlier["ts"] + earlier["dur"] - 0.002
+
+
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_the_first_failing_dispatch_in_order_is_reported(tmp_path, overlap):
+    dispatches, _, out = run_case(tmp_path, "faults", threads=2, overlap=overlap)
+    message = out.splitlines()[0]
+    assert message.startswith("ERROR:") and "kernel 'slow_stray': invalid memory access" in message, out
+    assert "'stray'" not in message
+    names = [d["name"] for d in dispatches]
+    assert names[0] == "slow_stray" and names[-1] == "add_slowly"
+    if overlap == "0":  # one at a time: nothing after the failing dispatch ran
+        assert names == ["slow_stray", "add_slowly"]
+
+
+def test_kernels_that_may_follow_stored_addresses_never_overlap(tmp_path):
+    dispatches, _, _ = run_case(tmp_path, "addresses", threads=2, overlap="1")
+    assert [d["name"] for d in dispatches] == ["add_slowly_too"] * 16 + ["add_slowly"] * 16
+    assert not overlapping_pairs(dispatches[:16])
+    assert overlapping_pairs(dispatches[16:]), "the plain library's dispatches did not overlap"
