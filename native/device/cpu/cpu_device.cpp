@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -387,20 +388,33 @@ class OverlappedExecution {
     const std::vector<Command>& commands = recorded_.commands;
     if (times_) times_->commands.resize(commands.size());
     size_t started = 0;
+    // The command being started and the one after it, as dispatches that may overlap others
+    // (null where they may not); uses_ready: uses_ holds the current one's buffers.
+    const DispatchCommand* dispatch = commands.empty() ? nullptr : overlapping_dispatch(commands[0]);
+    bool uses_ready = false;
     for (; started < commands.size(); ++started) {
-      if (failure_seen()) break;
-      const Command& command = commands[started];
-      const DispatchCommand* dispatch = overlapping_dispatch(command);
+      if (failed_.load(std::memory_order_acquire)) break;
+      const DispatchCommand* next =
+          started + 1 < commands.size() ? overlapping_dispatch(commands[started + 1]) : nullptr;
       if (!dispatch || dispatch->after_barrier) wait_for_lanes(nullptr);
-      if (dispatch) {
-        collect_uses(*dispatch, &uses_);
+      // A worker only pays when the next command could run beside this one; otherwise the
+      // next one would just wait for it.
+      const bool next_may_join = next && !next->after_barrier;
+      if (dispatch && (next_may_join || lanes_busy())) {
+        if (!uses_ready) collect_uses(*dispatch, &uses_);
         wait_for_lanes(&uses_);
-        // A worker only pays when the next command could run beside this one; otherwise the
-        // next one would just wait for it.
-        if (next_runs_beside(started) && start_on_worker(*dispatch, started)) continue;
+        if (next_may_join) {
+          collect_uses(*next, &next_uses_);
+          if (!conflict(uses_, next_uses_) && start_on_worker(*dispatch, started)) {
+            uses_.swap(next_uses_);
+            uses_ready = true;
+            dispatch = next;
+            continue;
+          }
+        }
       }
       const double start = times_ ? host_clock_us() : 0;
-      Status status = run_command(command, recorded_, recorded_.args);
+      Status status = run_command(commands[started], recorded_, recorded_.args);
       if (times_) times_->commands[started] = {start, host_clock_us()};
       if (!status.ok()) {
         std::lock_guard lock(mutex_);
@@ -408,6 +422,9 @@ class OverlappedExecution {
         ++started;
         break;
       }
+      uses_ready = next_may_join && dispatch;  // next_uses_ holds the next one's buffers
+      if (uses_ready) uses_.swap(next_uses_);
+      dispatch = next;
     }
     wait_for_lanes(nullptr);
     if (times_) times_->commands.resize(started);  // those after a failure did not run
@@ -420,6 +437,8 @@ class OverlappedExecution {
     if (times_) times_->commands[lane->index] = lane->ran;
     if (!lane->status.ok()) note_failure(lane->index, std::move(lane->status));
     lane->busy = false;
+    // Release: the queue thread that sees the count drop sees the dispatch's writes.
+    busy_lanes_.fetch_sub(1, std::memory_order_release);
     lane_finished_.notify_one();
   }
 
@@ -432,14 +451,7 @@ class OverlappedExecution {
     return dispatch;
   }
 
-  // Whether the command after `index` may start while that one (whose uses are in uses_) runs.
-  bool next_runs_beside(size_t index) {
-    if (index + 1 >= recorded_.commands.size()) return false;
-    const DispatchCommand* next = overlapping_dispatch(recorded_.commands[index + 1]);
-    if (!next || next->after_barrier) return false;
-    collect_uses(*next, &next_uses_);
-    return !conflict(uses_, next_uses_);
-  }
+  bool lanes_busy() const { return busy_lanes_.load(std::memory_order_acquire) != 0; }
 
   void collect_uses(const DispatchCommand& dispatch, std::vector<BufferUse>* uses) const {
     uses->clear();
@@ -460,6 +472,7 @@ class OverlappedExecution {
 
   // Until no lane runs a dispatch that conflicts with `uses` (null: until all lanes are free).
   void wait_for_lanes(const std::vector<BufferUse>* uses) {
+    if (!lanes_busy()) return;
     std::unique_lock lock(mutex_);
     lane_finished_.wait(lock, [&] {
       for (const auto& lane : recorded_.lanes) {
@@ -480,10 +493,12 @@ class OverlappedExecution {
     {
       std::lock_guard lock(mutex_);
       lane->busy = true;
+      busy_lanes_.fetch_add(1, std::memory_order_relaxed);
     }
     if (run_on_idle_worker(lane)) return true;
     std::lock_guard lock(mutex_);
     lane->busy = false;
+    busy_lanes_.fetch_sub(1, std::memory_order_relaxed);
     lane->uses.swap(uses_);
     return false;
   }
@@ -500,16 +515,12 @@ class OverlappedExecution {
     return lanes.back().get();
   }
 
-  bool failure_seen() {
-    std::lock_guard lock(mutex_);
-    return failed_index_ != SIZE_MAX;
-  }
-
   // Under mutex_: keeps the failure of the earliest command.
   void note_failure(size_t index, Status status) {
     if (index >= failed_index_) return;
     failed_index_ = index;
     failure_ = std::move(status);
+    failed_.store(true, std::memory_order_release);
   }
 
   Recording& recorded_;
@@ -518,8 +529,10 @@ class OverlappedExecution {
   std::vector<BufferUse> next_uses_;  // of the command after it
   std::mutex mutex_;
   std::condition_variable lane_finished_;
+  std::atomic<unsigned> busy_lanes_{0};  // changed under mutex_, read without it
   size_t failed_index_ = SIZE_MAX;
   Status failure_;
+  std::atomic<bool> failed_{false};  // failed_index_ is set
 };
 
 void DispatchLane::run() {

@@ -176,6 +176,7 @@ class CpuKernelPipeline : public CpuPipeline {
         buffer_checks_.push_back({a.index, static_cast<uint32_t>(k), a.optional, object_->argument_sizes()[k]});
       }
       has_threadgroup_arguments_ = has_threadgroup_arguments_ || a.kind == KernelArgumentKind::threadgroup_memory;
+      if (a.kind == KernelArgumentKind::buffer && a.writable && a.index < 32) written_buffers_ |= uint32_t{1} << a.index;
     }
   }
 
@@ -186,13 +187,8 @@ class CpuKernelPipeline : public CpuPipeline {
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
   size_t static_threadgroup_memory_length() const override { return object_->metal_static_threadgroup_bytes(); }
-  bool writes_buffer(uint32_t index) const override {
-    for (const KernelArgument& argument : kernel_.arguments) {
-      if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
-        return argument.writable;
-    }
-    return false;  // nothing bound there is read or written
-  }
+  // False where nothing bound is read or written.
+  bool writes_buffer(uint32_t index) const override { return index < 32 && (written_buffers_ >> index & 1); }
 
   bool may_overlap(const Size3& grid, const Size3& threads_per_group) const override {
     return !follows_stored_addresses_ && !validation_enabled() && !counters_enabled() &&
@@ -343,6 +339,7 @@ class CpuKernelPipeline : public CpuPipeline {
   // eighth of a small dispatch.
   const uint64_t timeout_ms_;
   const bool follows_stored_addresses_;  // may_follow_stored_addresses of its library
+  uint32_t written_buffers_ = 0;  // bit i: the kernel may write the buffer at index i
 };
 
 // Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.
