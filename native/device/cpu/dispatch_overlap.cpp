@@ -33,8 +33,12 @@ bool may_follow_stored_addresses(const std::string& msl) {
       size_t j = i + 1;
       while (j < tokens.size() && !is(j, "{") && !is(j, ";") && !is(j, "(") && !is(j, ")")) ++j;
       if (is(j, "{") && pairs[j] != SIZE_MAX) {
-        for (size_t k = j + 1; k < pairs[j]; ++k)
-          if (address_space(k)) return true;
+        // A pointer or reference declared with an address space (a `static constant` value is none).
+        for (size_t k = j + 1; k < pairs[j]; ++k) {
+          if (!address_space(k)) continue;
+          for (size_t m = k + 1; m < pairs[j] && !is(m, ";") && !is(m, "{") && !is(m, ",") && !is(m, ")"); ++m)
+            if (is(m, "*") || is(m, "&")) return true;
+        }
       }
     }
     if (is(i, "*")) {

@@ -12,10 +12,11 @@ namespace etm::device::cpu {
 // $ETMETAL_CPU_OVERLAP: "0" turns overlapping off (default on). Read once.
 bool overlap_enabled();
 
-// Whether kernels of this MSL source may reach memory through addresses stored in memory:
-// an address-space qualifier inside a struct, class or union (a pointer member, or a function
-// taking one), a pointer to a pointer, a template argument or cast naming a device or
-// constant pointer type. Over-approximates; true when the source does not lex.
+// Whether kernels of this MSL source may reach memory through addresses stored in memory: a
+// pointer or reference with an address space declared inside a struct, class or union (a
+// member, or a function taking one), a pointer to a pointer, a template argument or cast
+// naming a device or constant pointer type (casts between pointer types included: the operand's
+// type is not known here). Over-approximates; true when the source does not lex.
 bool may_follow_stored_addresses(const std::string& msl);
 
 }  // namespace etm::device::cpu

@@ -452,7 +452,14 @@ class CpuLibrary : public Library {
         options_(options),
         description_(std::move(description)),
         translated_(std::move(translated)),
-        follows_stored_addresses_(may_follow_stored_addresses(msl_)) {}
+        follows_stored_addresses_(may_follow_stored_addresses(msl_)) {
+    if (follows_stored_addresses_ && debug_logging() && !description_.kernels.empty()) {
+      std::fprintf(stderr,
+                   "etmetal debug: kernel '%s' and the others of its library never overlap other dispatches: "
+                   "the library may follow device addresses stored in memory\n",
+                   description_.kernels[0].name.c_str());
+    }
+  }
 
   const std::vector<TranslatedKernel>& kernels() const { return description_.kernels; }
   bool has_function_constants() const { return !description_.function_constants.empty(); }
