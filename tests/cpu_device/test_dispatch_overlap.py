@@ -57,17 +57,11 @@ CHILD = textwrap.dedent("""\
     }
     ''')
     add_slowly, add_in_place, fill_value, slow_stray, stray = (
-        library.kernel(name).handle for name in ("add_slowly", "add_in_place", "fill_value", "slow_stray", "stray"))
+        library.kernel(name) for name in ("add_slowly", "add_in_place", "fill_value", "slow_stray", "stray"))
     N, STEPS = 64, int(sys.argv[2])
 
     def dispatch(kernel, *arguments):
-        etmetal_py.check(lib.aoti_torch_mps_start_encoding(kernel))
-        for index, argument in enumerate(arguments):
-            if isinstance(argument, int):
-                etmetal_py.check(lib.aoti_torch_mps_set_arg_int(kernel, index, argument))
-            else:
-                etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(kernel, index, argument.handle))
-        etmetal_py.check(lib.aoti_torch_mps_dispatch_single_with_group_size(kernel, N, N))
+        kernel.encode(dict(enumerate(arguments)), N, N)
 
     def view(base, offset):
         out = ffi.new("AtenTensorHandle*")
@@ -108,7 +102,7 @@ CHILD = textwrap.dedent("""\
           out[i] = table.data[i];
         }
         ''')
-        for kernel in (tables.kernel("add_slowly_too").handle, add_slowly):
+        for kernel in (tables.kernel("add_slowly_too"), add_slowly):
             for _ in range(2):
                 source = tensor(x0)
                 outputs = [Tensor.empty([N]) for _ in range(8)]
