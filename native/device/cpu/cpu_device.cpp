@@ -172,7 +172,8 @@ struct BufferUse {
 class OverlappedExecution;
 
 // A dispatch of a command buffer running on a pool worker while the queue thread goes on with
-// the commands after it.
+// the commands after it (or on the queue thread, when it needs the result before a worker
+// took it).
 struct DispatchLane final : WorkerTask {
   void run() override;
 
@@ -471,8 +472,18 @@ class OverlappedExecution {
   }
 
   // Until no lane runs a dispatch that conflicts with `uses` (null: until all lanes are free).
+  // Such a dispatch that no worker has started yet runs here instead: a busy machine may not
+  // schedule the woken worker for a long time.
   void wait_for_lanes(const std::vector<BufferUse>* uses) {
     if (!lanes_busy()) return;
+    for (const auto& lane : recorded_.lanes) {
+      bool blocks;
+      {
+        std::lock_guard lock(mutex_);
+        blocks = lane->busy && (!uses || conflict(lane->uses, *uses));
+      }
+      if (blocks && take_back_from_workers(lane.get())) lane->run();
+    }
     std::unique_lock lock(mutex_);
     lane_finished_.wait(lock, [&] {
       for (const auto& lane : recorded_.lanes) {

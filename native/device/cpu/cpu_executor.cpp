@@ -457,6 +457,14 @@ class WorkerPool {
     return true;
   }
 
+  bool take_back(WorkerTask* task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto waiting = std::find(tasks_.begin(), tasks_.end(), task);
+    if (waiting == tasks_.end()) return false;
+    tasks_.erase(waiting);
+    return true;
+  }
+
  private:
   // A parallel job goes first: it waits for every worker, a task for one.
   void worker_loop() {
@@ -519,6 +527,8 @@ bool spreads_over_workers(const Size3& grid, const Size3& threads_per_group, boo
 unsigned executor_threads() { return pool().thread_count(); }
 
 bool run_on_idle_worker(WorkerTask* task) { return pool().run_on_idle_worker(task); }
+
+bool take_back_from_workers(WorkerTask* task) { return pool().take_back(task); }
 
 Status execute_dispatch(const KernelDispatch& dispatch) {
   const etm_cpu_launch& l = dispatch.launch;

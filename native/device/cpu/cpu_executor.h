@@ -64,6 +64,11 @@ class WorkerTask {
 // never touches the task after it returns. A task must not wait for the pool.
 bool run_on_idle_worker(WorkerTask* task);
 
+// Takes back a task that run_on_idle_worker handed over and no worker has started yet: true
+// when it was still waiting (the caller now owns it and may run it itself), false once a worker
+// runs it.
+bool take_back_from_workers(WorkerTask* task);
+
 // On a fiber of a running group: the thread's thread_index_in_threadgroup, the
 // threadgroup_barriers and (when asked) the SIMD-group collectives it has passed. False elsewhere.
 bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs = nullptr);
