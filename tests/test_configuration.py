@@ -32,6 +32,7 @@ INVALID = [
     ("ETMETAL_POOL_MB", "-1", "an integer from 0 to"),
     ("ETMETAL_CPU_THREADS", "0", "an integer from 1 to 1024"),
     ("ETMETAL_CPU_EXECUTION", "fast", "one of loop, fibers or regions"),
+    ("ETMETAL_CPU_OVERLAP", "on", "one of 0 or 1"),
     ("ETMETAL_FAST_MATH", "yes", "one of 0 or 1"),
     ("ETMETAL_FALLBACKS", "graph", "one of mpsgraph or msl"),
     ("ETMETAL_OP_SHAPES", "metal", "one of gpu or cpu"),

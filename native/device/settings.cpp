@@ -35,6 +35,8 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_CACHE_DIR", Kind::text, "", 0, 0, "$XDG_CACHE_HOME/etmetal or ~/.cache/etmetal"},
       {"ETMETAL_CACHE_MAX_MB", Kind::integer, "", 0, int64_t{1} << 30, "1024 (0: no limit)"},
       {"ETMETAL_CPU_THREADS", Kind::integer, "", 1, 1024, "one per core"},
+      {"ETMETAL_CPU_OVERLAP", Kind::choice, "0|1", 0, 0,
+       "1 (independent small dispatches of a command buffer run beside each other on idle workers)"},
       {"ETMETAL_CPU_EXECUTION", Kind::choice, "loop|fibers|regions", 0, 0, "chosen per kernel"},
       {"ETMETAL_KERNEL_TIMEOUT_MS", Kind::integer, "", 0, int64_t{1} << 40, "300000 (0: no limit)"},
       {"ETMETAL_FALLBACKS", Kind::choice, "mpsgraph|msl", 0, 0,

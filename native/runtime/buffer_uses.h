@@ -1,6 +1,7 @@
 // The buffers bound in a stream's open command buffer, one entry per buffer: whether a command
-// there writes it, and the barrier interval in which it was last bound (a dispatch that binds
-// a buffer bound since the last barrier needs a new barrier first). One table, so a dispatch
+// there writes it, and the barrier intervals in which it was last bound and last bound for
+// writing (a dispatch that writes a buffer bound since the last barrier, or reads one written
+// since, needs a new barrier first; readers need none between them). One table, so a dispatch
 // looks each of its buffers up once; open addressing, so recording, finding and clearing
 // allocate nothing once the table has grown.
 #pragma once
@@ -16,6 +17,7 @@ class BufferUses {
   struct Use {
     const void* buffer = nullptr;
     uint32_t interval = 0;  // the barrier interval of its last binding (0: none)
+    uint32_t written_interval = 0;  // ... of its last binding by a command that may write it
     bool written = false;
   };
 
@@ -38,7 +40,7 @@ class BufferUses {
   }
 
   // The barrier interval now running; next_interval() starts the next one, after which no
-  // buffer counts as bound since the barrier.
+  // buffer counts as bound (or written) since the barrier.
   uint32_t interval() const { return interval_; }
   void next_interval() {
     if (++interval_ == 0) interval_ = 1;  // after a wrap a stale entry only adds a barrier

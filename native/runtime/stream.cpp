@@ -1,6 +1,8 @@
 #include "runtime/stream.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "runtime/error.h"
@@ -8,6 +10,23 @@
 #include "runtime/trace.h"
 
 namespace etm {
+namespace {
+
+// Lane `lane` (1 and up) of a stream's trace track: a track of its own, made on first use.
+uint32_t lane_track(uint32_t stream_track, const std::string& stream_name, size_t lane) {
+  static std::mutex mutex;
+  static std::map<std::pair<uint32_t, size_t>, uint32_t> tracks;
+  std::lock_guard lock(mutex);
+  auto [found, added] = tracks.try_emplace({stream_track, lane}, 0);
+  if (added) found->second = trace::new_track(concat(stream_name, ", overlapping lane ", lane));
+  return found->second;
+}
+
+std::string stream_track_name(const device::Device& device) {
+  return concat(device.kind(), " device: stream of host thread ", trace::thread_track());
+}
+
+}  // namespace
 
 Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
     : device_(device),
@@ -21,8 +40,7 @@ Stream::Stream(device::Device& device, CommitPolicy policy, WriteOrder& order)
       shared_(std::make_shared<Shared>()) {
   ETM_REQUIRE(queue_, "the device could not create a command queue");
   if (tracing_) {
-    trace_track_ = trace::new_track(
-        concat(device.kind(), " device: stream of host thread ", trace::thread_track()));
+    trace_track_ = trace::new_track(stream_track_name(device));
   }
 }
 
@@ -188,9 +206,11 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
 
   device::CommandBuffer& command_buffer = open_command_buffer();
   device::ComputeEncoder& encoder = command_buffer.compute_encoder();
-  // One look-up per buffer: its first use orders it after other streams' work, and a buffer
-  // bound since the last barrier needs a new one (conservatively, reads included).
+  // One look-up per buffer: its first use orders it after other streams' work, and a write to
+  // a buffer bound since the last barrier, or a read of one written since, needs a new one.
+  // (A device whose pipelines cannot tell reads from writes has every binding write.)
   BufferUses::Use* bound[kMaxArguments];
+  bool bound_writing[kMaxArguments];
   size_t bound_count = 0;
   bool conflict = false;
   uses_.reserve(argument_count_);
@@ -202,14 +222,18 @@ void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device:
     bool first_use;
     BufferUses::Use& use = uses_.find_or_add(buffer, &first_use);
     if (first_use || (writing && !use.written)) order_first_use(use, first_use, writing);
-    conflict = conflict || use.interval == uses_.interval();
+    conflict = conflict || (use.interval == uses_.interval() && (writing || use.written_interval == uses_.interval()));
+    bound_writing[bound_count] = writing;
     bound[bound_count++] = &use;
   }
   if (conflict) {
     encoder.memory_barrier();
     uses_.next_interval();
   }
-  for (size_t i = 0; i < bound_count; ++i) bound[i]->interval = uses_.interval();
+  for (size_t i = 0; i < bound_count; ++i) {
+    bound[i]->interval = uses_.interval();
+    if (bound_writing[i]) bound[i]->written_interval = uses_.interval();
+  }
   device::DispatchDescription work;
   work.pipeline = &kernel->pipeline();
   work.arguments = arguments_.data();
@@ -340,7 +364,8 @@ void Stream::trace_completion() {
                  concat("\"command_buffer\": ", number, ", \"commands\": ", open_commands_,
                         ", \"bytes\": ", open_bytes_));
   open_->add_completed_handler(
-      [buffer = open_, commands = std::move(traced_), track = trace_track_, number](const device::Status&) {
+      [buffer = open_, commands = std::move(traced_), track = trace_track_, name = stream_track_name(device_),
+       number](const device::Status&) {
         const device::ExecutionTimes times = buffer->execution_times();
         const double start = times.buffer.start_us;
         trace::span(track, "command_buffer", concat("command buffer ", number), start,
@@ -351,11 +376,18 @@ void Stream::trace_completion() {
             trace::instant(track, command.category, command.name, start, command.args_json);
           return;
         }
-        // Commands after a failure did not run and have no times.
+        // Commands after a failure did not run and have no times. A command that overlapped
+        // an earlier one (the CPU device runs independent dispatches beside each other) goes
+        // on the stream's first lane track free at its start: slices of one track never overlap.
+        std::vector<double> lane_ends;  // per lane: when its last command ended
         for (size_t i = 0; i < commands.size() && i < times.commands.size(); ++i) {
           const device::ExecutionTimes::Interval& ran = times.commands[i];
-          trace::span(track, commands[i].category, commands[i].name, ran.start_us,
-                      ran.end_us - ran.start_us, commands[i].args_json);
+          size_t lane = 0;
+          while (lane < lane_ends.size() && lane_ends[lane] > ran.start_us) ++lane;
+          if (lane == lane_ends.size()) lane_ends.push_back(0);
+          lane_ends[lane] = ran.end_us;
+          trace::span(lane == 0 ? track : lane_track(track, name, lane), commands[i].category, commands[i].name,
+                      ran.start_us, ran.end_us - ran.start_us, commands[i].args_json);
         }
       });
   traced_.clear();

@@ -4,16 +4,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <variant>
 
+#include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/dispatch_counters.h"
+#include "device/cpu/dispatch_overlap.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -75,6 +79,7 @@ struct DispatchCommand {
   uint32_t threadgroup_length_count;
   Size3 grid;
   Size3 group;
+  bool after_barrier;  // a memory_barrier() came between it and the dispatch before it
 };
 
 // Commands refer to what the recording holds: they need no destructor, so clearing a
@@ -96,6 +101,8 @@ struct FillCommand {
 
 using Command = std::variant<DispatchCommand, CopyCommand, FillCommand>;
 
+class DispatchLane;
+
 // What a command buffer records: its commands, and every dispatch's argument table and
 // threadgroup-memory lengths, stored one after another.
 struct Recording {
@@ -104,6 +111,8 @@ struct Recording {
   std::vector<unsigned char> bytes;
   std::vector<size_t> threadgroup_lengths;
   DispatchArgs args;  // scratch space for running the dispatches
+  // Where dispatches run beside the queue thread's commands; kept, like `args`, across uses.
+  std::vector<std::unique_ptr<DispatchLane>> lanes;
   // What the dispatches use, held until the command buffer completes: each buffer once however
   // many dispatches bind it, each pipeline about once (a reference count per binding cost more).
   std::vector<std::shared_ptr<Buffer>> retained_buffers;
@@ -187,6 +196,33 @@ struct Recording {
   }
 };
 
+// A buffer a dispatch binds, and whether its kernel may write it.
+struct BufferUse {
+  const Buffer* buffer;
+  bool written;
+};
+
+class OverlappedExecution;
+
+// A dispatch of a command buffer running on a pool worker while the queue thread goes on with
+// the commands after it (or on the queue thread, when it needs the result before a worker
+// took it).
+struct DispatchLane final : WorkerTask {
+  void run() override;
+
+  // Set by the queue thread before the worker takes it, read by the worker.
+  OverlappedExecution* owner = nullptr;
+  const Recording* recorded = nullptr;
+  const DispatchCommand* command = nullptr;
+  size_t index = 0;  // of the command in its recording
+  std::vector<BufferUse> uses;
+  DispatchArgs args;  // scratch space, as Recording::args
+  // Set by the worker, read by the queue thread once `busy` is false.
+  Status status;
+  ExecutionTimes::Interval ran;
+  bool busy = false;  // guarded by the owner's mutex
+};
+
 // The recordings of a queue's finished command buffers, for its next ones: their vectors keep
 // their capacity, so that recording allocates nothing once they have grown. Shared by the
 // queue and its command buffers (a command buffer may outlive its queue).
@@ -249,7 +285,8 @@ class HostComputeEncoder final : public ComputeEncoder {
                             static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
                             static_cast<uint32_t>(threadgroup_lengths_.size()),
                             grid,
-                            group};
+                            group,
+                            std::exchange(barrier_pending_, false)};
     for (const BoundBuffer& bound : bindings_) recorded_.bindings.push_back(bound);
     for (size_t length : threadgroup_lengths_) recorded_.threadgroup_lengths.push_back(length);
     recorded_.commands.emplace_back(command);
@@ -269,7 +306,8 @@ class HostComputeEncoder final : public ComputeEncoder {
                                                     static_cast<uint32_t>(recorded_.threadgroup_lengths.size()),
                                                     work.threadgroup_length_count,
                                                     grid,
-                                                    group});
+                                                    group,
+                                                    std::exchange(barrier_pending_, false)});
     for (uint32_t i = 0; i < work.argument_count; ++i) {
       const ArgumentBinding& argument = work.arguments[i];
       BoundBuffer& bound = recorded_.bindings.emplace_back();
@@ -286,8 +324,8 @@ class HostComputeEncoder final : public ComputeEncoder {
                                            work.threadgroup_lengths + work.threadgroup_length_count);
     }
   }
-  // Commands of a host command buffer run one after another: every write is already visible.
-  void memory_barrier() override {}
+  // Dispatches on either side of a barrier never overlap (dispatch_overlap.h).
+  void memory_barrier() override { barrier_pending_ = true; }
 
  private:
   BoundBuffer& slot(uint32_t index) {
@@ -316,10 +354,11 @@ class HostComputeEncoder final : public ComputeEncoder {
   CpuPipeline* pipeline_ = nullptr;
   std::vector<BoundBuffer> bindings_;
   std::vector<size_t> threadgroup_lengths_;
+  bool barrier_pending_ = false;
 };
 
 // `args` is scratch space reused across dispatches (its vectors keep their capacity).
-Status run_dispatch(const DispatchCommand& command, Recording& recorded, DispatchArgs& args) {
+Status run_dispatch(const DispatchCommand& command, const Recording& recorded, DispatchArgs& args) {
   args.buffers.resize(command.binding_count);
   args.buffer_lengths.resize(command.binding_count);
   args.device_memory.resize(command.binding_count);
@@ -331,8 +370,9 @@ Status run_dispatch(const DispatchCommand& command, Recording& recorded, Dispatc
       address = static_cast<unsigned char*>(bound.buffer->contents()) + bound.offset;
       length = std::min(bound.buffer->length() - bound.offset, bound.extent);
     } else if (bound.bytes_length) {
-      address = bound.bytes_length <= BoundBuffer::kInlineBytes ? const_cast<unsigned char*>(bound.value)
-                                                                : recorded.bytes.data() + bound.offset;
+      address = const_cast<unsigned char*>(bound.bytes_length <= BoundBuffer::kInlineBytes
+                                               ? bound.value
+                                               : recorded.bytes.data() + bound.offset);
       length = bound.bytes_length;
     }
     args.buffers[i] = address;
@@ -366,6 +406,184 @@ Status run_command(const Command& command, Recording& recorded, DispatchArgs& ar
   std::memset(static_cast<unsigned char*>(fill.destination->contents()) + fill.offset, fill.value,
               fill.length);
   return {};
+}
+
+// Runs a recording's commands in order, except that a dispatch the pipeline lets overlap
+// (CpuPipeline::may_overlap) starts on an idle worker, or on the queue thread while workers
+// run earlier ones, when no memory barrier separates it from the dispatches still running and
+// neither side writes a buffer the other binds. Copies, fills, barriers and other dispatches
+// wait for everything before them. The first failure in command order is the outcome; no
+// command starts after a failure is seen, and every started one finishes before run returns.
+class OverlappedExecution {
+ public:
+  OverlappedExecution(Recording& recorded, ExecutionTimes* times) : recorded_(recorded), times_(times) {}
+
+  Status run() {
+    const std::vector<Command>& commands = recorded_.commands;
+    if (times_) times_->commands.resize(commands.size());
+    size_t started = 0;
+    // The command being started and the one after it, as dispatches that may overlap others
+    // (null where they may not); uses_ready: uses_ holds the current one's buffers.
+    const DispatchCommand* dispatch = commands.empty() ? nullptr : overlapping_dispatch(commands[0]);
+    bool uses_ready = false;
+    for (; started < commands.size(); ++started) {
+      if (failed_.load(std::memory_order_acquire)) break;
+      const DispatchCommand* next =
+          started + 1 < commands.size() ? overlapping_dispatch(commands[started + 1]) : nullptr;
+      if (!dispatch || dispatch->after_barrier) wait_for_lanes(nullptr);
+      // A worker only pays when the next command could run beside this one; otherwise the
+      // next one would just wait for it.
+      const bool next_may_join = next && !next->after_barrier;
+      if (dispatch && (next_may_join || lanes_busy())) {
+        if (!uses_ready) collect_uses(*dispatch, &uses_);
+        wait_for_lanes(&uses_);
+        if (next_may_join) {
+          collect_uses(*next, &next_uses_);
+          if (!conflict(uses_, next_uses_) && start_on_worker(*dispatch, started)) {
+            uses_.swap(next_uses_);
+            uses_ready = true;
+            dispatch = next;
+            continue;
+          }
+        }
+      }
+      const double start = times_ ? host_clock_us() : 0;
+      Status status = run_command(commands[started], recorded_, recorded_.args);
+      if (times_) times_->commands[started] = {start, host_clock_us()};
+      if (!status.ok()) {
+        std::lock_guard lock(mutex_);
+        note_failure(started, std::move(status));
+        ++started;
+        break;
+      }
+      uses_ready = next_may_join && dispatch;  // next_uses_ holds the next one's buffers
+      if (uses_ready) uses_.swap(next_uses_);
+      dispatch = next;
+    }
+    wait_for_lanes(nullptr);
+    if (times_) times_->commands.resize(started);  // those after a failure did not run
+    return std::move(failure_);
+  }
+
+  // On the worker, as the lane's dispatch ends.
+  void finished(DispatchLane* lane) {
+    std::lock_guard lock(mutex_);
+    if (times_) times_->commands[lane->index] = lane->ran;
+    if (!lane->status.ok()) note_failure(lane->index, std::move(lane->status));
+    lane->busy = false;
+    // Release: the queue thread that sees the count drop sees the dispatch's writes.
+    busy_lanes_.fetch_sub(1, std::memory_order_release);
+    lane_finished_.notify_one();
+  }
+
+ private:
+  // The command as a dispatch that may overlap others (CpuPipeline::may_overlap), or null.
+  static const DispatchCommand* overlapping_dispatch(const Command& command) {
+    const auto* dispatch = std::get_if<DispatchCommand>(&command);
+    if (!dispatch || !dispatch->pipeline || !dispatch->pipeline->may_overlap(dispatch->grid, dispatch->group))
+      return nullptr;
+    return dispatch;
+  }
+
+  bool lanes_busy() const { return busy_lanes_.load(std::memory_order_acquire) != 0; }
+
+  void collect_uses(const DispatchCommand& dispatch, std::vector<BufferUse>* uses) const {
+    uses->clear();
+    for (uint32_t i = 0; i < dispatch.binding_count; ++i) {
+      const BoundBuffer& bound = recorded_.bindings[dispatch.first_binding + i];
+      if (bound.buffer) uses->push_back({bound.buffer, dispatch.pipeline->writes_buffer(i)});
+    }
+  }
+
+  static bool conflict(const std::vector<BufferUse>& a, const std::vector<BufferUse>& b) {
+    for (const BufferUse& x : a) {
+      for (const BufferUse& y : b) {
+        if (x.buffer == y.buffer && (x.written || y.written)) return true;
+      }
+    }
+    return false;
+  }
+
+  // Until no lane runs a dispatch that conflicts with `uses` (null: until all lanes are free).
+  // Such a dispatch that no worker has started yet runs here instead: a busy machine may not
+  // schedule the woken worker for a long time.
+  void wait_for_lanes(const std::vector<BufferUse>* uses) {
+    if (!lanes_busy()) return;
+    for (const auto& lane : recorded_.lanes) {
+      bool blocks;
+      {
+        std::lock_guard lock(mutex_);
+        blocks = lane->busy && (!uses || conflict(lane->uses, *uses));
+      }
+      if (blocks && take_back_from_workers(lane.get())) lane->run();
+    }
+    std::unique_lock lock(mutex_);
+    lane_finished_.wait(lock, [&] {
+      for (const auto& lane : recorded_.lanes) {
+        if (lane->busy && (!uses || conflict(lane->uses, *uses))) return false;
+      }
+      return true;
+    });
+  }
+
+  bool start_on_worker(const DispatchCommand& dispatch, size_t index) {
+    DispatchLane* lane = free_lane();
+    if (!lane) return false;
+    lane->owner = this;
+    lane->recorded = &recorded_;
+    lane->command = &dispatch;
+    lane->index = index;
+    lane->uses.swap(uses_);
+    {
+      std::lock_guard lock(mutex_);
+      lane->busy = true;
+      busy_lanes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (run_on_idle_worker(lane)) return true;
+    std::lock_guard lock(mutex_);
+    lane->busy = false;
+    busy_lanes_.fetch_sub(1, std::memory_order_relaxed);
+    lane->uses.swap(uses_);
+    return false;
+  }
+
+  // A lane that runs nothing (only this thread makes lanes busy), while the pool has workers.
+  DispatchLane* free_lane() {
+    std::vector<std::unique_ptr<DispatchLane>>& lanes = recorded_.lanes;
+    std::lock_guard lock(mutex_);
+    for (const auto& lane : lanes) {
+      if (!lane->busy) return lane.get();
+    }
+    if (lanes.size() + 1 >= executor_threads()) return nullptr;
+    lanes.push_back(std::make_unique<DispatchLane>());
+    return lanes.back().get();
+  }
+
+  // Under mutex_: keeps the failure of the earliest command.
+  void note_failure(size_t index, Status status) {
+    if (index >= failed_index_) return;
+    failed_index_ = index;
+    failure_ = std::move(status);
+    failed_.store(true, std::memory_order_release);
+  }
+
+  Recording& recorded_;
+  ExecutionTimes* times_;  // null when not timed
+  std::vector<BufferUse> uses_;  // of the dispatch being started
+  std::vector<BufferUse> next_uses_;  // of the command after it
+  std::mutex mutex_;
+  std::condition_variable lane_finished_;
+  std::atomic<unsigned> busy_lanes_{0};  // changed under mutex_, read without it
+  size_t failed_index_ = SIZE_MAX;
+  Status failure_;
+  std::atomic<bool> failed_{false};  // failed_index_ is set
+};
+
+void DispatchLane::run() {
+  ran.start_us = host_clock_us();
+  status = run_dispatch(*command, *recorded, args);
+  ran.end_us = host_clock_us();
+  owner->finished(this);
 }
 
 class HostCommandQueue;
@@ -423,11 +641,15 @@ class HostCommandBuffer final : public CommandBuffer,
       times.commands.reserve(recorded_->commands.size());
       times.buffer.start_us = host_clock_us();
     }
-    for (const Command& command : recorded_->commands) {
-      const double start = timed_ ? host_clock_us() : 0;
-      status = run_command(command, *recorded_, recorded_->args);
-      if (timed_) times.commands.push_back({start, host_clock_us()});
-      if (!status.ok()) break;
+    if (overlap_enabled() && executor_threads() > 1) {
+      status = OverlappedExecution(*recorded_, timed_ ? &times : nullptr).run();
+    } else {
+      for (const Command& command : recorded_->commands) {
+        const double start = timed_ ? host_clock_us() : 0;
+        status = run_command(command, *recorded_, recorded_->args);
+        if (timed_) times.commands.push_back({start, host_clock_us()});
+        if (!status.ok()) break;
+      }
     }
     if (timed_) {
       times.buffer.end_us = host_clock_us();

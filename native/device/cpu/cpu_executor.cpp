@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -335,6 +336,9 @@ struct ExecutionContext {
 // late, e.g. by Python after torch, when no static TLS is left to give it.)
 thread_local ExecutionContext* tl_context = nullptr;
 
+// Set on the pool's workers.
+thread_local bool tl_pool_worker = false;
+
 struct WorkerState {
   WorkerState()
       : arena(static_cast<unsigned char*>(std::aligned_alloc(64, kThreadgroupMemoryLimit + kValidationArenaSlack))) {}
@@ -423,7 +427,8 @@ class WorkerPool {
 
   // Runs the job on every worker and the calling thread, or on the calling thread alone.
   void run(Job* job, bool parallel) {
-    if (!parallel || workers_.empty()) {
+    // A worker running a task must not wait for the pool: it would wait for itself.
+    if (!parallel || workers_.empty() || tl_pool_worker) {
       // Only the calling thread's state is used: dispatches of other queues may run beside it.
       run_job(job);
       return;
@@ -442,20 +447,48 @@ class WorkerPool {
     job_ = nullptr;
   }
 
- private:
-  void worker_loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      Job* job = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        job = job_;
-      }
-      run_job(job);
+  bool run_on_idle_worker(WorkerTask* task) {
+    {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--running_ == 0) finished_.notify_one();
+      if (idle_ <= tasks_.size()) return false;
+      tasks_.push_back(task);
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  bool take_back(WorkerTask* task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto waiting = std::find(tasks_.begin(), tasks_.end(), task);
+    if (waiting == tasks_.end()) return false;
+    tasks_.erase(waiting);
+    return true;
+  }
+
+ private:
+  // A parallel job goes first: it waits for every worker, a task for one.
+  void worker_loop() {
+    tl_pool_worker = true;
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      wake_.wait(lock, [&] { return generation_ != seen || !tasks_.empty(); });
+      --idle_;
+      if (generation_ != seen) {
+        seen = generation_;
+        Job* job = job_;
+        lock.unlock();
+        run_job(job);
+        lock.lock();
+        if (--running_ == 0) finished_.notify_one();
+        continue;
+      }
+      WorkerTask* task = tasks_.front();
+      tasks_.pop_front();
+      lock.unlock();
+      task->run();
+      lock.lock();
     }
   }
 
@@ -467,6 +500,8 @@ class WorkerPool {
   Job* job_ = nullptr;
   unsigned running_ = 0;
   uint64_t generation_ = 0;
+  size_t idle_ = 0;  // workers waiting for work
+  std::deque<WorkerTask*> tasks_;
 };
 
 // Never destroyed: workers may still be parked when the process exits.
@@ -475,7 +510,25 @@ WorkerPool& pool() {
   return *instance;
 }
 
+// Small dispatches are not worth waking the pool for.
+bool worth_spreading(uint64_t group_count, uint64_t threads, bool per_group) {
+  return group_count > 1 && threads >= (per_group ? 256u : 16384u);
+}
+
 }  // namespace
+
+bool spreads_over_workers(const Size3& grid, const Size3& threads_per_group, bool per_group) {
+  const auto groups = [](uint64_t threads, uint64_t per_group) { return (threads + per_group - 1) / per_group; };
+  const uint64_t group_count = groups(grid.x, threads_per_group.x) * groups(grid.y, threads_per_group.y) *
+                               groups(grid.z, threads_per_group.z);
+  return worth_spreading(group_count, grid.volume(), per_group);
+}
+
+unsigned executor_threads() { return pool().thread_count(); }
+
+bool run_on_idle_worker(WorkerTask* task) { return pool().run_on_idle_worker(task); }
+
+bool take_back_from_workers(WorkerTask* task) { return pool().take_back(task); }
 
 Status execute_dispatch(const KernelDispatch& dispatch) {
   const etm_cpu_launch& l = dispatch.launch;
@@ -489,9 +542,8 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   }
   const uint64_t threads = uint64_t{l.grid[0]} * l.grid[1] * l.grid[2];
   const unsigned workers = pool().thread_count();
-  // Small dispatches are not worth waking the pool for.
   const bool per_group = dispatch.use_fibers || dispatch.regions_entry;
-  const bool parallel = group_count > 1 && threads >= (per_group ? 256u : 16384u);
+  const bool parallel = worth_spreading(group_count, threads, per_group);
   // Small enough that the thread taking the last chunk keeps the others waiting briefly.
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 32));
   Job job(dispatch, group_count, chunk);

@@ -38,7 +38,36 @@ struct KernelDispatch {
 };
 
 // Runs every threadgroup of the dispatch and returns when all have finished. Never throws.
+// On a worker of the pool (a task of run_on_idle_worker) it runs on that thread alone.
 Status execute_dispatch(const KernelDispatch& dispatch);
+
+// Whether execute_dispatch spreads a dispatch of this geometry over the pool's workers (else
+// it runs on the calling thread alone). `per_group`: its groups run on fibers or as barrier
+// regions.
+bool spreads_over_workers(const Size3& grid, const Size3& threads_per_group, bool per_group);
+
+// Threads that run dispatches: the pool's workers and the thread that calls execute_dispatch
+// ($ETMETAL_CPU_THREADS, default one per core).
+unsigned executor_threads();
+
+// Work for a pool worker beside the caller's own (dispatch_overlap.h).
+class WorkerTask {
+ public:
+  virtual void run() = 0;
+
+ protected:
+  ~WorkerTask() = default;
+};
+
+// Hands `task` to a worker that is idle now and returns at once; false (the task is not
+// taken) when every worker is busy or has a task waiting. The worker calls task->run() and
+// never touches the task after it returns. A task must not wait for the pool.
+bool run_on_idle_worker(WorkerTask* task);
+
+// Takes back a task that run_on_idle_worker handed over and no worker has started yet: true
+// when it was still waiting (the caller now owns it and may run it itself), false once a worker
+// runs it.
+bool take_back_from_workers(WorkerTask* task);
 
 // On a fiber of a running group: the thread's thread_index_in_threadgroup, the
 // threadgroup_barriers and (when asked) the SIMD-group collectives it has passed. False elsewhere.

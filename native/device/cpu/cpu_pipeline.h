@@ -30,6 +30,14 @@ class CpuPipeline : public Pipeline {
   // Runs the whole dispatch and returns when every thread has finished. Called from the
   // queue thread of the command buffer; must not throw.
   virtual Status execute(const DispatchArgs& args) = 0;
+  // Whether a dispatch of this geometry may run beside other dispatches of its command buffer
+  // (dispatch_overlap.h): it runs on one thread, reaches no memory but its bound buffers, and
+  // no instrumentation (validation, counters) needs dispatches one at a time.
+  virtual bool may_overlap(const Size3& grid, const Size3& threads_per_group) const {
+    (void)grid;
+    (void)threads_per_group;
+    return false;
+  }
 };
 
 // Compiles MSL source for the CPU device. Every pipeline the library creates is a CpuPipeline.

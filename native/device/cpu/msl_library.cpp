@@ -15,6 +15,7 @@
 #include "device/cpu/cpu_executor.h"
 #include "device/cpu/cpu_pipeline.h"
 #include "device/cpu/dispatch_counters.h"
+#include "device/cpu/dispatch_overlap.h"
 #include "device/cpu/dispatch_validation.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/kernel_faults.h"
@@ -164,14 +165,18 @@ uint64_t align16(uint64_t n) { return (n + 15) / 16 * 16; }
 
 class CpuKernelPipeline : public CpuPipeline {
  public:
-  CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object)
-      : kernel_(kernel), object_(std::move(object)), timeout_ms_(kernel_timeout_ms()) {
+  CpuKernelPipeline(const TranslatedKernel& kernel, std::shared_ptr<KernelObject> object, bool follows_stored_addresses)
+      : kernel_(kernel),
+        object_(std::move(object)),
+        timeout_ms_(kernel_timeout_ms()),
+        follows_stored_addresses_(follows_stored_addresses) {
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
       if (a.kind == KernelArgumentKind::buffer) {
         buffer_checks_.push_back({a.index, static_cast<uint32_t>(k), a.optional, object_->argument_sizes()[k]});
       }
       has_threadgroup_arguments_ = has_threadgroup_arguments_ || a.kind == KernelArgumentKind::threadgroup_memory;
+      if (a.kind == KernelArgumentKind::buffer && a.writable && a.index < 32) written_buffers_ |= uint32_t{1} << a.index;
     }
   }
 
@@ -182,12 +187,12 @@ class CpuKernelPipeline : public CpuPipeline {
   }
   uint32_t thread_execution_width() const override { return kSimdWidth; }
   size_t static_threadgroup_memory_length() const override { return object_->metal_static_threadgroup_bytes(); }
-  bool writes_buffer(uint32_t index) const override {
-    for (const KernelArgument& argument : kernel_.arguments) {
-      if (argument.kind == KernelArgumentKind::buffer && argument.index == index)
-        return argument.writable;
-    }
-    return false;  // nothing bound there is read or written
+  // False where nothing bound is read or written.
+  bool writes_buffer(uint32_t index) const override { return index < 32 && (written_buffers_ >> index & 1); }
+
+  bool may_overlap(const Size3& grid, const Size3& threads_per_group) const override {
+    return !follows_stored_addresses_ && !validation_enabled() && !counters_enabled() &&
+           !spreads_over_workers(grid, threads_per_group, object_->use_fibers() || object_->regions());
   }
 
   Status execute(const DispatchArgs& args) override {
@@ -333,6 +338,8 @@ class CpuKernelPipeline : public CpuPipeline {
   // Read when the pipeline is made: reading the environment costs ~900 instructions, an
   // eighth of a small dispatch.
   const uint64_t timeout_ms_;
+  const bool follows_stored_addresses_;  // may_follow_stored_addresses of its library
+  uint32_t written_buffers_ = 0;  // bit i: the kernel may write the buffer at index i
 };
 
 // Quotes the MSL line under each "library.metal:LINE:COLUMN:" diagnostic.
@@ -444,7 +451,15 @@ class CpuLibrary : public Library {
         msl_(std::move(msl)),
         options_(options),
         description_(std::move(description)),
-        translated_(std::move(translated)) {}
+        translated_(std::move(translated)),
+        follows_stored_addresses_(may_follow_stored_addresses(msl_)) {
+    if (follows_stored_addresses_ && debug_logging() && !description_.kernels.empty()) {
+      std::fprintf(stderr,
+                   "etmetal debug: kernel '%s' and the others of its library never overlap other dispatches: "
+                   "the library may follow device addresses stored in memory\n",
+                   description_.kernels[0].name.c_str());
+    }
+  }
 
   const std::vector<TranslatedKernel>& kernels() const { return description_.kernels; }
   bool has_function_constants() const { return !description_.function_constants.empty(); }
@@ -527,7 +542,7 @@ class CpuLibrary : public Library {
       std::shared_ptr<KernelObject> object;
       Status status = load(kernel, specialization, &object);
       if (!status.ok()) return Status::error(with_source_lines(status.message(), msl_));
-      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object));
+      *out = std::make_shared<CpuKernelPipeline>(kernel, std::move(object), follows_stored_addresses_);
       return Status();
     }
     std::string names;
@@ -542,6 +557,7 @@ class CpuLibrary : public Library {
   const MslTranslationOptions options_;
   const LibraryDescription description_;
   std::string translated_;  // empty until needed
+  const bool follows_stored_addresses_;  // its dispatches never overlap others
   std::mutex mutex_;
   // By entry index and function constant flags.
   std::map<std::pair<uint32_t, std::vector<std::string>>, std::shared_ptr<KernelObject>> objects_;
