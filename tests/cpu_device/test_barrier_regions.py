@@ -52,23 +52,25 @@ kernel void tiled_gemm(device const float* a [[buffer(0)]], device const float* 
   }
 }
 
-// Per group of up to 256: threads past n return first; the others reduce in threadgroup
-// memory (a changed pointer parameter, a value kept across barriers), then by simd_sum
-// and shuffles in a uniform loop, with collectives under ifs on per-thread values.
+// Per group of up to 256: the threads reduce in threadgroup memory (a changed pointer
+// parameter, a value kept across barriers; threads past n add zeros), then those past n return
+// (after the barrier: Metal requires every thread of a group to reach it) and the others go on
+// with collectives under ifs on per-thread values, their returned lanes inactive.
 kernel void reduce_rows(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
                         constant uint& n [[buffer(2)]],
                         uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint group [[threadgroup_position_in_grid]], uint size [[threads_per_threadgroup]]) {
   threadgroup float partial[8];
-  if (gid >= n) return;
+  const bool live = gid < n;
   in += group * 256;
-  const float x = in[lid];
+  const float x = live ? in[lid] : 0.0f;
   float shuffled = x;
   for (ushort offset = 16; offset > 0; offset /= 2) shuffled += simd_shuffle_down(shuffled, offset);
   const float s = simd_sum(x);
   if (lane == 0) partial[sg] = s;
   threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (!live) return;
   float odd_even;
   if (lane % 2 == 0) {
     odd_even = simd_sum(x);

@@ -67,15 +67,19 @@ kernel void row_extremes(device float* out [[buffer(0)]], device const float* in
     }
 }
 
+// Each reduction has its own accumulators, as Inductor allocates them: c10's reductions end
+// with every thread reading the result from them, which a reused one's next stores would race.
 kernel void row_arg_extremes(device long* out [[buffer(0)]], device const float* in [[buffer(1)]],
                              uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
     auto x0 = thread_pos.x;
     auto r0_index = thread_pos.y;
     threadgroup float tmp_acc_0[32];
     threadgroup long tmp_acc_1[32];
+    threadgroup float tmp_acc_2[32];
+    threadgroup long tmp_acc_3[32];
     auto tmp0 = in[r0_index + size.y * x0];
     auto tmp1 = c10::metal::threadgroup_argmax(tmp_acc_0, tmp_acc_1, tmp0, static_cast<long>(r0_index), r0_index, size.y);
-    auto tmp2 = c10::metal::threadgroup_argmin(tmp_acc_0, tmp_acc_1, tmp0, static_cast<long>(r0_index), r0_index, size.y);
+    auto tmp2 = c10::metal::threadgroup_argmin(tmp_acc_2, tmp_acc_3, tmp0, static_cast<long>(r0_index), r0_index, size.y);
     if (r0_index == 0) {
         out[2 * x0] = tmp1;
         out[2 * x0 + 1] = tmp2;
