@@ -19,10 +19,14 @@
 // the other threads of the group.
 #pragma once
 
+#if ETM_CPU_VALIDATE
+#include "etm_cpu_threadgroup_checks.h"
+#endif
+
 namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
-__attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
+__attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   // The variable's address once: g++ would redo its TLS descriptor call after branches.
   ValidationState* state_address = &validation_state;
@@ -35,26 +39,34 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     state.pending_atomic = 0;
   }
   // Most accesses are settled here, without a call into the checker (etm_cpu_kernel_abi.h):
-  // reads of the launch data (every entry makes some), accesses inside a binding, and those far
-  // from every binding and threadgroup memory.
+  // threadgroup memory's usual ones, accesses inside a binding, reads of the launch data (every
+  // entry makes some), and those far from every binding and threadgroup memory. The usual
+  // cases first.
+  const unsigned char* arena = state.group->arena;
+  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
+  if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
+    if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker), arena,
+                                                  offset_in_arena, size, kind, state.thread))
+      table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
+    return;
+  }
+  const etm_cpu_range* ranges = table->ranges;
+  const uint32_t range_count = table->range_count;
+  for (uint32_t i = 0; i < range_count; ++i) {
+    const uint64_t offset = address - ranges[i].begin;
+    if (offset < ranges[i].length && size <= ranges[i].length - offset) return;
+  }
   if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
-  // Threadgroup memory (its own allocation, apart from every range) goes to the checker at once.
-  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(state.group->arena);
-  if (offset_in_arena < table->threadgroup_span) {
-    table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
-    return;
+  for (uint32_t i = 0; i < range_count; ++i) {
+    const etm_cpu_range& range = ranges[i];
+    if (address - (range.begin - range.reach) < range.length + 2 * range.reach) {
+      table->check(table->state, address, size, kind, site, state.thread);
+      return;
+    }
   }
-  bool near = false;
-  for (uint32_t i = 0; i < table->range_count; ++i) {
-    const etm_cpu_range& range = table->ranges[i];
-    const uint64_t offset = address - range.begin;
-    if (offset < range.length && size <= range.length - offset) return;
-    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
-  }
-  if (near) table->check(table->state, address, size, kind, site, state.thread);
 }
 #endif
 
@@ -86,7 +98,7 @@ __attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, 
 #endif
 
 // `site`: the instrumented code's address (the hook's return address).
-__attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((no_sanitize_address, always_inline)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_LOAD, site);
 #else
@@ -97,7 +109,7 @@ __attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint
 #endif
 }
 
-__attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((no_sanitize_address, always_inline)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_STORE, site);
 #else
