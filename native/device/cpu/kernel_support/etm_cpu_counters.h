@@ -26,6 +26,37 @@
 namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
+// A threadgroup access: the usual one is judged here, the rest by the checker. Out of line, one
+// copy per access size (`Size`; 0: any, `any_size`), so the hooks' path for device memory needs
+// no saved registers.
+template <uint64_t Size>
+__attribute__((no_sanitize_address, noinline)) void validate_threadgroup_access(const ValidationState& state,
+                                                                                uint64_t offset, uint64_t any_size,
+                                                                                uint32_t kind, uintptr_t site) {
+  const uint64_t size = Size ? Size : any_size;
+  if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
+                                                state.group->arena, offset, size, kind, state.thread))
+    state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
+}
+
+// An access outside threadgroup memory and every range: launch data, or else a report when it
+// is within reach of a range.
+__attribute__((no_sanitize_address, noinline)) inline void validate_outside_ranges(
+    const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
+    uintptr_t site) {
+  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
+    return;
+  }
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    const etm_cpu_range& range = table->ranges[i];
+    if (address - (range.begin - range.reach) < range.length + 2 * range.reach) {
+      table->check(table->state, address, size, kind, site, state.thread);
+      return;
+    }
+  }
+}
+
 __attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   // The variable's address once: g++ would redo its TLS descriptor call after branches.
@@ -38,35 +69,27 @@ __attribute__((no_sanitize_address, always_inline)) inline void validate_access(
     kind = ETM_CPU_ACCESS_ATOMIC;
     state.pending_atomic = 0;
   }
-  // Most accesses are settled here, without a call into the checker (etm_cpu_kernel_abi.h):
+  // Most accesses are settled without a call into the checker (etm_cpu_kernel_abi.h):
   // threadgroup memory's usual ones, accesses inside a binding, reads of the launch data (every
   // entry makes some), and those far from every binding and threadgroup memory. The usual
   // cases first.
   const unsigned char* arena = state.group->arena;
   const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
   if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
-    if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker), arena,
-                                                  offset_in_arena, size, kind, state.thread))
-      table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
-    return;
-  }
-  const etm_cpu_range* ranges = table->ranges;
-  const uint32_t range_count = table->range_count;
-  for (uint32_t i = 0; i < range_count; ++i) {
-    const uint64_t offset = address - ranges[i].begin;
-    if (offset < ranges[i].length && size <= ranges[i].length - offset) return;
-  }
-  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
-      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
-    return;
-  }
-  for (uint32_t i = 0; i < range_count; ++i) {
-    const etm_cpu_range& range = ranges[i];
-    if (address - (range.begin - range.reach) < range.length + 2 * range.reach) {
-      table->check(table->state, address, size, kind, site, state.thread);
-      return;
+    switch (size) {
+      case 1: return validate_threadgroup_access<1>(state, offset_in_arena, size, kind, site);
+      case 2: return validate_threadgroup_access<2>(state, offset_in_arena, size, kind, site);
+      case 4: return validate_threadgroup_access<4>(state, offset_in_arena, size, kind, site);
+      case 8: return validate_threadgroup_access<8>(state, offset_in_arena, size, kind, site);
+      case 16: return validate_threadgroup_access<16>(state, offset_in_arena, size, kind, site);
+      default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
     }
   }
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    const uint64_t offset = address - table->ranges[i].begin;
+    if (offset < table->ranges[i].length && size <= table->ranges[i].length - offset) return;
+  }
+  validate_outside_ranges(state, table, address, size, kind, site);
 }
 #endif
 
