@@ -39,22 +39,16 @@ __attribute__((no_sanitize_address, noinline)) void validate_threadgroup_access(
     state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
 }
 
-// An access outside threadgroup memory and every range: launch data, or else a report when it
-// is within reach of a range.
-__attribute__((no_sanitize_address, noinline)) inline void validate_outside_ranges(
+// An access outside threadgroup memory and every range but within reach of one: a report,
+// unless it reads the launch data.
+__attribute__((no_sanitize_address, noinline)) inline void validate_near_ranges(
     const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
     uintptr_t site) {
   if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
-  for (uint32_t i = 0; i < table->range_count; ++i) {
-    const etm_cpu_range& range = table->ranges[i];
-    if (address - (range.begin - range.reach) < range.length + 2 * range.reach) {
-      table->check(table->state, address, size, kind, site, state.thread);
-      return;
-    }
-  }
+  table->check(table->state, address, size, kind, site, state.thread);
 }
 
 __attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
@@ -70,9 +64,9 @@ __attribute__((no_sanitize_address, always_inline)) inline void validate_access(
     state.pending_atomic = 0;
   }
   // Most accesses are settled without a call into the checker (etm_cpu_kernel_abi.h):
-  // threadgroup memory's usual ones, accesses inside a binding, reads of the launch data (every
-  // entry makes some), and those far from every binding and threadgroup memory. The usual
-  // cases first.
+  // threadgroup memory's usual ones, accesses inside a binding, those far from every binding
+  // and threadgroup memory (the stack, the kernel's constants), and reads of the launch data
+  // (every entry makes some). The usual cases first.
   const unsigned char* arena = state.group->arena;
   const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
   if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
@@ -85,11 +79,14 @@ __attribute__((no_sanitize_address, always_inline)) inline void validate_access(
       default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
     }
   }
+  bool near = false;
   for (uint32_t i = 0; i < table->range_count; ++i) {
-    const uint64_t offset = address - table->ranges[i].begin;
-    if (offset < table->ranges[i].length && size <= table->ranges[i].length - offset) return;
+    const etm_cpu_range& range = table->ranges[i];
+    const uint64_t offset = address - range.begin;
+    if (offset < range.length && size <= range.length - offset) return;
+    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
   }
-  validate_outside_ranges(state, table, address, size, kind, site);
+  if (near) validate_near_ranges(state, table, address, size, kind, site);
 }
 #endif
 
