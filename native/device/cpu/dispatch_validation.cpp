@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "device/cpu/cpu_executor.h"
+#include "device/cpu/kernel_support/etm_cpu_threadgroup_checks.h"
 #include "device/cpu/msl_translator.h"
 #include "device/settings.h"
 
@@ -29,93 +30,20 @@ constexpr uint64_t kConstantPadding = 256;
 // Reports kept word for word; the others are counted.
 constexpr size_t kReportsKept = 8;
 
-constexpr uint32_t kNoThread = UINT32_MAX;
-constexpr uint32_t kSeveralThreads = UINT32_MAX - 1;
-constexpr uint16_t kSeveralSimdgroups = UINT16_MAX;
-
-// What the group's threads did to one byte of threadgroup memory. Epochs count the
-// threadgroup_barriers a thread has passed, plus one (0: not in this group).
-// SIMD-group collectives (simdgroup_barrier, simd_sum, simdgroup_store, ...) order the accesses
-// of one SIMD group's lanes within an epoch: each access keeps how many its thread had passed.
-struct ShadowByte {
-  uint32_t write_epoch;
-  uint32_t read_epoch;
-  uint32_t last_epoch;  // of the last checked access
-  uint32_t write_syncs;
-  uint32_t read_syncs;  // the most any reader of the epoch had passed
-  uint32_t last_syncs;
-  uint16_t writer;
-  uint16_t reader;
-  uint16_t read_simdgroup;  // of the epoch's readers, or kSeveralSimdgroups
-  uint16_t last_thread;
-  uint8_t written;
-  uint8_t several_readers;
-};
-
-// memcmp(a, b, size) == 0 and memcpy(to, from, size), without a library call for the usual
-// access sizes.
-template <class Word> bool same_word(const unsigned char* a, const unsigned char* b) {
-  Word x, y;
-  std::memcpy(&x, a, sizeof x);
-  std::memcpy(&y, b, sizeof y);
-  return x == y;
-}
-bool same_bytes(const unsigned char* a, const unsigned char* b, uint64_t size) {
-  switch (size) {
-    case 1: return *a == *b;
-    case 2: return same_word<uint16_t>(a, b);
-    case 4: return same_word<uint32_t>(a, b);
-    case 8: return same_word<uint64_t>(a, b);
-    default: return std::memcmp(a, b, size) == 0;
-  }
-}
-void copy_bytes(unsigned char* to, const unsigned char* from, uint64_t size) {
-  switch (size) {
-    case 0: return;
-    case 1: *to = *from; return;
-    case 2: std::memcpy(to, from, 2); return;
-    case 4: std::memcpy(to, from, 4); return;
-    case 8: std::memcpy(to, from, 8); return;
-    default: std::memcpy(to, from, size);
-  }
-}
+using etm_cpu_checks::Finding;
+using etm_cpu_checks::kInRun;
+using etm_cpu_checks::kMaxRun;
+using etm_cpu_checks::kNoThread;
+using etm_cpu_checks::kSeveralThreads;
+using etm_cpu_checks::kUntouched;
+using etm_cpu_checks::ShadowByte;
+using etm_cpu_checks::copy_bytes;
+using etm_cpu_checks::note_write;
+using etm_cpu_checks::same_bytes;
 
 // The bytes of ShadowByte that hold its state (no padding among them).
 constexpr size_t kShadowStateBytes = offsetof(ShadowByte, several_readers) + sizeof(uint8_t);
 bool same_state(const ShadowByte& a, const ShadowByte& b) { return std::memcmp(&a, &b, kShadowStateBytes) == 0; }
-
-// An element's bytes are usually accessed together and share one state: a run of them keeps it
-// in its first byte's entry (run_length, at most kMaxRun) until an access or an inferred write
-// touches part of it. The other bytes of a run are marked kInRun; 0 marks a byte with its own
-// state.
-constexpr uint8_t kInRun = UINT8_MAX;
-constexpr uint64_t kMaxRun = 16;
-
-uint16_t simdgroup_of(uint32_t thread) { return static_cast<uint16_t>(thread / kSimdWidth); }
-
-// An access by `thread`, which has passed `syncs` SIMD-group collectives, comes after one by a
-// lane of its own SIMD group that had passed fewer.
-bool simd_ordered(uint32_t thread, uint32_t syncs, uint16_t other_simdgroup, uint32_t other_syncs) {
-  return simdgroup_of(thread) == other_simdgroup && syncs > other_syncs;
-}
-
-// A write by `thread` in `epoch`: the thread that makes it a race (another thread wrote or
-// read the byte in the same epoch, unordered), kSeveralThreads, or kNoThread.
-uint32_t note_write(ShadowByte& s, uint16_t thread, uint32_t epoch, uint32_t syncs) {
-  uint32_t other = kNoThread;
-  if (s.write_epoch == epoch && s.writer != thread && !simd_ordered(thread, syncs, simdgroup_of(s.writer), s.write_syncs)) {
-    other = s.writer;
-  } else if (s.read_epoch == epoch && (s.reader != thread || s.several_readers) &&
-             !simd_ordered(thread, syncs, s.read_simdgroup, s.read_syncs)) {
-    other = s.reader != thread ? s.reader : kSeveralThreads;
-  }
-  s.written = 1;
-  s.write_epoch = epoch;
-  s.write_syncs = syncs;
-  s.writer = thread;
-  return other;
-}
-
 
 const char* verb(uint32_t kind, bool past) {
   if (kind == ETM_CPU_ACCESS_LOAD) return past ? "read" : "reads";
@@ -171,30 +99,26 @@ std::string bytes_text(uint64_t size) { return std::to_string(size) + (size == 1
 
 }  // namespace
 
-// The group the calling worker runs now, and what its threads did to its threadgroup memory.
-// A group that runs as barrier regions passes its barriers together and reports them here
-// (on fibers the executor keeps each thread's count).
-struct WorkerShadow {
+// The group the calling worker runs now, and what its threads did to its threadgroup memory
+// (the part the kernel's inline checks share first, pointing into the storage here). A group
+// that runs as barrier regions passes its barriers together and reports them here (on fibers
+// the executor keeps each thread's count).
+struct WorkerShadow : etm_cpu_checks::WorkerChecks {
   DispatchValidation* owner = nullptr;
   const etm_cpu_group* group = nullptr;
-  std::vector<ShadowByte> bytes;
-  std::vector<uint8_t> run_length;  // per byte: a run's length at its first byte, kInRun, or 0
-  std::vector<unsigned char> values;  // the arena's bytes as the checks last saw them
-  // The last checked store or atomic update, which happens after its check: at the next check
-  // (or barrier, or the group's end) its bytes are what it wrote.
-  uint64_t pending_begin = 0;
-  uint64_t pending_end = 0;
-  // That store's race with another thread's write (other: kNoThread when none), reported once
-  // the store has happened and only if it changed a byte: storing the value another thread
-  // stored (every thread of a group clearing one flag, as Inductor's reductions do) loses
-  // nothing. A store after another thread's read is reported at once.
-  struct {
-    uint32_t thread, other;
-    uintptr_t site;
-  } pending_race = {kNoThread, kNoThread, 0};
-  uint32_t barriers = 0;
-  std::vector<uint32_t> simd_syncs;  // per thread
+  std::vector<ShadowByte> byte_storage;
+  std::vector<uint8_t> run_storage;
+  std::vector<unsigned char> value_storage;
+  std::vector<uint32_t> simd_sync_storage;
+  // The thread and code of the pending store's race (WorkerChecks::pending_race_other):
+  // storing the value another thread stored (every thread of a group clearing one flag, as
+  // Inductor's reductions do) loses nothing. A store after another thread's read is reported
+  // at once.
+  uint32_t pending_race_thread = kNoThread;
+  uintptr_t pending_race_site = 0;
   bool reported_partial_barrier = false;
+
+  WorkerShadow() : etm_cpu_checks::WorkerChecks{} { pending_race_other = kNoThread; }
 
   // Gives every byte of [begin, end) its own state again.
   void split_runs(uint64_t begin, uint64_t end) {
@@ -202,7 +126,11 @@ struct WorkerShadow {
     while (k > 0 && run_length[k] == kInRun) --k;  // the first byte of the run holding `begin`
     for (; k < end; ++k) {
       const uint8_t length = run_length[k];
-      if (length == 0 || length == kInRun) continue;
+      if (length == kUntouched) {
+        bytes[k] = ShadowByte{};
+        run_length[k] = 0;
+      }
+      if (length == 0 || length == kInRun || length == kUntouched) continue;
       for (uint64_t j = k + 1; j < k + length; ++j) {
         bytes[j] = bytes[k];
         run_length[j] = 0;
@@ -212,7 +140,7 @@ struct WorkerShadow {
   }
 
   void settle_pending() {
-    copy_bytes(values.data() + pending_begin, group->arena + pending_begin, pending_end - pending_begin);
+    copy_bytes(values + pending_begin, group->arena + pending_begin, pending_end - pending_begin);
     pending_begin = pending_end = 0;
   }
 };
@@ -222,6 +150,11 @@ namespace {
 // check reads the plain pointer: one thread-local load, no initialisation guard.
 thread_local WorkerShadow* tl_shadow = nullptr;
 thread_local std::unique_ptr<WorkerShadow> tl_shadow_storage;
+
+// The worker's record from what the kernel holds (etm_cpu_validation::worker's result).
+WorkerShadow* shadow_of(void* worker) {
+  return static_cast<WorkerShadow*>(static_cast<etm_cpu_checks::WorkerChecks*>(worker));
+}
 }  // namespace
 
 bool validation_enabled() {
@@ -302,21 +235,27 @@ void DispatchValidation::begin_group(const etm_cpu_group& group) {
   WorkerShadow& shadow = *tl_shadow;
   shadow.owner = this;
   shadow.group = &group;
-  shadow.bytes.resize(threadgroup_bytes_);
-  std::memset(static_cast<void*>(shadow.bytes.data()), 0, threadgroup_bytes_ * sizeof(ShadowByte));
-  shadow.run_length.assign(threadgroup_bytes_, 0);
-  shadow.values.assign(group.arena, group.arena + threadgroup_bytes_);
-  shadow.pending_begin = shadow.pending_end = 0;
-  shadow.pending_race.other = kNoThread;
+  shadow.byte_storage.resize(threadgroup_bytes_);  // the states of untouched bytes are not read
+  shadow.run_storage.assign(threadgroup_bytes_, kUntouched);
+  shadow.value_storage.assign(group.arena, group.arena + threadgroup_bytes_);
+  shadow.simd_sync_storage.assign(group.thread_count, 0);
+  shadow.bytes = shadow.byte_storage.data();
+  shadow.run_length = shadow.run_storage.data();
+  shadow.values = shadow.value_storage.data();
+  shadow.valid_end = valid_end_.data();
+  shadow.threadgroup_bytes = threadgroup_bytes_;
+  shadow.simd_syncs = shadow.simd_sync_storage.data();
+  shadow.thread_count = group.thread_count;
   shadow.barriers = 0;
-  shadow.simd_syncs.assign(group.thread_count, 0);
+  shadow.pending_begin = shadow.pending_end = 0;
+  shadow.pending_race_other = kNoThread;
   shadow.reported_partial_barrier = false;
 }
 
 // Where the running thread is: told by the kernel's loops (`thread`), else by the executor.
 void DispatchValidation::locate_thread(const WorkerShadow& shadow, uint32_t thread, uint32_t* index,
                                        uint32_t* barriers, uint32_t* syncs) {
-  if (thread != ETM_CPU_THREAD_UNKNOWN && thread < shadow.simd_syncs.size()) {
+  if (thread != ETM_CPU_THREAD_UNKNOWN && thread < shadow.thread_count) {
     *index = thread;
     *barriers = shadow.barriers;
     *syncs = shadow.simd_syncs[thread];
@@ -339,11 +278,11 @@ void DispatchValidation::pass_barrier(void* state, uint32_t live) {
 }
 
 void DispatchValidation::pass_simd_sync(void* worker, uint32_t first, uint64_t lanes) {
-  auto* shadow = static_cast<WorkerShadow*>(worker);
+  WorkerShadow* shadow = shadow_of(worker);
   if (!shadow || !shadow->group) return;
   for (; lanes; lanes &= lanes - 1) {
     const uint64_t thread = first + static_cast<uint64_t>(__builtin_ctzll(lanes));
-    if (thread < shadow->simd_syncs.size()) ++shadow->simd_syncs[thread];
+    if (thread < shadow->thread_count) ++shadow->simd_sync_storage[thread];
   }
 }
 
@@ -385,12 +324,12 @@ void DispatchValidation::check(void* state, uintptr_t address, uint64_t size, ui
 
 void* DispatchValidation::worker(void* state) {
   WorkerShadow* shadow = tl_shadow;
-  return shadow && shadow->owner == state ? shadow : nullptr;
+  return shadow && shadow->owner == state ? static_cast<etm_cpu_checks::WorkerChecks*>(shadow) : nullptr;
 }
 
 void DispatchValidation::check_threadgroup_access(void* worker, uint64_t offset, uint64_t size, uint32_t kind,
                                                   uintptr_t site, uint32_t running) {
-  auto* shadow = static_cast<WorkerShadow*>(worker);
+  WorkerShadow* shadow = shadow_of(worker);
   if (shadow && shadow->group) shadow->owner->check_threadgroup(*shadow, offset, size, kind, site, running);
 }
 
@@ -421,17 +360,18 @@ void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, u
 // basic block is checked once, as the load) show as changed bytes. No thread switch happens
 // inside a basic block, so the change is the last accessor's, in its epoch then.
 void DispatchValidation::settle_pending_store(WorkerShadow& shadow) {
-  const auto& race = shadow.pending_race;
   const uint64_t begin = shadow.pending_begin, size = shadow.pending_end - shadow.pending_begin;
-  if (race.other != kNoThread && size > 0 && !same_bytes(shadow.values.data() + begin, shadow.group->arena + begin, size))
-    report_race(*shadow.group, begin, size, ETM_CPU_ACCESS_STORE, race.thread, race.other, "wrote", false, race.site);
-  shadow.pending_race.other = kNoThread;
+  if (shadow.pending_race_other != kNoThread && size > 0 &&
+      !same_bytes(shadow.values + begin, shadow.group->arena + begin, size))
+    report_race(*shadow.group, begin, size, ETM_CPU_ACCESS_STORE, shadow.pending_race_thread, shadow.pending_race_other,
+                "wrote", false, shadow.pending_race_site);
+  shadow.pending_race_other = kNoThread;
   shadow.settle_pending();
 }
 
 void DispatchValidation::infer_writes(WorkerShadow& shadow, uint64_t begin, uint64_t end) {
   const unsigned char* arena = shadow.group->arena;
-  unsigned char* values = shadow.values.data();
+  unsigned char* values = shadow.values;
   // The last checked store has happened: the bytes it changed are its own.
   settle_pending_store(shadow);
   // Racing bytes in a row with the same writer, partner and kind make one report.
@@ -499,7 +439,7 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
   // Bytes the access covers that changed since the checks last saw them were written by code
   // the compiler did not instrument (the last checked store's own bytes are settled first).
   settle_pending_store(shadow);
-  if (!same_bytes(shadow.values.data() + offset, shadow.group->arena + offset, size))
+  if (!same_bytes(shadow.values + offset, shadow.group->arena + offset, size))
     infer_writes(shadow, offset, offset + size);
   if (kind != ETM_CPU_ACCESS_LOAD) {
     shadow.pending_begin = offset;
@@ -508,48 +448,11 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
   if (thread == kNoThread) return;
   const uint32_t epoch = barriers + 1;
   const auto me = static_cast<uint16_t>(thread);
-  bool uninitialised = false;
-  uint32_t other = kNoThread;
-  const char* other_did = "";
-  auto visit = [&](ShadowByte& s) {
-    s.last_thread = me;
-    s.last_syncs = syncs;
-    // What an atomic operation changes is no plain write for infer_writes to find.
-    s.last_epoch = kind == ETM_CPU_ACCESS_ATOMIC ? 0 : epoch;
-    if (kind == ETM_CPU_ACCESS_ATOMIC) {
-      s.written = 1;
-    } else if (kind == ETM_CPU_ACCESS_LOAD) {
-      if (!s.written) {
-        uninitialised = true;
-      } else if (s.write_epoch == epoch && s.writer != me && other == kNoThread &&
-                 !simd_ordered(me, syncs, simdgroup_of(s.writer), s.write_syncs)) {
-        other = s.writer;
-        other_did = "wrote";
-      }
-      if (s.read_epoch != epoch) {
-        s.read_epoch = epoch;
-        s.reader = me;
-        s.several_readers = 0;
-        s.read_simdgroup = simdgroup_of(me);
-        s.read_syncs = syncs;
-      } else {
-        if (s.reader != me) s.several_readers = 1;
-        if (s.read_simdgroup != simdgroup_of(me)) s.read_simdgroup = kSeveralSimdgroups;
-        s.read_syncs = std::max(s.read_syncs, syncs);
-      }
-    } else {
-      const bool written_by_other = s.write_epoch == epoch && s.writer != me;
-      const uint32_t racing = note_write(s, me, epoch, syncs);
-      if (other == kNoThread && racing != kNoThread) {
-        other = racing;
-        other_did = written_by_other ? "wrote" : "read";
-      }
-    }
-  };
-  ShadowByte* bytes = shadow.bytes.data() + offset;
-  uint8_t* run = shadow.run_length.data() + offset;
+  Finding finding;
+  ShadowByte* bytes = shadow.bytes + offset;
+  uint8_t* run = shadow.run_length + offset;
   if (size > 1 && run[0] == size) {
-    visit(bytes[0]);  // the element's run: one state for its bytes
+    etm_cpu_checks::visit(bytes[0], me, epoch, syncs, kind, finding);  // the element's run: one state for its bytes
   } else {
     shadow.split_runs(offset, offset + size);
     // Bytes in one state before the access are in one state after it (and add no finding the
@@ -557,19 +460,22 @@ void DispatchValidation::check_threadgroup(WorkerShadow& shadow, uint64_t offset
     bool uniform = size > 1 && size <= kMaxRun;
     for (uint64_t k = 1; uniform && k < size; ++k) uniform = same_state(bytes[k], bytes[0]);
     if (uniform) {
-      visit(bytes[0]);
+      etm_cpu_checks::visit(bytes[0], me, epoch, syncs, kind, finding);
       run[0] = static_cast<uint8_t>(size);
       std::memset(run + 1, kInRun, size - 1);
     } else {
-      for (uint64_t k = 0; k < size; ++k) visit(bytes[k]);
+      for (uint64_t k = 0; k < size; ++k) etm_cpu_checks::visit(bytes[k], me, epoch, syncs, kind, finding);
     }
   }
-  if (uninitialised) {
+  if (finding.uninitialised) {
     report_threadgroup(shadow, offset, size, kind, thread, site, " that no thread of the group has written (uninitialised)");
-  } else if (other != kNoThread && kind == ETM_CPU_ACCESS_STORE && std::strcmp(other_did, "wrote") == 0) {
-    shadow.pending_race = {thread, other, site};
-  } else if (other != kNoThread) {
-    report_race(*shadow.group, offset, size, kind, thread, other, other_did, false, site);
+  } else if (finding.other != kNoThread && kind == ETM_CPU_ACCESS_STORE && finding.other_wrote) {
+    shadow.pending_race_other = finding.other;
+    shadow.pending_race_thread = thread;
+    shadow.pending_race_site = site;
+  } else if (finding.other != kNoThread) {
+    report_race(*shadow.group, offset, size, kind, thread, finding.other, finding.other_wrote ? "wrote" : "read", false,
+                site);
   }
 }
 

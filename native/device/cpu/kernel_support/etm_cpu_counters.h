@@ -22,10 +22,39 @@
 // the other threads of the group.
 #pragma once
 
+#if ETM_CPU_VALIDATE
+#include "etm_cpu_threadgroup_checks.h"
+#endif
+
 namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
-__attribute__((no_sanitize_address)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
+// A threadgroup access: the usual one is judged here, the rest by the checker. Out of line, one
+// copy per access size (`Size`; 0: any, `any_size`), so the hooks' path for device memory needs
+// no saved registers.
+template <uint64_t Size>
+__attribute__((no_sanitize_address, noinline)) void validate_threadgroup_access(const ValidationState& state,
+                                                                                uint64_t offset, uint64_t any_size,
+                                                                                uint32_t kind, uintptr_t site) {
+  const uint64_t size = Size ? Size : any_size;
+  if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
+                                                state.group->arena, offset, size, kind, state.thread))
+    state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
+}
+
+// An access outside threadgroup memory and every range but within reach of one: a report,
+// unless it reads the launch data.
+__attribute__((no_sanitize_address, noinline)) inline void validate_near_ranges(
+    const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
+    uintptr_t site) {
+  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
+    return;
+  }
+  table->check(table->state, address, size, kind, site, state.thread);
+}
+
+__attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   // The variable's address once: g++ would redo its TLS descriptor call after branches.
   ValidationState* state_address = &validation_state;
@@ -37,18 +66,21 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     kind = ETM_CPU_ACCESS_ATOMIC;
     state.pending_atomic = 0;
   }
-  // Most accesses are settled here, without a call into the checker (etm_cpu_kernel_abi.h):
-  // reads of the launch data (every entry makes some), accesses inside a binding, and those far
-  // from every binding and threadgroup memory.
-  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
-      address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
-    return;
-  }
-  // Threadgroup memory (its own allocation, apart from every range) goes to the checker at once.
-  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(state.group->arena);
-  if (offset_in_arena < table->threadgroup_span) {
-    table->check_threadgroup(state.worker, offset_in_arena, size, kind, site, state.thread);
-    return;
+  // Most accesses are settled without a call into the checker (etm_cpu_kernel_abi.h):
+  // threadgroup memory's usual ones, accesses inside a binding, those far from every binding
+  // and threadgroup memory (the stack, the kernel's constants), and reads of the launch data
+  // (every entry makes some). The usual cases first.
+  const unsigned char* arena = state.group->arena;
+  const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
+  if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
+    switch (size) {
+      case 1: return validate_threadgroup_access<1>(state, offset_in_arena, size, kind, site);
+      case 2: return validate_threadgroup_access<2>(state, offset_in_arena, size, kind, site);
+      case 4: return validate_threadgroup_access<4>(state, offset_in_arena, size, kind, site);
+      case 8: return validate_threadgroup_access<8>(state, offset_in_arena, size, kind, site);
+      case 16: return validate_threadgroup_access<16>(state, offset_in_arena, size, kind, site);
+      default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
+    }
   }
   bool near = false;
   for (uint32_t i = 0; i < table->range_count; ++i) {
@@ -57,7 +89,7 @@ __attribute__((no_sanitize_address)) inline void validate_access(uintptr_t addre
     if (offset < range.length && size <= range.length - offset) return;
     near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
   }
-  if (near) table->check(table->state, address, size, kind, site, state.thread);
+  if (near) validate_near_ranges(state, table, address, size, kind, site);
 }
 #endif
 
@@ -89,7 +121,7 @@ __attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, 
 #endif
 
 // `site`: the instrumented code's address (the hook's return address).
-__attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((no_sanitize_address, always_inline)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_LOAD, site);
 #else
@@ -100,7 +132,7 @@ __attribute__((no_sanitize_address)) inline void on_load(uintptr_t address, uint
 #endif
 }
 
-__attribute__((no_sanitize_address)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((no_sanitize_address, always_inline)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_STORE, site);
 #else

@@ -35,7 +35,8 @@ typedef struct etm_cpu_counters {
 // forms; ETM_CPU_THREAD_UNKNOWN on fibers, whose executor knows). Atomic accesses are marked,
 // since they never race. Accesses to threadgroup memory go to `check_threadgroup` instead, with
 // their offset in it and what `worker` returned when the group's kernel entry started (the
-// checks of the worker that runs the group; null: none). Barrier-region code also reports the
+// checks of the worker that runs the group, etm_cpu_threadgroup_checks.h's WorkerChecks; null:
+// none), unless the kernel settled them itself with those checks. Barrier-region code also reports the
 // group's synchronisation: each threadgroup_barrier the group passes (`live`: the threads that
 // have not returned), and the SIMD-group collectives threads pass (threads first + i for each
 // bit i of `lanes`).
