@@ -870,25 +870,16 @@ inline void c10_threadgroup_argmin(group_call<arguments<A0, A1, A2, A3, A4, A5>,
   c10_arg_two_stage(call, count, false);
 }
 
-// threadgroup_welford_reduce (data, size): every thread computes mean, m2 and count of
-// data[0 .. size) in order; threads with the same arguments share the computation.
-template <class R, class A0, class A1>
-inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
+// The c10 helpers over (data, size) whose every thread computes the same value from the whole
+// of data[0 .. size): computed once per run of threads with the same arguments.
+template <class R, class A0, class A1, class Compute>
+inline void c10_whole_data_call(group_call<arguments<A0, A1>, R>& call, uint32_t count, Compute compute) {
   bool computed = false;
   arguments<A0, A1> last{};
   R result{};
   for_each_joined(call, count, [&](uint32_t i, const arguments<A0, A1>& a) {
     if (!computed || a.a0 != last.a0 || unsigned(a.a1) != unsigned(last.a1)) {
-      const auto* data = a.a0;
-      const unsigned size = a.a1;
-      float m = data[0];
-      float m2 = 0;
-      for (unsigned idx = 1; idx < size; ++idx) {
-        float delta = data[idx] - m;
-        m += delta / (idx + 1);
-        m2 += delta * (data[idx] - m);
-      }
-      result = R(m, m2, size);
+      result = compute(a.a0, unsigned(a.a1));
       last = a;
       computed = true;
     }
@@ -896,32 +887,37 @@ inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& cal
   });
 }
 
-// threadgroup_welford_combine (data, size): every thread folds the (mean, m2, weight) triples
-// data[0 .. size) in order with c10's welford_combine, re-expressed here (float literals: the
-// kernel's own are float too); threads with the same arguments share the computation.
+// threadgroup_welford_reduce (data, size): mean, m2 and count of data[0 .. size) in order.
+template <class R, class A0, class A1>
+inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
+  c10_whole_data_call(call, count, [](const auto* data, unsigned size) {
+    float m = data[0];
+    float m2 = 0;
+    for (unsigned idx = 1; idx < size; ++idx) {
+      float delta = data[idx] - m;
+      m += delta / (idx + 1);
+      m2 += delta * (data[idx] - m);
+    }
+    return R(m, m2, size);
+  });
+}
+
+// threadgroup_welford_combine (data, size): the (mean, m2, weight) triples data[0 .. size)
+// folded in order with c10's welford_combine, re-expressed here (float literals: the kernel's
+// own are float too).
 template <class R, class A0, class A1>
 inline void c10_threadgroup_welford_combine(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
-  bool computed = false;
-  arguments<A0, A1> last{};
-  R result{};
-  for_each_joined(call, count, [&](uint32_t i, const arguments<A0, A1>& a) {
-    if (!computed || a.a0 != last.a0 || unsigned(a.a1) != unsigned(last.a1)) {
-      const auto* data = a.a0;
-      const unsigned size = a.a1;
-      R combined = data[0];
-      for (unsigned idx = 1; idx < size; ++idx) {
-        const auto& b = data[idx];
-        const float delta = b.x - combined.x;
-        const float new_weight = combined.z + b.z;
-        const auto w2_over_w = new_weight != 0 ? b.z / new_weight : 0.0f;
-        combined = R(combined.x + delta * w2_over_w, combined.y + b.y + delta * delta * combined.z * w2_over_w,
-                     new_weight);
-      }
-      result = combined;
-      last = a;
-      computed = true;
+  c10_whole_data_call(call, count, [](const auto* data, unsigned size) {
+    R combined = data[0];
+    for (unsigned idx = 1; idx < size; ++idx) {
+      const auto& b = data[idx];
+      const float delta = b.x - combined.x;
+      const float new_weight = combined.z + b.z;
+      const auto w2_over_w = new_weight != 0 ? b.z / new_weight : 0.0f;
+      combined = R(combined.x + delta * w2_over_w, combined.y + b.y + delta * delta * combined.z * w2_over_w,
+                   new_weight);
     }
-    call.results[i] = result;
+    return combined;
   });
 }
 
