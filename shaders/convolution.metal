@@ -105,6 +105,22 @@ constant constexpr uint kGemmThreads = 128;
 // and a pitch of 33 puts them in 32 different threadgroup-memory banks.
 constant constexpr uint kGemmWeightPitch = kGemmBlock + 1;
 
+// Output pixel `pixel`, counted over the batch and the three output dimensions, as its image
+// and output position.
+struct OutputPixel {
+  long n, od, oh, ow;
+};
+inline OutputPixel output_pixel(long pixel, constant ConvParams& p) {
+  const long per_image = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
+  const long in_image = pixel % per_image;
+  OutputPixel at;
+  at.n = pixel / per_image;
+  at.ow = in_image % p.output_sizes[2];
+  at.oh = (in_image / p.output_sizes[2]) % p.output_sizes[1];
+  at.od = in_image / (p.output_sizes[2] * p.output_sizes[1]);
+  return at;
+}
+
 // One output pixel of a block: where its input window starts (the offset of tap (0, 0, 0) of
 // channel 0, before padding is checked) and where its outputs go.
 struct GemmPixel {
@@ -128,8 +144,7 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
   threadgroup float* weight_tile = tiles + kGemmBlock * kGemmDepth;  // kGemmDepth x kGemmWeightPitch
   threadgroup GemmPixel block_pixels[kGemmBlock];
 
-  const long pixels_per_image = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
-  const long pixels = p.batch * pixels_per_image;
+  const long pixels = p.batch * p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
   const uint taps = uint(p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2]);
   const uint plane_taps = uint(p.kernel_sizes[1] * p.kernel_sizes[2]);
   const long depth = p.in_channels_per_group * taps;
@@ -144,18 +159,14 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
     const long pixel = pixel0 + thread_index;
     GemmPixel info;
     info.valid = pixel < pixels;
-    const long in_image = pixel % pixels_per_image;
-    const long n = pixel / pixels_per_image;
-    const long ow = in_image % p.output_sizes[2];
-    const long oh = (in_image / p.output_sizes[2]) % p.output_sizes[1];
-    const long od = in_image / (p.output_sizes[2] * p.output_sizes[1]);
-    info.depth = int(od * p.stride[0] - p.padding[0]);
-    info.height = int(oh * p.stride[1] - p.padding[1]);
-    info.width = int(ow * p.stride[2] - p.padding[2]);
-    info.input = n * p.input_strides[0] + first_in_channel * p.input_strides[1] + info.depth * p.input_strides[2] +
-                 info.height * p.input_strides[3] + info.width * p.input_strides[4];
-    info.output = n * p.output_strides[0] + od * p.output_strides[2] + oh * p.output_strides[3] +
-                  ow * p.output_strides[4];
+    const OutputPixel at = output_pixel(pixel, p);
+    info.depth = int(at.od * p.stride[0] - p.padding[0]);
+    info.height = int(at.oh * p.stride[1] - p.padding[1]);
+    info.width = int(at.ow * p.stride[2] - p.padding[2]);
+    info.input = at.n * p.input_strides[0] + first_in_channel * p.input_strides[1] +
+                 info.depth * p.input_strides[2] + info.height * p.input_strides[3] + info.width * p.input_strides[4];
+    info.output = at.n * p.output_strides[0] + at.od * p.output_strides[2] + at.oh * p.output_strides[3] +
+                  at.ow * p.output_strides[4];
     block_pixels[thread_index] = info;
   }
 
@@ -252,8 +263,7 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
                                 constant ConvParams& p [[buffer(2)]],
                                 uint3 position [[thread_position_in_grid]]) {
   const long depth = p.in_channels_per_group * p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
-  const long pixels_per_image = p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
-  const long pixels = p.batch * pixels_per_image;
+  const long pixels = p.batch * p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
   const long r = position.x, pixel = position.y, group = position.z;
   if (r >= depth || pixel >= pixels) return;
 
@@ -273,16 +283,13 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
     rest -= index[axis] * p.weight_strides[1 + axis];
   }
 
-  const long n = pixel / pixels_per_image, in_image = pixel % pixels_per_image;
-  const long ow = in_image % p.output_sizes[2];
-  const long oh = (in_image / p.output_sizes[2]) % p.output_sizes[1];
-  const long od = in_image / (p.output_sizes[2] * p.output_sizes[1]);
-  const long id = od * p.stride[0] - p.padding[0] + index[1] * p.dilation[0];
-  const long ih = oh * p.stride[1] - p.padding[1] + index[2] * p.dilation[1];
-  const long iw = ow * p.stride[2] - p.padding[2] + index[3] * p.dilation[2];
+  const OutputPixel at = output_pixel(pixel, p);
+  const long id = at.od * p.stride[0] - p.padding[0] + index[1] * p.dilation[0];
+  const long ih = at.oh * p.stride[1] - p.padding[1] + index[2] * p.dilation[1];
+  const long iw = at.ow * p.stride[2] - p.padding[2] + index[3] * p.dilation[2];
   T value = T(0);
   if (id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2]) {
-    value = input[n * p.input_strides[0] + (group * p.in_channels_per_group + index[0]) * p.input_strides[1] +
+    value = input[at.n * p.input_strides[0] + (group * p.in_channels_per_group + index[0]) * p.input_strides[1] +
                   id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]];
   }
   patches[(group * pixels + pixel) * depth + r] = value;

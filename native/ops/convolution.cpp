@@ -207,6 +207,15 @@ void encode_direct(const ConvParams& p, const ForwardOperands& operands, const s
   launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
 }
 
+// A view of `base`'s storage with other sizes and strides, `offset` elements further on.
+Tensor strided_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
+  Tensor view = base;
+  view.sizes = std::move(sizes);
+  view.strides = std::move(strides);
+  view.storage_offset += offset;
+  return view;
+}
+
 // Whether each output channel's weights (input channel and taps of one group) form one dense
 // block: then they are one row of a matrix product, read in the order they lie.
 bool weight_rows_are_dense(const ConvParams& p) {
@@ -242,26 +251,18 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
   launch.threads({uint64_t(depth), uint64_t(pixels), uint64_t(groups)},
                  {std::min<uint64_t>(uint64_t(depth), 256), 1, 1});
   for (int64_t g = 0; g < groups; ++g) {
-    Tensor out = operands.output;
-    out.sizes = {p.batch, image_pixels, channels};
-    out.strides = {p.out_channels * image_pixels, 1, image_pixels};
-    out.storage_offset += g * channels * image_pixels;
-    Tensor rows = *patches;
-    rows.sizes = {p.batch, image_pixels, depth};
-    rows.strides = {image_pixels * depth, depth, 1};
-    rows.storage_offset = g * pixels * depth;
-    Tensor weights = operands.weight;
-    weights.sizes = {p.batch, depth, channels};
-    weights.strides = {0, 1, p.weight_strides[0]};
-    weights.storage_offset += g * p.weight_group_stride;
+    const Tensor out = strided_view(operands.output, {p.batch, image_pixels, channels},
+                                    {p.out_channels * image_pixels, 1, image_pixels}, g * channels * image_pixels);
+    const Tensor rows =
+        strided_view(*patches, {p.batch, image_pixels, depth}, {image_pixels * depth, depth, 1}, g * pixels * depth);
+    const Tensor weights = strided_view(operands.weight, {p.batch, depth, channels}, {0, 1, p.weight_strides[0]},
+                                        g * p.weight_group_stride);
     if (!operands.bias) {
       bmm_out(out, rows, weights);
       continue;
     }
-    Tensor bias = *operands.bias;
-    bias.sizes = {p.batch, image_pixels, channels};
-    bias.strides = {0, 0, p.bias_stride};
-    bias.storage_offset += g * channels * p.bias_stride;
+    const Tensor bias = strided_view(*operands.bias, {p.batch, image_pixels, channels}, {0, 0, p.bias_stride},
+                                     g * channels * p.bias_stride);
     baddbmm_out(out, bias, rows, weights, 1.0, 1.0);
   }
 }
@@ -324,7 +325,8 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
     launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
                         {kGemmThreads, 1, 1});
   } else if (reads && pixels < kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
-             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() && weight_rows_are_dense(p)) {
+             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
+             weight_rows_are_dense(p)) {
     encode_patch_product(p, operands, suffix);
   } else {
     encode_direct(p, operands, "convolution_" + suffix);
