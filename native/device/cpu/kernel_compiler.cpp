@@ -449,11 +449,10 @@ Status KernelCompiler::initialize() {
             // A large kernel frame probes its pages in order, so a stack overflow always meets
             // the guard page (and becomes that dispatch's error, kernel_faults.h).
             "-fstack-clash-protection"};
-#if defined(__x86_64__)
-  // TLS descriptors: the kernel's thread-local arena pointer costs a load, not a call
-  // (clang accepts the flag on x86-64 only from version 19).
-  if (!is_clang_) flags_.push_back("-mtls-dialect=gnu2");
-#endif
+  // Thread-locals keep the default TLS dialect (-mtls-dialect=gnu2 must not come back): its
+  // descriptor call is assumed to preserve every register, but glibc before 2.40 clobbers the
+  // vector registers on its slow path (sourceware bug 31372), and kernels that kept their group
+  // pointer in a register across that call faulted after other kernel objects were loaded.
   for (std::string& flag : target_isa_flags(&isa_identity_)) flags_.push_back(std::move(flag));
   std::istringstream extra(environment("ETMETAL_CXXFLAGS"));
   for (std::string flag; extra >> flag;) flags_.push_back(flag);

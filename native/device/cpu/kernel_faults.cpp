@@ -303,9 +303,10 @@ struct FaultHandlers {
     }
   }
 
+  // Function-local statics rather than std::call_once, which reaches libstdc++'s thread-locals
+  // (a TLS lookup each) on every call: install and watch run for every dispatch.
   static void install() {
-    static std::once_flag once;
-    std::call_once(once, [] {
+    static const bool installed = [] {
       struct sigaction action {};
       action.sa_sigaction = on_memory_fault;
       action.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -317,7 +318,9 @@ struct FaultHandlers {
       interrupt.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
       sigemptyset(&interrupt.sa_mask);
       sigaction(interrupt_signal(), &interrupt, nullptr);
-    });
+      return true;
+    }();
+    (void)installed;
   }
 
   // The watchdog: one thread for the process, started by the first watched dispatch.
@@ -339,8 +342,11 @@ struct FaultHandlers {
   }
 
   static void watch(DispatchFaults* faults, uint64_t timeout_ms) {
-    static std::once_flag started;
-    std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
+    static const bool started = [] {
+      std::thread(watchdog_loop).detach();
+      return true;
+    }();
+    (void)started;
     std::lock_guard<std::mutex> lock(mutex());
     watched().push_back({faults, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)});
     changed().notify_one();

@@ -56,7 +56,7 @@ __attribute__((no_sanitize_address, noinline)) inline void validate_near_ranges(
 
 __attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  // The variable's address once: g++ would redo its TLS descriptor call after branches.
+  // The variable's address once: g++ would redo its TLS lookup after branches.
   ValidationState* state_address = &validation_state;
   __asm__("" : "+r"(state_address));
   ValidationState& state = *state_address;
