@@ -2,6 +2,7 @@
 memory limits, the on-disk cache (hits do not run the compiler) and concurrent builders."""
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -256,6 +257,23 @@ def test_concurrent_compiles_of_one_kernel_from_two_processes(child_setup):
     assert len(list((cache / "objects").glob("*.so"))) == 1
     assert list((cache / "tmp").iterdir()) == []
     assert len(list(cache.glob("headers-*"))) == 1
+
+
+def test_thread_locals_do_not_use_tls_descriptors(child_setup):
+    """Kernel objects and libetmetal reach their thread-locals through ordinary __tls_get_addr
+    calls: code built with -mtls-dialect=gnu2 relies on the descriptor call preserving every
+    register, which glibc before 2.40 does not (sourceware bug 31372); CI saw kernels fault
+    on a register lost across that call."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the TLS dialect choice exists on x86-64 only")
+    tmp_path, env, log = child_setup
+    finish(start_child(tmp_path, env, 3))
+    (kernel_object,) = (tmp_path / "cache" / "cpu" / "objects").glob("*.so")
+    for binary in (kernel_object, Path(etmetal_py.library_path())):
+        relocations = subprocess.run(["readelf", "--relocs", "--wide", str(binary)], capture_output=True,
+                                     text=True, check=True).stdout
+        assert "TLSDESC" not in relocations, f"{binary.name} uses TLS descriptors"
+        assert "R_X86_64_DTPMOD64" in relocations, f"{binary.name} has no dynamic thread-locals to check"
 
 
 @pytest.mark.slow  # ~15 s of compiles in child processes
