@@ -1,5 +1,5 @@
-"""Inductor's reductions on barrier regions: c10::metal::threadgroup_sum / max / min / argmax /
-argmin / welford_reduce / welford_combine, called from kernels whose source inlines torch's c10/metal headers (as
+"""Inductor's reductions on barrier regions: c10::metal::threadgroup_sum / prod / max / min / argmax /
+argmin / welford_reduce / welford_combine (and ATen's group norm's threadgroup_sum2), called from kernels whose source inlines torch's c10/metal headers (as
 Inductor's generated MSL does), with `auto` values live across the call. Each kernel runs on
 both paths and must give the same bits on both, and the numpy result."""
 
@@ -117,6 +117,51 @@ kernel void row_combine(device float* out [[buffer(0)]], device const float* in 
         out[index] = (in[index] - tmp1.x) * metal::precise::rsqrt(tmp1.y / tmp1.z + 1e-5);
     }
 }
+
+kernel void row_prod(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                     uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[4];
+    auto tmp0 = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_prod(tmp_acc_0, tmp0, r0_index * 1, size.y);
+    out[r0_index + size.y * x0] = tmp0 * tmp1;
+}
+
+kernel void row_long_prod(device long* out [[buffer(0)]], device const long* in [[buffer(1)]],
+                          uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup long tmp_acc_0[4];
+    auto tmp1 = c10::metal::threadgroup_prod(tmp_acc_0, in[r0_index + size.y * x0], r0_index, size.y);
+    if (r0_index == 0) out[x0] = tmp1;
+}
+
+// ATen's group norm: the sum and the sum of squares in one call.
+kernel void row_sum2(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                     uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float local_sums[32];
+    threadgroup float local_sums_sq[32];
+    auto v = in[r0_index + size.y * x0];
+    auto sums = c10::metal::threadgroup_sum2(local_sums, local_sums_sq, v, v * v, r0_index, size.y);
+    if (r0_index == 0) {
+        out[2 * x0] = sums[0];
+        out[2 * x0 + 1] = sums[1];
+    }
+}
+"""
+
+# c10's complex simd_prod leaves each lane its own value: no region form stands for it.
+COMPLEX_PROD = r"""
+kernel void row_complex_prod(device float2* out [[buffer(0)]], device const float2* in [[buffer(1)]],
+                             uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    threadgroup float2 tmp_acc_0[1];
+    auto tmp0 = in[thread_pos.y + size.y * thread_pos.x];
+    auto tmp1 = c10::metal::threadgroup_prod(tmp_acc_0, tmp0, thread_pos.y, size.y);
+    if (thread_pos.y == 0) out[thread_pos.x] = tmp1;
+}
 """
 
 SOURCE = "#include <metal_stdlib>\n" + inlined_c10_headers() + KERNELS
@@ -233,10 +278,106 @@ def test_threadgroup_welford_combine(msl, monkeypatch, width):
     np.testing.assert_allclose(out.reshape(rows, 4 * width), expected, rtol=1e-4, atol=1e-4)
 
 
+def c10_fold(values, combine):
+    """c10's two-stage reduction of one row in float32: lanes 0..31 of each simdgroup folded in
+    lane order (the CPU device's simd_sum / simd_product), then the simdgroups' results in order."""
+    def fold(items):
+        result = items[0]
+        for item in items[1:]:
+            result = combine(result, item)
+        return result
+
+    partials = [fold(list(values[g:g + 32])) for g in range(0, len(values), 32)]
+    return fold(partials)
+
+
+def tree_fold(values, combine):
+    """The same values folded as a butterfly tree (another order a SIMD reduction could use)."""
+    items = list(values)
+    while len(items) > 1:
+        items = [combine(items[i], items[i + 1]) if i + 1 < len(items) else items[i] for i in range(0, len(items), 2)]
+    return items[0]
+
+
+def order_sensitive_rows(make, combine):
+    """Rows from make() (float32) in which the lane-order and tree-order folds of some row differ:
+    a kernel folding in another order than the fiber path's gives other bits."""
+    for _ in range(20):
+        x = make().astype(np.float32)
+        if any(c10_fold(r, combine) != tree_fold(r, combine) for r in x):
+            return x
+    raise AssertionError("no order-sensitive input found")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_prod_folds_in_lane_order(msl, monkeypatch, width):
+    rows = 6
+    rng = np.random.default_rng(width + 5)
+    x = order_sensitive_rows(lambda: rng.uniform(0.8, 1.25, (rows, width)), np.multiply)
+
+    def arguments():
+        out = Tensor.empty([rows * width])
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_prod", arguments, (rows, width), (1, width))
+    products = np.array([c10_fold(r, np.multiply) for r in x], np.float32)
+    np.testing.assert_array_equal(out.reshape(rows, width), x * products[:, None])
+    np.testing.assert_allclose(products, np.prod(x.astype(np.float64), 1), rtol=1e-4)
+
+
+@pytest.mark.parametrize("width", [32, 100])
+def test_threadgroup_prod_of_int64(msl, monkeypatch, width):
+    rows = 3
+    wide = np.random.default_rng(width + 6).integers(-(1 << 20), 1 << 20, (rows, width)).astype(np.int64) | 1
+
+    def arguments():
+        out = Tensor.empty([rows], dtype=np.int64)
+        return {0: out, 1: device_array(wide.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_long_prod", arguments, (rows, width), (1, width))
+    if width == 32:
+        with np.errstate(over="ignore"):
+            assert out.tolist() == np.prod(wide, 1).tolist()  # wraps around as Metal's long does
+    else:
+        # c10's 64-bit simd_prod is a shuffle_and_fill_down tree; its second stage, with fewer
+        # than 32 lanes taking part, multiplies by lanes that did not (zero bits)
+        assert out.tolist() == [0] * rows
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_threadgroup_sum2_folds_in_lane_order(msl, monkeypatch, width):
+    rows = 5
+    rng = np.random.default_rng(width + 7)
+    x = order_sensitive_rows(lambda: rng.uniform(-1, 1, (rows, width)) * 10.0 ** rng.uniform(-3, 3, (rows, width)),
+                             np.add)
+    squares = x * x
+
+    def arguments():
+        out = Tensor.empty([rows * 2])
+        return {0: out, 1: device_array(x.ravel())}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_sum2", arguments, (rows, width), (1, width))
+    expected = [[c10_fold(r, np.add), c10_fold(s, np.add)] for r, s in zip(x, squares)]
+    np.testing.assert_array_equal(out.reshape(rows, 2), np.array(expected, np.float32))
+
+
+def test_threadgroup_prod_of_complex_values_runs_on_fibers(msl, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    rows, width = 2, 32
+    x = np.random.default_rng(8).uniform(0.9, 1.1, (rows, width, 2)).astype(np.float32)
+    out = Tensor.empty([rows * 2])
+    msl("#include <metal_stdlib>\n" + inlined_c10_headers() + COMPLEX_PROD).kernel("row_complex_prod").run(
+        {0: out, 1: device_array(x.ravel())}, (rows, width), (1, width))
+    assert "kernel 'row_complex_prod' runs as fibers" in capfd.readouterr().err
+    products = np.prod(x[..., 0].astype(np.float64) + 1j * x[..., 1], axis=1)
+    np.testing.assert_allclose(out.numpy().reshape(rows, 2), np.stack([products.real, products.imag], 1), rtol=1e-5)
+
+
 def test_the_reductions_run_as_barrier_regions(msl, monkeypatch, capfd):
     monkeypatch.setenv("ETMETAL_LOG", "debug")
     library = msl(SOURCE)
-    names = ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize", "row_combine")
+    names = ("row_sum", "row_long_sum", "row_extremes", "row_arg_extremes", "row_normalize", "row_combine",
+             "row_prod", "row_long_prod", "row_sum2")
     for name in names:
         library.kernel(name)
     err = capfd.readouterr().err

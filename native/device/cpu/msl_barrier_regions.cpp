@@ -65,8 +65,10 @@ bool is_vote_collective(const std::string& name) {
 // c10::metal's threadgroup reductions the region form computes for a whole group
 // (etm_barrier_regions.h), with their argument counts; -1 for other names.
 int c10_group_helper_arguments(const std::string& name) {
-  if (name == "threadgroup_sum" || name == "threadgroup_max" || name == "threadgroup_min") return 4;
-  if (name == "threadgroup_argmax" || name == "threadgroup_argmin") return 6;
+  if (name == "threadgroup_sum" || name == "threadgroup_prod" || name == "threadgroup_max" ||
+      name == "threadgroup_min")
+    return 4;
+  if (name == "threadgroup_argmax" || name == "threadgroup_argmin" || name == "threadgroup_sum2") return 6;
   if (name == "threadgroup_welford_reduce" || name == "threadgroup_welford_combine") return 2;
   return -1;
 }
@@ -74,10 +76,11 @@ int c10_group_helper_arguments(const std::string& name) {
 // The c10 helpers those depend on, whose definitions must be the ones re-expressed: a hash of
 // their definitions' tokens (name to closing brace, in source order) as torch 2.13 writes them.
 bool is_c10_reduction_definition(const std::string& name) {
-  return c10_group_helper_arguments(name) >= 0 || name == "simd_sum" || name == "simd_max" || name == "simd_min" ||
-         name == "simd_argmax" || name == "simd_argmin" || name == "simd_broadcast" || name == "welford_combine";
+  return c10_group_helper_arguments(name) >= 0 || name == "simd_sum" || name == "simd_prod" || name == "simd_max" ||
+         name == "simd_min" || name == "simd_argmax" || name == "simd_argmin" || name == "simd_broadcast" ||
+         name == "welford_combine";
 }
-constexpr uint64_t kC10ReductionsFingerprint = 15867583111245870532ull;
+constexpr uint64_t kC10ReductionsFingerprint = 12217021879769276372ull;
 
 bool is_matrix_type_name(const std::string& name) {
   return name == "simdgroup_matrix" || name == "simdgroup_float8x8" || name == "simdgroup_half8x8" ||

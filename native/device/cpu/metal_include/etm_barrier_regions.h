@@ -591,14 +591,15 @@ ETM_REGION_COLLECTIVES(quad_, true, quad_vote)
 
 // ---- c10::metal's threadgroup reductions for a whole group
 //
-// Inductor's reduction kernels call c10::metal::threadgroup_sum / _max / _min / _argmax /
-// _argmin / _welford_reduce (c10/metal/reduction_utils.h, inlined into their source), which
-// synchronise inside. The region form turns such a call into three steps: every thread that
-// reaches it publishes its arguments (a region), the whole group's results are computed here
-// once, following c10's algorithm stage by stage over the simdgroups (the same lane
-// combination order as the fiber path's collectives, lanes that did not take part reading as
-// zero bits), and each thread reads its result (the next region). The translator accepts the
-// call only when the source's definitions of these helpers are the ones this re-expresses.
+// Inductor's reduction kernels call c10::metal::threadgroup_sum / _prod / _max / _min /
+// _argmax / _argmin / _welford_reduce / _welford_combine, ATen's group norm threadgroup_sum2
+// (c10/metal/reduction_utils.h, inlined into their source), which synchronise inside. The
+// region form turns such a call into three steps: every thread that reaches it publishes its
+// arguments (a region), the whole group's results are computed here once, following c10's
+// algorithm stage by stage over the simdgroups (the same lane combination order as the fiber
+// path's collectives, lanes that did not take part reading as zero bits), and each thread
+// reads its result (the next region). The translator accepts the call only when the source's
+// definitions of these helpers are the ones this re-expresses.
 
 template <class... A> struct arguments;
 template <class A0, class A1> struct arguments<A0, A1> {
@@ -697,6 +698,20 @@ template <class T> inline T c10_simd_sum(const simdgroup_operands<T>& v) {
   }
 }
 
+// c10's simd_prod: the product in lane order (bfloat through float); long as a
+// shuffle_and_fill_down tree whose filling value is 0, as c10 writes it. c10's complex
+// simd_prod gives each lane its own value, which a reduction for the whole simdgroup cannot
+// stand for.
+template <class T> inline T c10_simd_prod(const simdgroup_operands<T>& v) {
+  static_assert(!std::is_same_v<T, ::float2> && !std::is_same_v<T, ::half2>,
+                "c10::metal::threadgroup_prod of complex values runs on fibers");
+  if constexpr (std::is_same_v<T, long>) {
+    return c10_shuffle_tree(v, T(0), [](T a, T b) { return T(a * b); });
+  } else {
+    return c10_simd_reduce(v, etm_msl::times<c10_simd_operand_t<T>>{});
+  }
+}
+
 template <class T> inline bool c10_any_nan(const simdgroup_operands<T>& v) {
   for (uint32_t l = 0; l < 32; ++l)
     if (((v.active >> l) & 1u) && ::metal::isnan(v.values[l])) return true;
@@ -747,56 +762,100 @@ template <class Call, class F> inline void for_each_joined(const Call& call, uin
     if (call.joined[i]) f(i, call.calls[i]);
 }
 
-// threadgroup_sum / _max / _min (data, val, idx, size): each simdgroup reduces, the lane with
-// idx % 32 == 0 stores its simdgroup's value at data[idx / 32]; with more than 32 values, the
-// threads with idx < ceil(size / 32) reduce those and idx 0 stores the total at data[0]; every
-// thread returns data[0].
-template <class R, class A, class Reduce>
-inline void c10_two_stage(group_call<A, R>& call, uint32_t count, Reduce reduce) {
+// Where a thread's call of a two-stage reduction puts its value: idx and size.
+struct c10_position {
+  unsigned idx;
+  unsigned size;
+};
+
+// c10's two-stage reductions over Channels (data, value) pairs side by side (threadgroup_sum2
+// has two): each simdgroup reduces each channel's values, the lane with idx % 32 == 0 stores its
+// simdgroup's value at data[idx / 32]; with more than 32 values, the threads with
+// idx < ceil(size / 32) reduce those (every channel read before any is stored, as c10 does) and
+// idx 0 stores the totals at data[0]. data(a, c), value(a, c) and position(a) read a thread's
+// arguments; the caller sets the results from data[0].
+template <class V, uint32_t Channels, class A, class R, class Data, class Value, class Position, class Reduce>
+inline void c10_two_stage(group_call<A, R>& call, uint32_t count, Data data, Value value, Position position,
+                          Reduce reduce) {
   const uint32_t groups = (count + 31u) / 32u;
   for (uint32_t g = 0; g < groups; ++g) {
-    simdgroup_operands<R> operands;
-    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l)
-      if (call.joined[g * 32 + l]) operands.set(l, static_cast<R>(call.calls[g * 32 + l].a1));
-    if (!operands.active) continue;
-    const R rc = reduce(operands);
+    simdgroup_operands<V> operands[Channels];
+    for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
+      if (!call.joined[g * 32 + l]) continue;
+      for (uint32_t c = 0; c < Channels; ++c) operands[c].set(l, static_cast<V>(value(call.calls[g * 32 + l], c)));
+    }
+    if (!operands[0].active) continue;
+    V rc[Channels];
+    for (uint32_t c = 0; c < Channels; ++c) rc[c] = reduce(operands[c]);
     for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
       if (!call.joined[g * 32 + l]) continue;
       const A& a = call.calls[g * 32 + l];
-      const unsigned idx = a.a2;
-      if (idx % kC10SimdgroupSize == 0) a.a0[idx / kC10SimdgroupSize] = rc;
+      const c10_position p = position(a);
+      if (p.idx % kC10SimdgroupSize != 0) continue;
+      for (uint32_t c = 0; c < Channels; ++c) data(a, c)[p.idx / kC10SimdgroupSize] = rc[c];
     }
   }
-  auto second_stage = [](const A& a) {
-    const unsigned idx = a.a2, size = a.a3;
-    return size > kC10SimdgroupSize && idx < (size + kC10SimdgroupSize - 1) / kC10SimdgroupSize;
+  auto second_stage = [&](const A& a) {
+    const c10_position p = position(a);
+    return p.size > kC10SimdgroupSize && p.idx < (p.size + kC10SimdgroupSize - 1) / kC10SimdgroupSize;
   };
-  R* totals = static_cast<R*>(__builtin_alloca(sizeof(R) * groups));
+  V* totals = static_cast<V*>(__builtin_alloca(sizeof(V) * groups * Channels));
   for (uint32_t g = 0; g < groups; ++g) {
-    simdgroup_operands<R> operands;
+    simdgroup_operands<V> operands[Channels];
     for (uint32_t l = 0; l < 32 && g * 32 + l < count; ++l) {
       const uint32_t i = g * 32 + l;
-      if (call.joined[i] && second_stage(call.calls[i])) operands.set(l, R(call.calls[i].a0[unsigned(call.calls[i].a2)]));
+      if (!call.joined[i] || !second_stage(call.calls[i])) continue;
+      const unsigned idx = position(call.calls[i]).idx;
+      for (uint32_t c = 0; c < Channels; ++c) operands[c].set(l, V(data(call.calls[i], c)[idx]));
     }
-    if (operands.active) totals[g] = reduce(operands);
+    if (!operands[0].active) continue;
+    for (uint32_t c = 0; c < Channels; ++c) totals[g * Channels + c] = reduce(operands[c]);
   }
   for_each_joined(call, count, [&](uint32_t i, const A& a) {
-    if (second_stage(a) && unsigned(a.a2) == 0) a.a0[0] = totals[i / 32u];
+    if (!second_stage(a) || position(a).idx != 0) return;
+    for (uint32_t c = 0; c < Channels; ++c) data(a, c)[0] = totals[(i / 32u) * Channels + c];
   });
+}
+
+// threadgroup_sum / _prod / _max / _min (data, val, idx, size): every thread returns data[0].
+template <class R, class A0, class A1, class A2, class A3, class Reduce>
+inline void c10_one_value_two_stage(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count, Reduce reduce) {
+  using A = arguments<A0, A1, A2, A3>;
+  c10_two_stage<R, 1>(
+      call, count, [](const A& a, uint32_t) { return a.a0; }, [](const A& a, uint32_t) { return a.a1; },
+      [](const A& a) { return c10_position{unsigned(a.a2), unsigned(a.a3)}; }, reduce);
   for_each_joined(call, count, [&](uint32_t i, const A& a) { call.results[i] = a.a0[0]; });
 }
 
 template <class R, class A0, class A1, class A2, class A3>
 inline void c10_threadgroup_sum(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
-  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_sum(v); });
+  c10_one_value_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_sum(v); });
+}
+template <class R, class A0, class A1, class A2, class A3>
+inline void c10_threadgroup_prod(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
+  c10_one_value_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_prod(v); });
 }
 template <class R, class A0, class A1, class A2, class A3>
 inline void c10_threadgroup_max(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
-  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, true); });
+  c10_one_value_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, true); });
 }
 template <class R, class A0, class A1, class A2, class A3>
 inline void c10_threadgroup_min(group_call<arguments<A0, A1, A2, A3>, R>& call, uint32_t count) {
-  c10_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, false); });
+  c10_one_value_two_stage(call, count, [](const simdgroup_operands<R>& v) { return c10_simd_extreme(v, false); });
+}
+
+// threadgroup_sum2 (data_a, data_b, val_a, val_b, idx, size): two sums side by side; every
+// thread returns {data_a[0], data_b[0]}.
+template <class R, class A0, class A1, class A2, class A3, class A4, class A5>
+inline void c10_threadgroup_sum2(group_call<arguments<A0, A1, A2, A3, A4, A5>, R>& call, uint32_t count) {
+  using A = arguments<A0, A1, A2, A3, A4, A5>;
+  using V = std::decay_t<decltype(std::declval<R&>()[0])>;
+  c10_two_stage<V, 2>(
+      call, count, [](const A& a, uint32_t c) { return c == 0 ? a.a0 : a.a1; },
+      [](const A& a, uint32_t c) { return c == 0 ? V(a.a2) : V(a.a3); },
+      [](const A& a) { return c10_position{unsigned(a.a4), unsigned(a.a5)}; },
+      [](const simdgroup_operands<V>& v) { return c10_simd_sum(v); });
+  for_each_joined(call, count, [&](uint32_t i, const A& a) { call.results[i] = R{a.a0[0], a.a1[0]}; });
 }
 
 // threadgroup_argmax / _argmin (arg_data, idx_data, val, idx_val, idx, size): each simdgroup's
