@@ -448,7 +448,8 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
 // rather than a GPU: a thread computes an 8 x 32 strip of outputs in float registers, the
 // outer-product form of a CPU matrix-multiply micro-kernel (per k, one row of 32 values of b
 // times 8 values of a, one per output row). The CPU device compiles a strip, fully unrolled,
-// into 16 vector accumulators (two 8-wide registers per row, or one 16-wide). Each threadgroup
+// into vector accumulators: with AVX-512, two 16-wide registers per row, 16 in all (8-wide
+// AVX2 needs 32 and keeps some in memory). Each threadgroup
 // of kPanelThreads threads computes 8 * kPanelThreads rows by 32 columns: per step of
 // kPanelDepth along K the threads stage the step's 32-value rows of b in threadgroup memory as
 // float (the accumulators' rows, contiguous), and each thread multiplies its rows of a (read
