@@ -444,6 +444,140 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
   }
 }
 
+// The CPU device's shape of the tiled products (launch_shape() == cpu), written for a CPU core
+// rather than a GPU: a thread computes an 8 x 32 strip of outputs in float registers, the
+// outer-product form of a CPU matrix-multiply micro-kernel (per k, one row of 32 values of b
+// times 8 values of a, one per output row). The CPU device compiles a strip, fully unrolled,
+// into vector accumulators: with AVX-512, two 16-wide registers per row, 16 in all (8-wide
+// AVX2 needs 32 and keeps some in memory). Each threadgroup
+// of kPanelThreads threads computes 8 * kPanelThreads rows by 32 columns: per step of
+// kPanelDepth along K the threads stage the step's 32-value rows of b in threadgroup memory as
+// float (the accumulators' rows, contiguous), and each thread multiplies its rows of a (read
+// where they lie, any strides) by them; its sums wait between steps in threadgroup memory.
+// b is staged once per 8 * kPanelThreads rows of a. Every output sums its products in order of
+// k from zero, as the other kernels do. The last strip of the matrix along each dimension is
+// shifted back to end at its edge (the host requires M >= 8 and N >= 32), so every strip is
+// whole; a thread stores only the outputs its unshifted strip owns, each exactly once.
+constant constexpr uint kPanelRows = 8;
+constant constexpr uint kPanelColumns = 32;
+constant constexpr uint kPanelDepth = 64;
+constant constexpr uint kPanelThreads = 16;
+
+// First row (column) of the strip that starts at `start`, shifted back to end at `extent`.
+inline long strip_origin(long start, long extent, uint width) { return min(start, extent - long(width)); }
+
+// One step of a strip: its sums (from `sums_at`, 32 per row) plus a[row i, k] * b_panel[k][j]
+// for k < depth, in order of k, back to `sums_at`. The loops over the strip are unrolled whole
+// (the pragmas) and address rows through row pointers, so g++ keeps the sums in vector
+// registers (a conditional first value, or an index that may wrap, makes it move them element
+// by element).
+template <typename T>
+inline void multiply_strip(threadgroup float* sums_at, const device T* a_rows, long a_row_stride,
+                           long a_depth_stride, const threadgroup float* b_panel, uint depth) {
+  float sums[kPanelRows][kPanelColumns];
+#pragma GCC unroll 8
+  for (uint i = 0; i < kPanelRows; ++i) {
+#pragma GCC unroll 32
+    for (uint j = 0; j < kPanelColumns; ++j) sums[i][j] = (sums_at + i * kPanelColumns)[j];
+  }
+  for (uint k = 0; k < depth; ++k) {
+    const device T* a_column = a_rows + long(k) * a_depth_stride;
+    const threadgroup float* b_row = b_panel + k * kPanelColumns;
+#pragma GCC unroll 8
+    for (uint i = 0; i < kPanelRows; ++i) {
+      const float x = float(a_column[i * a_row_stride]);
+#pragma GCC unroll 32
+      for (uint j = 0; j < kPanelColumns; ++j) sums[i][j] += x * b_row[j];
+    }
+  }
+#pragma GCC unroll 8
+  for (uint i = 0; i < kPanelRows; ++i) {
+#pragma GCC unroll 32
+    for (uint j = 0; j < kPanelColumns; ++j) (sums_at + i * kPanelColumns)[j] = sums[i][j];
+  }
+}
+
+// Stages rows k < depth of b's 32 columns from `from` (b at the step's first row and the strip's
+// first column) into `to`, [k][32] as float; thread t of kPanelThreads takes its share.
+template <typename T>
+inline void stage_panel(threadgroup float* to, const device T* from, constant MatmulParams& p, uint depth, uint t) {
+  if (p.b_strides[2] == 1) {
+    // Rows of b are contiguous: a thread copies whole rows.
+    for (uint k = t; k < depth; k += kPanelThreads) {
+      const device T* row = from + k * p.b_strides[1];
+      threadgroup float* staged = to + k * kPanelColumns;
+      for (uint j = 0; j < kPanelColumns; ++j) staged[j] = float(row[j]);
+    }
+    return;
+  }
+  // Columns of b (unit stride along K for x @ weight.t()): a thread walks two of them, four
+  // values of each at a time where they are contiguous, and writes them 4 x 4 transposed.
+  static_assert(kPanelColumns == 2 * kPanelThreads, "a thread stages two columns");
+  const uint j = 2 * t;
+  const device T* first = from + j * p.b_strides[2];
+  const device T* second = first + p.b_strides[2];
+  uint k = 0;
+  if (p.b_strides[1] == 1) {
+    for (; k + 4 <= depth; k += 4) {
+      const float4 x = load_float4(first + k), y = load_float4(second + k);
+      threadgroup float* staged = to + k * kPanelColumns + j;
+      staged[0] = x.x, staged[1] = y.x;
+      staged[kPanelColumns] = x.y, staged[kPanelColumns + 1] = y.y;
+      staged[2 * kPanelColumns] = x.z, staged[2 * kPanelColumns + 1] = y.z;
+      staged[3 * kPanelColumns] = x.w, staged[3 * kPanelColumns + 1] = y.w;
+    }
+  }
+  for (; k < depth; ++k) {
+    to[k * kPanelColumns + j] = float(first[k * p.b_strides[1]]);
+    to[k * kPanelColumns + j + 1] = float(second[k * p.b_strides[1]]);
+  }
+}
+
+template <typename T>
+kernel void matmul_panels(device T* out [[buffer(0)]],
+                          const device T* a [[buffer(1)]],
+                          const device T* b [[buffer(2)]],
+                          const device T* addend [[buffer(3)]],
+                          constant MatmulParams& p [[buffer(4)]],
+                          threadgroup float* tiles [[threadgroup(0)]],
+                          uint3 group [[threadgroup_position_in_grid]],
+                          uint thread_index [[thread_index_in_threadgroup]]) {
+  // b's staged step, kPanelDepth x 32; then each thread's sums, 8 x 32.
+  threadgroup float* b_panel = tiles;
+  threadgroup float* sums = tiles + kPanelDepth * kPanelColumns + thread_index * kPanelRows * kPanelColumns;
+
+  const long batch = group.z;
+  const long owned_row = (long(group.y) * kPanelThreads + thread_index) * kPanelRows;
+  const long row0 = strip_origin(owned_row, p.rows, kPanelRows);
+  const long owned_column = long(group.x) * kPanelColumns;
+  const long column0 = strip_origin(owned_column, p.columns, kPanelColumns);
+  const device T* a_rows = a + batch * p.a_strides[0] + row0 * p.a_strides[1];
+  const device T* b_columns = b + batch * p.b_strides[0] + column0 * p.b_strides[2];
+  for (uint i = 0; i < kPanelRows * kPanelColumns; ++i) sums[i] = 0.0f;
+
+  for (long k0 = 0; k0 < p.depth; k0 += kPanelDepth) {
+    const uint depth = uint(min(long(kPanelDepth), p.depth - k0));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    stage_panel(b_panel, b_columns + k0 * p.b_strides[1], p, depth, thread_index);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (owned_row < p.rows) {
+      multiply_strip(sums, a_rows + k0 * p.a_strides[2], p.a_strides[1], p.a_strides[2], b_panel, depth);
+    }
+  }
+  if (owned_row >= p.rows) return;
+  const uint first_column = uint(owned_column - column0);
+  for (uint i = uint(owned_row - row0); i < kPanelRows; ++i) {
+    const threadgroup float* row_sums = sums + i * kPanelColumns;
+    if (p.has_addend || p.out_strides[2] != 1) {
+      for (uint j = first_column; j < kPanelColumns; ++j) store_result(out, addend, p, batch, row0 + i, column0 + j, row_sums[j]);
+      continue;
+    }
+    // What store_result computes, along a contiguous row of out.
+    device T* out_row = out + batch * p.out_strides[0] + (row0 + i) * p.out_strides[1] + column0;
+    for (uint j = first_column; j < kPanelColumns; ++j) out_row[j] = T(p.alpha * row_sums[j]);
+  }
+}
+
 #define INSTANTIATE_MATMUL(T, SUFFIX)                                                             \
   template [[host_name("matmul_naive_" #SUFFIX)]] kernel void matmul_naive<T>(                    \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint3); \
@@ -471,7 +605,10 @@ kernel void matmul_tiled_wide(device T* out [[buffer(0)]],
       threadgroup float*, uint3, uint, uint);                                                     \
   template [[host_name("matmul_tiled64x128_" #SUFFIX)]] kernel void matmul_tiled_wide<T, 2, 4>(   \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
-      threadgroup float*, uint3, uint, uint);
+      threadgroup float*, uint3, uint, uint);                                                    \
+  template [[host_name("matmul_panels_" #SUFFIX)]] kernel void matmul_panels<T>(                  \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&,        \
+      threadgroup float*, uint3, uint);
 
 INSTANTIATE_MATMUL(float, float)
 INSTANTIATE_MATMUL(half, half)

@@ -32,11 +32,18 @@ WIDE_TILE_MINIMUM = 128
 ROW_DOT_MINIMUM_DEPTH = 64
 GEMV_DOT_COLUMNS = 4
 GEMV_STRIP_COLUMNS = 32
+PANEL_ROWS, PANEL_COLUMNS, PANEL_THREADS = 8, 32, 16  # matmul_panels: the CPU launch shape
 
 
-def matmul_kernel(M, K, N, a_strides, b_strides, cpu_device):
+def matmul_kernel(M, K, N, a_strides, b_strides, cpu_device, cpu_shape):
     """(kernel, block rows, block columns) for out[M, N] = a[M, K] @ b[K, N] with the given
-    (row, depth) and (depth, column) strides."""
+    (row, depth) and (depth, column) strides, on the CPU device or not, with the CPU launch shape
+    (ETMETAL_OP_SHAPES=cpu, the CPU device's default) or not."""
+    if cpu_shape and K > 0 and min(M, N) >= TILED_MINIMUM:
+        if N < PANEL_COLUMNS:  # the host runs the transposed product
+            M, N = N, M
+        if M >= PANEL_ROWS and N >= PANEL_COLUMNS:
+            return "panels", PANEL_ROWS * PANEL_THREADS, PANEL_COLUMNS
     if K >= TILED_MINIMUM and min(M, N) >= LARGE_TILE_MINIMUM and max(M, N) >= WIDE_TILE_MINIMUM:
         block_m = 128 if M >= WIDE_TILE_MINIMUM else 64
         return f"tiled{block_m}x{128 * 64 // block_m}", block_m, 128 * 64 // block_m
@@ -60,7 +67,7 @@ def matmul_kernel(M, K, N, a_strides, b_strides, cpu_device):
 def matmul_traffic(M, K, N, kernel, block_m, block_n, itemsize):
     """(kernel bytes, minimum bytes) of out[M, N] = a[M, K] @ b[K, N], counted before any cache."""
     minimum = (M * K + K * N + M * N) * itemsize
-    if kernel.startswith("tiled"):
+    if kernel.startswith("tiled") or kernel == "panels":
         # Each threadgroup stages its rows of a and columns of b once per K step.
         reads = M * K * math.ceil(N / block_n) + K * N * math.ceil(M / block_m)
     elif kernel.startswith("gemv"):
@@ -161,7 +168,9 @@ def bench_mm(M, K, N, dtype, transposed_weight, repeats):
     etmetal_seconds, torch_seconds = median_seconds(run_etmetal, lambda: torch.mm(a, b), repeats)
     expected = a.double() @ b.double()
     error = (out.torch().double() - expected).abs().max().item() / max(1.0, math.sqrt(K))
-    kernel, block_m, block_n = matmul_kernel(M, K, N, a.stride(), b.stride(), etmetal_py.device_kind() == "cpu")
+    cpu_device = etmetal_py.device_kind() == "cpu"
+    cpu_shape = os.environ.get("ETMETAL_OP_SHAPES", "cpu" if cpu_device else "gpu") == "cpu"
+    kernel, block_m, block_n = matmul_kernel(M, K, N, a.stride(), b.stride(), cpu_device, cpu_shape)
     kernel_bytes, minimum = matmul_traffic(M, K, N, kernel, block_m, block_n, a.element_size())
     flops = 2 * M * N * K
     return dict(op="mm", problem=f"{M}x{K} @ {K}x{N}{' (b = w.t())' if transposed_weight else ''}",
@@ -217,6 +226,11 @@ MM_PROBLEMS = [  # (M, K, N, dtype, weight passed transposed)
     (256, 256, 256, torch.float32, False),
     (256, 256, 256, torch.float16, False),
     (256, 256, 256, torch.bfloat16, False),
+    (256, 576, 64, torch.float32, False),
+    (256, 576, 64, torch.float16, False),
+    (256, 576, 64, torch.bfloat16, False),
+    (256, 576, 64, torch.float32, True),
+    (1024, 1024, 1024, torch.float32, False),
     (1, 2048, 1024, torch.float32, True),
     (1, 1024, 2048, torch.float32, False),
     (8, 512, 512, torch.float32, True),

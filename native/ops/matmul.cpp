@@ -43,6 +43,12 @@ constexpr uint64_t kGemvGroupThreads = 64;
 // Multiply-adds a gemv thread group should do at least: enough that the per-group cost stays
 // small, few enough that a product with few strips still spreads over the CPU device's workers.
 constexpr uint64_t kGemvGroupWork = 32768;
+// matmul_panels (the CPU launch shape of the tiled products, shaders/matmul.metal): threads of
+// 8-row strips, 32-column panels staged kPanelDepth deep.
+constexpr int64_t kPanelRows = 8;
+constexpr int64_t kPanelColumns = 32;
+constexpr uint64_t kPanelDepth = 64;
+constexpr uint64_t kPanelThreads = 16;
 
 void require_operand(const char* op, const char* name, const Tensor& t, int64_t dim) {
   require_float_operand(op, name, t);
@@ -145,6 +151,24 @@ bool dispatch_gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Te
   const uint64_t group_strips = std::clamp<uint64_t>((kGemvGroupWork + strip_work - 1) / strip_work, 1,
                                                      std::min(strips, kGemvGroupThreads / rows));
   launch.threads({rows, strips, uint64_t(p.batch)}, {rows, group_strips, 1});
+  return true;
+}
+
+// The CPU launch shape of the tiled products: matmul_panels, when the product (transposed if it
+// has fewer than 32 columns) has whole strips in both dimensions. Returns false (nothing
+// encoded) otherwise.
+bool dispatch_panels(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& addend,
+                     const MatmulParams& params, const std::string& suffix) {
+  const bool transposed = params.columns < kPanelColumns;
+  const MatmulParams p = transposed ? transposed_product(params) : params;
+  if (p.rows < kPanelRows || p.columns < kPanelColumns || p.depth == 0) return false;
+  KernelLaunch launch(shader_kernel("matmul.metal", "matmul_panels_" + suffix));
+  launch.tensor(0, out).tensor(1, transposed ? b : a).tensor(2, transposed ? a : b).tensor(3, addend).value(4, p);
+  const uint64_t block_m = kPanelThreads * kPanelRows;
+  launch.threadgroup_memory(0, (kPanelDepth + block_m) * kPanelColumns * sizeof(float));
+  launch.threadgroups({(uint64_t(p.columns) + kPanelColumns - 1) / kPanelColumns,
+                       (uint64_t(p.rows) + block_m - 1) / block_m, uint64_t(p.batch)},
+                      {kPanelThreads, 1, 1});
   return true;
 }
 
@@ -264,6 +288,9 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
 
   if (K > 0 && std::min(M, N) < kTiledMinimum && on_cpu_device() &&
       dispatch_gemv(out, a_bound, b_bound, addend_bound, params, suffix))
+    return;
+  if (K > 0 && std::min(M, N) >= kTiledMinimum && launch_shape() == LaunchShape::cpu &&
+      dispatch_panels(out, a_bound, b_bound, addend_bound, params, suffix))
     return;
   auto bind = [&](KernelLaunch& launch) -> KernelLaunch& {
     return launch.tensor(0, out).tensor(1, a_bound).tensor(2, b_bound).tensor(3, addend_bound).value(4, params);

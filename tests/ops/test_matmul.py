@@ -12,7 +12,11 @@ the matmul_gemv kernels (fewer than 16 rows or columns: the test_skinny_* cases)
 last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered). The
 tiled kernels are specialised by function constants (aligned_blocks: M and N whole blocks;
 aligned_depth: K whole steps): the 64x64 case has both, (130, 16, 70) whole K steps only, the
-other tiled shapes neither; test_mm_whole_blocks (slow) covers the rest."""
+other tiled shapes neither; test_mm_whole_blocks (slow) covers the rest. Those are the GPU launch
+shape; the CPU launch shape (ETMETAL_OP_SHAPES=cpu, the CPU device's default) runs the same
+products on matmul_panels (8 x 32 strips per thread, b staged 64 deep; transposed when N < 32):
+the tests of tiled shapes run with both (the launch_shape fixture), and test_panel_products
+covers that kernel's edges."""
 
 import math
 import threading
@@ -22,7 +26,7 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import device_view, poisoning_failure, random, reinterpret, to_device
+from ops_testing import device_view, launch_shape, poisoning_failure, random, reinterpret, to_device  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
@@ -61,7 +65,7 @@ MM_SHAPES = [(1, 1, 1), (3, 5, 7), (1, 300, 37), (45, 130, 1), (33, 47, 19), (64
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,K,N", MM_SHAPES)
-def test_mm_contiguous(M, K, N, dtype, no_leaks):
+def test_mm_contiguous(M, K, N, dtype, no_leaks, launch_shape):
     a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
     assert result.dtype == dtype
@@ -73,7 +77,7 @@ def test_mm_contiguous(M, K, N, dtype, no_leaks):
 # blocks and steps, with an addend. Slow: each is one more compiled variant.
 @pytest.mark.slow
 @pytest.mark.parametrize("M,K,N", [(32, 40, 32), (128, 48, 128), (64, 32, 256)])
-def test_mm_whole_blocks(M, K, N, no_leaks):
+def test_mm_whole_blocks(M, K, N, no_leaks, launch_shape):
     a, b, bias = random(M, K), random(K, N), random(N)
     result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), torch.float32), bias, a, b,
                  scalars=(0.5, 2.0))
@@ -82,7 +86,7 @@ def test_mm_whole_blocks(M, K, N, no_leaks):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,K,N", [(1, 300, 37), (7, 33, 5), (70, 90, 41), (1, 64, 1), (150, 70, 130)])
-def test_addmm_with_transposed_weight(M, K, N, dtype, no_leaks):
+def test_addmm_with_transposed_weight(M, K, N, dtype, no_leaks, launch_shape):
     # What Inductor emits for nn.Linear: addmm(bias, x, weight.t()).
     x, weight, bias = random(M, K, dtype=dtype), random(N, K, dtype=dtype), random(N, dtype=dtype)
     result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), dtype), bias, x, weight.t(),
@@ -108,6 +112,50 @@ def test_row_vector_times_matrix_in_both_layouts(K, N, dtype, no_leaks):
     a, b = random(4, 1, K, dtype=dtype), random(4, N, K, dtype=dtype).transpose(1, 2)
     result = run(lib.aoti_torch_mps_bmm_out, filled_like((4, 1, N), dtype), a, b)
     assert_matches(result, a.double() @ b.double(), dtype, K)
+
+
+# matmul_panels, the CPU launch shape of the tiled products: strips shifted back at the right and
+# bottom edges (M not a multiple of 8 or 128, N not a multiple of 32), N < 32 run transposed, K
+# in several 64-deep steps with a tail, b staged by rows (row-major) or by columns (x @
+# weight.t(), contiguous along K in fours, then a tail; and strided along both), a strided along
+# both, broadcast addends and alpha/beta, out strided or aliasing self.
+PANEL_SHAPES = [(16, 1, 32), (17, 130, 33), (135, 67, 100), (40, 200, 17), (300, 64, 64)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["row_major", "weight_t", "strided"])
+@pytest.mark.parametrize("M,K,N", PANEL_SHAPES)
+def test_panel_products(M, K, N, layout, dtype, monkeypatch, no_leaks):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "cpu")
+    if layout == "row_major":
+        a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
+    elif layout == "weight_t":
+        a, b = random(M, K + 1, dtype=dtype)[:, 1:], random(N, K + 2, dtype=dtype)[:, 2:].t()
+    else:
+        a, b = random(K, 2 * M, dtype=dtype).t()[::2], random(2 * K, 2 * N, dtype=dtype)[::2, 1::2]
+    result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
+    assert_matches(result, a.double() @ b.double(), dtype, K)
+    bias = random(N, dtype=dtype)
+    out = filled_like((N, 2 * M), dtype).t()[::2]
+    result = run(lib.aoti_torch_mps_addmm_out, out, bias, a, b, scalars=(0.5, -2.0))
+    assert_matches(result, reference_addmm(bias, a, b, 0.5, -2.0), dtype, K)
+    self = random(M, N, dtype=dtype)
+    device_self, device_a, device_b = device_view(self), device_view(a), device_view(b)
+    etmetal_py.check(lib.aoti_torch_mps_addmm_out(device_self.handle, device_self.handle, device_a.handle,
+                                                  device_b.handle, 0.25, 2.0))
+    assert_matches(device_self.torch(), reference_addmm(self, a, b, 0.25, 2.0), dtype, K)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_panel_batched_products(dtype, monkeypatch, no_leaks):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "cpu")
+    B, M, K, N = 3, 150, 90, 70
+    a, b = random(B, M, K, dtype=dtype), random(B, N, K, dtype=dtype).transpose(1, 2)
+    result = run(lib.aoti_torch_mps_bmm_out, filled_like((B, M, N), dtype), a, b)
+    assert_matches(result, a.double() @ b.double(), dtype, K)
+    self = random(B, 1, N, dtype=dtype)
+    result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((B, M, N), dtype), self, a, b, scalars=(-1.0, 0.5))
+    assert_matches(result, reference_addmm(self, a, b, -1.0, 0.5), dtype, K)
 
 
 # Few rows or few columns (< 16): on the CPU device the matmul_gemv kernels (the product is
@@ -167,7 +215,7 @@ def test_skinny_product_into_strided_out(no_leaks):
 
 
 @pytest.mark.parametrize("M,K,N", [(5, 9, 3), (40, 24, 36), (130, 20, 70)])
-def test_mm_offset_and_strided_views(M, K, N, no_leaks):
+def test_mm_offset_and_strided_views(M, K, N, no_leaks, launch_shape):
     # Every operand is a slice with a storage offset and non-unit strides in both dimensions.
     a = random(2 * M + 3, 3 * K)[3::2, 1::3]
     b = random(2 * N, K + 1).t()[1:, 1::2]
@@ -217,7 +265,7 @@ def test_addmm_beta_zero_ignores_nan_self(M, K, N, no_leaks):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_addmm_in_place_out_is_self(dtype, no_leaks):
+def test_addmm_in_place_out_is_self(dtype, no_leaks, launch_shape):
     M, K, N = 34, 21, 40
     self, a, b = random(M, N, dtype=dtype), random(M, K, dtype=dtype), random(K, N, dtype=dtype)
     device_self = Tensor.from_array(self, copy=True)
@@ -252,13 +300,13 @@ def test_empty_output_is_a_no_op(shape, no_leaks):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,M,K,N", [(3, 5, 7, 2), (2, 1, 128, 33), (4, 37, 50, 29), (2, 70, 20, 300)])
-def test_bmm(B, M, K, N, dtype, no_leaks):
+def test_bmm(B, M, K, N, dtype, no_leaks, launch_shape):
     a, b = random(B, M, K, dtype=dtype), random(B, K, N, dtype=dtype)
     result = run(lib.aoti_torch_mps_bmm_out, filled_like((B, M, N), dtype), a, b)
     assert_matches(result, a.double() @ b.double(), dtype, K)
 
 
-def test_bmm_permuted_batches_and_out(no_leaks):
+def test_bmm_permuted_batches_and_out(no_leaks, launch_shape):
     # Batch dimension not outermost in any operand, as attention's q @ k.transpose(-1, -2).
     B, M, K, N = 3, 20, 24, 18
     a = random(M, B, K).permute(1, 0, 2)
@@ -270,7 +318,7 @@ def test_bmm_permuted_batches_and_out(no_leaks):
 
 @pytest.mark.parametrize("self_shape", [(18,), (20, 1), (1, 20, 18), (3, 20, 18), (3, 1, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_baddbmm_broadcasts_self(self_shape, dtype, no_leaks):
+def test_baddbmm_broadcasts_self(self_shape, dtype, no_leaks, launch_shape):
     B, M, K, N = 3, 20, 24, 18
     self, a, b = random(*self_shape, dtype=dtype), random(B, M, K, dtype=dtype), random(B, K, N, dtype=dtype)
     result = run(lib.aoti_torch_mps_baddbmm_out, filled_like((B, M, N), dtype), self, a, b,
@@ -385,7 +433,7 @@ def test_null_handles(no_leaks):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,K,N", [(513, 257, 129), (256, 1024, 256), (1, 4096, 1000), (1000, 777, 1)])
-def test_mm_large(M, K, N, dtype):
+def test_mm_large(M, K, N, dtype, launch_shape):
     a, b = random(M, K, dtype=dtype), random(K, N, dtype=dtype)
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), a, b)
     assert_matches(result, a.double() @ b.double(), dtype, K)
