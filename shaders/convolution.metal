@@ -304,7 +304,11 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
 // (kh, kw) of eight neighbouring output pixels is an 8 x 8 simdgroup matrix at a fixed stride
 // in that window: each input value is read from device memory once per chunk instead of once
 // per tap, and each weight once per pixel block instead of once per 32 pixels.
-// Eight simdgroups, each two output rows of the block.
+// Eight simdgroups, each two output rows of the block. Launched in the CPU device's shape
+// (ConvParams::cpu_shape; the host also gives groups of up to 16 output channels 16-channel
+// blocks there), the weights are staged as runs of one (tap, channel) pair's output channels
+// and the results leave threadgroup memory as runs of one channel's pixels: the same sums in the
+// same order, in fewer instructions on a CPU.
 constant constexpr uint kTiledRows = 16;
 constant constexpr uint kTiledChunk = 8;
 constant constexpr uint kTiledThreads = 256;
@@ -342,7 +346,11 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
   threadgroup float* window = tiles;
   threadgroup float* weight_tile = tiles + window_size;
 
+  // Declared once, outside the loops: on the CPU device each declaration of a simdgroup
+  // matrix is a pass over the group's threads.
   simdgroup_float8x8 accumulators[2][ColumnFragments][ChannelFragments];
+  simdgroup_float8x8 weight_fragments[ChannelFragments];
+  simdgroup_float8x8 pixels;
   for (uint i = 0; i < 2; ++i) {
     for (uint f = 0; f < ColumnFragments; ++f) {
       for (uint j = 0; j < ChannelFragments; ++j) {
@@ -351,53 +359,81 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
     }
   }
 
+  // Index math shared by the whole block, out of the per-element loops: the block's first
+  // input row and column, the offsets of its image and input channel group, its first
+  // output channel's weights, and how many of its output channels the group has.
+  const long first_ih = oh0 * p.stride[1] - p.padding[1];
+  const long first_iw = ow0 * p.stride[2] - p.padding[2];
+  const long window_positions = window_rows * window_columns;
+  const long input_base = n * p.input_strides[0] + first_in_channel * p.input_strides[1];
+  const long weight_base = p.weight_offset + group * p.weight_group_stride + column0 * p.weight_strides[0];
+  const long block_channels = p.out_channels_per_group - column0;
+
   for (long c0 = 0; c0 < p.in_channels_per_group; c0 += kTiledChunk) {
+    const long channels_left = p.in_channels_per_group - c0;
+    const uint chunk_channels = channels_left < kTiledChunk ? uint(channels_left) : kTiledChunk;
     for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
       const long id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
       const bool plane_inside = id >= 0 && id < p.input_sizes[0];
+      const long plane_base = input_base + c0 * p.input_strides[1] + id * p.input_strides[2];
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      for (long i = thread_index; i < window_size; i += kTiledThreads) {
-        const long column = i % window_columns;
-        const long row = (i / window_columns) % window_rows;
-        const long c = i / (window_columns * window_rows);
-        const long ih = oh0 * p.stride[1] - p.padding[1] + row;
-        const long iw = ow0 * p.stride[2] - p.padding[2] + column;
-        float value = 0.0f;
-        if (plane_inside && c0 + c < p.in_channels_per_group && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 &&
-            iw < p.input_sizes[2]) {
-          value = float(input[n * p.input_strides[0] + (first_in_channel + c0 + c) * p.input_strides[1] +
-                              id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]]);
-        }
-        window[(row * window_columns + column) * kTiledChunk + c] = value;
+      // A thread stages whole window positions, every channel of the chunk at each: one
+      // division per position instead of three per element.
+      for (long position = thread_index; position < window_positions; position += kTiledThreads) {
+        const long row = position / window_columns;
+        const long column = position - row * window_columns;
+        const long ih = first_ih + row;
+        const long iw = first_iw + column;
+        const bool inside = plane_inside && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2];
+        const long offset = plane_base + ih * p.input_strides[3] + iw * p.input_strides[4];
+        const uint loaded = inside ? chunk_channels : 0;
+        threadgroup float* target = window + position * kTiledChunk;
+        for (uint c = 0; c < loaded; ++c) target[c] = float(input[offset + c * p.input_strides[1]]);
+        for (uint c = loaded; c < kTiledChunk; ++c) target[c] = 0.0f;
       }
       for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
+        const long row_base = weight_base + c0 * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3];
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (long i = thread_index; i < row_weights; i += kTiledThreads) {
-          const long out = i % kChannels;
-          const long c = (i / kChannels) % kTiledChunk;
-          const long kw = i / (kChannels * kTiledChunk);
-          float value = 0.0f;
-          if (plane_inside && c0 + c < p.in_channels_per_group && column0 + out < p.out_channels_per_group) {
-            value = float(weight[p.weight_offset + group * p.weight_group_stride +
-                                 (column0 + out) * p.weight_strides[0] + (c0 + c) * p.weight_strides[1] +
-                                 kd * p.weight_strides[2] + kh * p.weight_strides[3] + kw * p.weight_strides[4]]);
+        if (p.cpu_shape) {
+          // A thread stages one (kw, channel) pair's output channels: a run of the tile.
+          for (uint pair = thread_index; pair < row_weights / kChannels; pair += kTiledThreads) {
+            const uint c = pair % kTiledChunk;
+            const uint kw = pair / kTiledChunk;
+            threadgroup float* target = weight_tile + pair * kChannels;
+            const long offset = row_base + c * p.weight_strides[1] + kw * p.weight_strides[4];
+            const uint filled = !plane_inside || c >= chunk_channels ? 0 : block_channels < kChannels ? uint(block_channels) : kChannels;
+            for (uint out = 0; out < filled; ++out) target[out] = float(weight[offset + out * p.weight_strides[0]]);
+            for (uint out = filled; out < kChannels; ++out) target[out] = 0.0f;
           }
-          weight_tile[i] = value;
+        } else {
+          for (uint i = thread_index; i < row_weights; i += kTiledThreads) {
+            const uint out = i % kChannels;
+            const uint c = (i / kChannels) % kTiledChunk;
+            const uint kw = i / (kChannels * kTiledChunk);
+            float value = 0.0f;
+            if (plane_inside && c < chunk_channels && out < block_channels) {
+              value = float(weight[row_base + out * p.weight_strides[0] + c * p.weight_strides[1] +
+                                   kw * p.weight_strides[4]]);
+            }
+            weight_tile[i] = value;
+          }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
         for (long kw = 0; kw < p.kernel_sizes[2]; ++kw) {
-          simdgroup_float8x8 weight_fragments[ChannelFragments];
           for (uint j = 0; j < ChannelFragments; ++j) {
             simdgroup_load(weight_fragments[j], weight_tile + kw * kTiledChunk * kChannels, kChannels,
                            ulong2(8 * j, 0));
           }
           for (uint i = 0; i < 2; ++i) {
-            const long row = (2 * simdgroup + i) * p.stride[1] + kh * p.dilation[1];
             for (uint f = 0; f < ColumnFragments; ++f) {
+              // The window row and column of the fragment's first pixel under tap (kh, kw),
+              // computed in the load's argument: once per simdgroup on the CPU device, where a
+              // per-thread variable would be computed and kept for every thread.
               const long column = 8 * f * p.stride[2] + kw * p.dilation[2];
-              simdgroup_float8x8 pixels;
-              simdgroup_load(pixels, window + (row * window_columns + column) * kTiledChunk,
+              simdgroup_load(pixels,
+                             window + (((2 * simdgroup + i) * p.stride[1] + kh * p.dilation[1]) * window_columns +
+                                       column) * kTiledChunk,
                              p.stride[2] * kTiledChunk, ulong2(0, 0));
               for (uint j = 0; j < ChannelFragments; ++j) {
                 simdgroup_multiply_accumulate(accumulators[i][f][j], pixels, weight_fragments[j],
@@ -410,27 +446,71 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
     }
   }
 
-  // Each simdgroup writes its fragments through its own 8 x 8 scratch in threadgroup memory.
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  threadgroup float* scratch = tiles + 64 * simdgroup;
-  for (uint i = 0; i < 2; ++i) {
-    for (uint f = 0; f < ColumnFragments; ++f) {
-      for (uint j = 0; j < ChannelFragments; ++j) {
-        simdgroup_store(accumulators[i][f][j], scratch, 8, ulong2(0, 0));
-        simdgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint e = lane; e < 64; e += 32) {
-          const long oh = oh0 + 2 * simdgroup + i;
-          const long ow = ow0 + 8 * f + e % 8;
-          const long column = column0 + 8 * j + e / 8;
-          if (oh < p.output_sizes[1] && ow < p.output_sizes[2] && column < p.out_channels_per_group) {
-            const long co = first_out_channel + column;
-            float sum = scratch[(e % 8) * 8 + e / 8];
-            if (p.has_bias) sum += float(bias[co * p.bias_stride]);
-            output[n * p.output_strides[0] + co * p.output_strides[1] + od * p.output_strides[2] +
-                   oh * p.output_strides[3] + ow * p.output_strides[4]] = T(sum);
-          }
+  // The results, bias added last.
+  const long output_base = n * p.output_strides[0] + (first_out_channel + column0) * p.output_strides[1] +
+                           od * p.output_strides[2];
+  const long bias_base = (first_out_channel + column0) * p.bias_stride;
+  if (p.cpu_shape) {
+    // One channel fragment j at a time, each simdgroup stores its 2 x ColumnFragments result
+    // fragments into its part of threadgroup memory (row copies on the CPU device: the window
+    // is at least 16 x 8 * ColumnFragments x kTiledChunk floats, room for all eight
+    // simdgroups' parts); then each thread writes runs of one channel's consecutive pixels,
+    // reading the fragment's column. Each result element costs a few instructions, where a
+    // thread storing its own two elements of each fragment costs tens on the CPU device.
+    constexpr uint kFragments = 2 * ColumnFragments;  // per simdgroup and channel fragment
+    constexpr uint kRuns = 8 * kFragments * 8;        // (simdgroup, fragment, channel)
+    const bool has_bias = p.has_bias;
+    for (uint j = 0; j < ChannelFragments; ++j) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      for (uint i = 0; i < 2; ++i) {
+        for (uint f = 0; f < ColumnFragments; ++f) {
+          simdgroup_store(accumulators[i][f][j], tiles + 64 * (kFragments * simdgroup + ColumnFragments * i + f), 8,
+                          ulong2(0, 0));
         }
-        simdgroup_barrier(mem_flags::mem_threadgroup);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      for (uint run = thread_index; run < kRuns; run += kTiledThreads) {
+        const uint c = run % 8;
+        const uint fragment = (run / 8) % kFragments;
+        const uint run_simdgroup = run / (8 * kFragments);
+        const long oh = oh0 + 2 * run_simdgroup + fragment / ColumnFragments;
+        const long ow = ow0 + 8 * (fragment % ColumnFragments);
+        const uint column = 8 * j + c;  // of the block
+        const long pixels_left = p.output_sizes[2] - ow;
+        if (oh >= p.output_sizes[1] || pixels_left <= 0 || column >= block_channels) continue;
+        const uint count = pixels_left < 8 ? uint(pixels_left) : 8;
+        threadgroup const float* source = tiles + 64 * (kFragments * run_simdgroup + fragment) + c;
+        device T* target = output + output_base + column * p.output_strides[1] + oh * p.output_strides[3] +
+                           ow * p.output_strides[4];
+        const float channel_bias = has_bias ? float(bias[bias_base + column * p.bias_stride]) : 0.0f;
+        for (uint r = 0; r < count; ++r) {
+          const float sum = source[8 * r];
+          target[r * p.output_strides[4]] = T(has_bias ? sum + channel_bias : sum);
+        }
+      }
+    }
+  } else {
+    // Each simdgroup writes its fragments through its own 8 x 8 scratch in threadgroup memory.
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    threadgroup float* scratch = tiles + 64 * simdgroup;
+    for (uint i = 0; i < 2; ++i) {
+      for (uint f = 0; f < ColumnFragments; ++f) {
+        for (uint j = 0; j < ChannelFragments; ++j) {
+          simdgroup_store(accumulators[i][f][j], scratch, 8, ulong2(0, 0));
+          simdgroup_barrier(mem_flags::mem_threadgroup);
+          for (uint e = lane; e < 64; e += 32) {
+            const long oh = oh0 + 2 * simdgroup + i;
+            const long ow = ow0 + 8 * f + e % 8;
+            const uint column = 8 * j + e / 8;  // of the block
+            if (oh < p.output_sizes[1] && ow < p.output_sizes[2] && column < block_channels) {
+              float sum = scratch[(e % 8) * 8 + e / 8];
+              if (p.has_bias) sum += float(bias[bias_base + column * p.bias_stride]);
+              output[output_base + column * p.output_strides[1] + oh * p.output_strides[3] +
+                     ow * p.output_strides[4]] = T(sum);
+            }
+          }
+          simdgroup_barrier(mem_flags::mem_threadgroup);
+        }
       }
     }
   }
@@ -653,8 +733,10 @@ kernel void convolution_transposed_gemm(device T* output [[buffer(0)]],
   template [[host_name("convolution_transposed_gemm_" #SUFFIX)]] kernel void                       \
   convolution_transposed_gemm<T>(device T*, const device T*, const device T*, const device T*,     \
                                  constant ConvParams&, uint3, uint, uint, uint);                   \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 2)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 4)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 1, 8)                                                   \
+  INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 2)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 4)                                                   \
   INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, 2, 8)
 

@@ -279,11 +279,16 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
   const std::vector<int64_t> output_sizes = {p.batch, p.out_channels, p.output_sizes[0], p.output_sizes[1],
                                              p.output_sizes[2]};
   uint64_t column_fragments = p.output_sizes[2] > 8 ? 2 : 1;
-  uint64_t channel_fragments = p.out_channels_per_group > 32 ? 8 : 4;
+  // On the CPU device a simdgroup matrix product costs the same whether its channels exist or
+  // not: groups of up to 16 output channels take 16-channel blocks there (a GPU's 32-channel
+  // blocks keep its simdgroups busier).
+  uint64_t channel_fragments = p.out_channels_per_group > 32                                   ? 8
+                               : p.out_channels_per_group > 16 || launch_shape() == LaunchShape::gpu ? 4
+                                                                                                   : 2;
   if (reads && tiled_memory(p, column_fragments, channel_fragments) > kThreadgroupMemoryLimit)
     column_fragments = 1;
   if (reads && tiled_memory(p, column_fragments, channel_fragments) > kThreadgroupMemoryLimit)
-    channel_fragments = 4;
+    channel_fragments = std::min<uint64_t>(channel_fragments, 4);
   const uint64_t tiled_bytes = reads ? tiled_memory(p, column_fragments, channel_fragments) : 0;
 
   // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
@@ -310,8 +315,10 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
     const uint64_t group_planes = planes * uint64_t(groups);
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
                 shape_text(output_sizes), " exceeds the dispatch limit");
+    ConvParams tiled = p;
+    tiled.cpu_shape = launch_shape() == LaunchShape::cpu;
     KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
-    bind(launch, p, operands).threadgroup_memory(0, tiled_bytes);
+    bind(launch, tiled, operands).threadgroup_memory(0, tiled_bytes);
     launch.threadgroups({pixel_blocks, blocks(uint64_t(p.out_channels_per_group), 8 * channel_fragments),
                          group_planes},
                         {kTiledThreads, 1, 1});

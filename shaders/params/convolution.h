@@ -31,9 +31,11 @@ struct ConvParams {
   int64 output_strides[5];
   int64 bias_stride;
   int32 has_bias;
-  int32 reserved;           // keeps the struct's size a multiple of 8 on both sides
+  // convolution_tiled launched in the CPU device's shape (launch_shape()): the same blocks,
+  // staged and stored in the orders that cost a CPU fewest instructions.
+  int32 cpu_shape;
 };
-ETM_PARAMS_LAYOUT(ConvParams, 328, reserved, 324);
+ETM_PARAMS_LAYOUT(ConvParams, 328, cpu_shape, 324);
 
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops

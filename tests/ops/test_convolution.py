@@ -9,13 +9,14 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import device_view, poisoning_failure, random
+from ops_testing import device_view, launch_shape, poisoning_failure, random  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Bias on and off in float32; the half-precision runs keep the bias (it is one more rounded input).
@@ -121,6 +122,86 @@ def test_forward(input_shape, weight_shape, stride, padding, dilation, groups, w
     input, weight = random(*input_shape, dtype=dtype), random(*weight_shape, dtype=dtype)
     bias = random(weight_shape[0], dtype=dtype) if with_bias else None
     check(input, weight, bias, stride, padding, dilation, groups=groups)
+
+
+# Pixel-block implicit GEMM in both launch shapes: the GPU's (32- and 64-channel blocks, results
+# through a per-simdgroup scratch) and the CPU device's (16-channel blocks for up to 16 channels,
+# weights staged by (tap, channel) runs, results written by runs of pixels). Partial blocks in
+# rows, columns, output channels (16-, 32- and 64-channel blocks) and input channel chunks;
+# strided and dilated taps, groups, a 3-D problem, a channels-last output.
+PIXEL_BLOCK_CASES = [
+    ((1, 3, 19, 21), (16, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((2, 10, 17, 9), (12, 10, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((1, 16, 12, 24), (24, 16, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((1, 8, 20, 20), (40, 8, 3, 3), [2, 2], [1, 1], [1, 1], 1),
+    ((1, 12, 16, 16), (20, 6, 3, 3), [1, 1], [2, 2], [2, 2], 2),
+    ((1, 16, 16, 17), (3, 16, 1, 1), [1, 1], [0, 0], [1, 1], 1),
+    ((1, 4, 3, 9, 10), (10, 4, 2, 3, 3), [1, 1, 1], [1, 1, 1], [1, 1, 1], 1),
+]
+
+
+@pytest.mark.parametrize("dtype,with_bias", DTYPE_BIAS)
+@pytest.mark.parametrize("input_shape,weight_shape,stride,padding,dilation,groups", PIXEL_BLOCK_CASES)
+def test_pixel_blocks_in_both_launch_shapes(input_shape, weight_shape, stride, padding, dilation, groups, with_bias,
+                                            dtype, launch_shape, no_leaks):
+    input, weight = random(*input_shape, dtype=dtype), random(*weight_shape, dtype=dtype)
+    bias = random(weight_shape[0], dtype=dtype) if with_bias else None
+    check(input, weight, bias, stride, padding, dilation, groups=groups)
+
+
+@pytest.mark.parametrize("input_shape,weight_shape,stride,padding,dilation,groups", PIXEL_BLOCK_CASES)
+def test_pixel_blocks_same_bits_in_both_launch_shapes(input_shape, weight_shape, stride, padding, dilation, groups,
+                                                      monkeypatch, no_leaks):
+    # The shapes differ in block widths and in how operands are staged and results stored, not in
+    # what each output sums or in which order: the results are the same bits.
+    input, weight, bias = random(*input_shape), random(*weight_shape), random(weight_shape[0])
+    results = []
+    for shape in ("gpu", "cpu"):
+        monkeypatch.setenv("ETMETAL_OP_SHAPES", shape)
+        results.append(check(input, weight, bias, stride, padding, dilation, groups=groups).torch())
+    assert torch.equal(results[0], results[1])
+
+
+def test_pixel_blocks_channels_last_in_both_launch_shapes(launch_shape, no_leaks):
+    # Channels-last input and weight (unit channel strides); the result is contiguous and the
+    # same bits as from contiguous operands.
+    input = random(2, 12, 18, 20).contiguous(memory_format=torch.channels_last)
+    weight = random(16, 12, 3, 3).contiguous(memory_format=torch.channels_last)
+    bias = random(16)
+    result = check(input, weight, bias, [1, 1], [1, 1], [1, 1])
+    contiguous = check(input.contiguous(), weight.contiguous(), bias, [1, 1], [1, 1], [1, 1])
+    assert torch.equal(result.torch(), contiguous.torch())
+
+
+PATH_PROBE = """
+import sys, torch
+sys.path[:0] = sys.argv[1:]
+from test_convolution import call
+import etmetal_py
+torch.manual_seed(3)
+input, weight, bias = torch.randn(1, 9, 18, 19), torch.randn(20, 9, 3, 3), torch.randn(20)
+code, result = call(input, weight, bias, [1, 1], [1, 1], [1, 1])
+etmetal_py.check(code)
+sys.stdout.write(result.torch().numpy().tobytes().hex())
+"""
+
+
+@pytest.mark.parametrize("shape", ["gpu", "cpu"])
+def test_pixel_blocks_same_bits_on_fibers_and_barrier_regions(shape):
+    # The CPU device runs convolution_tiled as barrier regions; on fibers (one context per
+    # thread, the reference semantics) it must give the same bits, in either launch shape. The
+    # path is chosen when the library loads, so each runs in a process of its own.
+    results = {}
+    for path in ("regions", "fibers"):
+        env = dict(os.environ, ETMETAL_OP_SHAPES=shape, ETMETAL_CPU_EXECUTION=path, ETMETAL_LOG="debug")
+        here = Path(__file__).resolve().parent
+        run = subprocess.run([sys.executable, "-c", PATH_PROBE, str(here), str(here.parent)], env=env,
+                             cwd=here.parents[1], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        expected_path = "barrier regions" if path == "regions" else "fibers"
+        assert f"kernel 'convolution_tiled_2x4_float' runs as {expected_path}" in run.stderr, run.stderr[-3000:]
+        results[path] = run.stdout
+    assert results["regions"] == results["fibers"]
 
 
 # (input shape, weight shape [C_in, C_out/groups, *k], stride, padding, dilation, output_padding, groups)

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Instructions per forward convolution call on the CPU device, counted with callgrind
+(valgrind): a C host runs aoti_torch_mps_convolution on one image N times, waiting after each
+call, with one worker thread. Instructions per call = (Ir(2N) - Ir(N)) / N, all threads counted,
+so process start, the kernel compile and the first call cancel out. Kernels are compiled for
+x86-64-v3 (valgrind decodes no AVX-512) unless --isa says otherwise. The problems are the
+UNet-like and resnet18-like layers of tools/bench_models.py that take the pixel-block kernel
+(convolution_tiled) and their launch shape is the device's (ETMETAL_OP_SHAPES forces one).
+Stable where wall-clock ratios are not (a shared, loaded machine).
+
+usage: python3 tools/bench_conv_instructions.py [--calls N] [--isa FLAGS] [--only NAME ...]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HOST = r"""
+#include <etmetal/etmetal.h>
+#include <etmetal/aoti_shim.h>
+#include <etmetal/fallback_convolution.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A contiguous float32 device tensor of pseudo-random values in [-0.5, 0.5). */
+static AtenTensorHandle random_tensor(int64_t dims, const int64_t* sizes, unsigned seed) {
+  int64_t strides[4], count = 1;
+  for (int64_t d = dims - 1; d >= 0; --d) { strides[d] = count; count *= sizes[d]; }
+  AtenTensorHandle tensor;
+  void* data;
+  if (aoti_torch_empty_strided(dims, sizes, strides, aoti_torch_dtype_float32(), aoti_torch_device_type_mps(), 0,
+                               &tensor) || aoti_torch_get_data_ptr(tensor, &data)) exit(2);
+  for (int64_t i = 0; i < count; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    ((float*)data)[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return tensor;
+}
+
+/* host CALLS C_IN SIZE C_OUT KERNEL STRIDE PADDING */
+int main(int argc, char** argv) {
+  if (argc != 8) return 1;
+  const long calls = atol(argv[1]);
+  const int64_t c_in = atol(argv[2]), size = atol(argv[3]), c_out = atol(argv[4]), kernel = atol(argv[5]);
+  const int64_t stride[2] = {atol(argv[6]), atol(argv[6])}, padding[2] = {atol(argv[7]), atol(argv[7])};
+  const int64_t dilation[2] = {1, 1}, output_padding[2] = {0, 0};
+  const int64_t input_sizes[4] = {1, c_in, size, size}, weight_sizes[4] = {c_out, c_in, kernel, kernel};
+  AtenTensorHandle input = random_tensor(4, input_sizes, 1), weight = random_tensor(4, weight_sizes, 2);
+  AtenTensorHandle bias = random_tensor(1, &c_out, 3);
+  for (long k = 0; k < calls; ++k) {
+    AtenTensorHandle output;
+    if (aoti_torch_mps_convolution(input, weight, &bias, stride, 2, padding, 2, dilation, 2, 0, output_padding, 2,
+                                   1, &output) || etmetal_synchronize(ETMETAL_SYNC_COMMIT_AND_WAIT)) {
+      fprintf(stderr, "%s\n", etmetal_last_error());
+      return 3;
+    }
+    aoti_torch_delete_tensor_object(output);
+  }
+  return 0;
+}
+"""
+
+# name: (C_in, size, C_out, kernel, stride, padding)
+PROBLEMS = {
+    "unet enc1a 3->16 3x3 64x64": (3, 64, 16, 3, 1, 1),
+    "unet enc1b 16->16 3x3 64x64": (16, 64, 16, 3, 1, 1),
+    "unet dec1a 32->16 3x3 64x64": (32, 64, 16, 3, 1, 1),
+    "unet enc2b 32->32 3x3 32x32": (32, 32, 32, 3, 1, 1),
+    "unet midb 64->64 3x3 16x16": (64, 16, 64, 3, 1, 1),
+    "unet out 16->3 1x1 64x64": (16, 64, 3, 1, 1, 0),
+    "resnet stem 3->64 7x7 s2 64x64": (3, 64, 64, 7, 2, 3),
+    "resnet layer2 128->128 3x3 8x8": (128, 8, 128, 3, 1, 1),
+}
+
+
+def instructions(binary, calls, problem, folder, env):
+    out = Path(folder) / f"callgrind.{calls}"
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary), str(calls),
+                    *map(str, problem)], env=env, check=True, capture_output=True, text=True)
+    return int(re.search(r"^summary:\s+(\d+)", out.read_text(), re.M).group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=4, help="N (default 4)")
+    parser.add_argument("--isa", default="-march=x86-64-v3", help="kernel ISA flags (default -march=x86-64-v3)")
+    parser.add_argument("--only", nargs="+", choices=list(PROBLEMS), metavar="NAME")
+    args = parser.parse_args()
+    for tool in ("valgrind", "gcc"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is needed")
+    sys.path.insert(0, str(ROOT))
+    import etmetal_py
+
+    library = Path(etmetal_py.library_path())
+    env = dict(os.environ, ETMETAL_DEVICE="cpu", ETMETAL_CPU_THREADS="1", ETMETAL_CPU_ISA="portable",
+               ETMETAL_CXXFLAGS=args.isa)
+    with tempfile.TemporaryDirectory(prefix="etmetal-conv-") as folder:
+        source = Path(folder) / "host.c"
+        source.write_text(HOST)
+        binary = Path(folder) / "host"
+        subprocess.run(["gcc", "-O2", f"-I{ROOT / 'native' / 'include'}", str(source), "-o", str(binary),
+                        str(library), f"-Wl,-rpath,{library.parent}"], check=True)
+        print(f"library {library}; kernels {args.isa}; 1 worker; instructions per call")
+        for name in args.only or PROBLEMS:
+            problem = PROBLEMS[name]
+            subprocess.run([str(binary), "1", *map(str, problem)], env=env, check=True)  # compile once
+            small = instructions(binary, args.calls, problem, folder, env)
+            large = instructions(binary, 2 * args.calls, problem, folder, env)
+            print(f"  {name:34} {(large - small) / args.calls / 1e6:8.2f} M", flush=True)
+
+
+if __name__ == "__main__":
+    main()
