@@ -18,6 +18,7 @@
 #include "device/cpu/fiber_context.h"
 #include "device/cpu/kernel_faults.h"
 #include "device/settings.h"
+#include "device/tls_model.h"
 #include "device/cpu/metal_include/etm_lane.h"
 
 namespace etm::device::cpu {
@@ -332,12 +333,18 @@ struct ExecutionContext {
   FiberScheduler* scheduler = nullptr;  // null on the loop and barrier-region paths
 };
 
-// Read on every barrier and SIMD exchange. (Not initial-exec TLS: libetmetal is dlopen'ed
-// late, e.g. by Python after torch, when no static TLS is left to give it.)
-thread_local ExecutionContext* tl_context = nullptr;
+struct WorkerState;
 
-// Set on the pool's workers.
-thread_local bool tl_pool_worker = false;
+// What the executor keeps per thread, in one thread-local that needs no guard (trivially
+// constructed and destroyed), so that run_job reaches all of it with one TLS lookup. (Not
+// initial-exec TLS: libetmetal is dlopen'ed late, e.g. by Python after torch, when no static
+// TLS is left to give it.)
+struct WorkerLocals {
+  ExecutionContext* context = nullptr;  // read on every barrier and SIMD exchange
+  bool pool_worker = false;             // set on the pool's workers
+  WorkerState* state = nullptr;         // once worker_state() has made it
+};
+ETM_THREAD_LOCAL WorkerLocals tl_worker;
 
 struct WorkerState {
   WorkerState()
@@ -347,8 +354,10 @@ struct WorkerState {
   FiberScheduler scheduler;
 };
 
-WorkerState& worker_state() {
-  thread_local WorkerState state;
+// The calling thread's state, made at its first job and destroyed when the thread exits.
+[[gnu::noinline]] WorkerState& worker_state() {
+  ETM_THREAD_LOCAL WorkerState state;
+  tl_worker.state = &state;
   return state;
 }
 
@@ -356,7 +365,8 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
                 KernelFaultScope* scope);
 
 void run_job(Job* job) {
-  WorkerState& state = worker_state();
+  WorkerLocals& locals = *thread_local_address(tl_worker);
+  WorkerState& state = locals.state ? *locals.state : worker_state();
   if (!state.arena) {
     job->fail("cannot allocate threadgroup memory");
     return;
@@ -367,8 +377,8 @@ void run_job(Job* job) {
   context.scheduler = dispatch.use_fibers ? &state.scheduler : nullptr;
   ExecutionContext fallback = context;  // for groups the region form declines
   fallback.scheduler = &state.scheduler;
-  ExecutionContext* saved = tl_context;
-  tl_context = &context;
+  ExecutionContext* saved = locals.context;
+  locals.context = &context;
   {
     // A fault or the timeout in kernel code returns here (kernel_faults.h).
     KernelFaultScope scope(job->faults());
@@ -380,7 +390,7 @@ void run_job(Job* job) {
       job->fail(scope.message());
     }
   }
-  tl_context = saved;
+  locals.context = saved;
 }
 
 void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
@@ -395,9 +405,9 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
       if (dispatch.validation) dispatch.validation->begin_group(group);
       if (dispatch.regions_entry) {
         if (dispatch.regions_entry(&dispatch.launch, &group) != 0) {
-          tl_context = &fallback;
+          tl_worker.context = &fallback;
           const bool ran = state.scheduler.run_group(job, &group);
-          tl_context = &context;
+          tl_worker.context = &context;
           if (!ran) break;
         }
       } else if (dispatch.use_fibers) {
@@ -428,7 +438,7 @@ class WorkerPool {
   // Runs the job on every worker and the calling thread, or on the calling thread alone.
   void run(Job* job, bool parallel) {
     // A worker running a task must not wait for the pool: it would wait for itself.
-    if (!parallel || workers_.empty() || tl_pool_worker) {
+    if (!parallel || workers_.empty() || tl_worker.pool_worker) {
       // Only the calling thread's state is used: dispatches of other queues may run beside it.
       run_job(job);
       return;
@@ -468,7 +478,7 @@ class WorkerPool {
  private:
   // A parallel job goes first: it waits for every worker, a task for one.
   void worker_loop() {
-    tl_pool_worker = true;
+    tl_worker.pool_worker = true;
     uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -558,7 +568,7 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
 namespace {
 
 void lane_threadgroup_barrier() {
-  ExecutionContext* context = tl_context;
+  ExecutionContext* context = tl_worker.context;
   if (!context) return;  // not inside a dispatch
   if (!context->scheduler) {
     context->job->fail(
@@ -572,11 +582,11 @@ void lane_threadgroup_barrier() {
 }
 
 void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_cpu_simd_view* out) {
-  ExecutionContext* context = tl_context;
+  ExecutionContext* context = tl_worker.context;
   if (size > kMaxExchangeBytes || !context || !context->scheduler) {
     // Not a collective this executor can run: answer as a lone active lane, and fail the
     // dispatch (when there is one) so the result is never used.
-    static thread_local unsigned char alone[kExchangeBufferBytes];
+    static ETM_THREAD_LOCAL unsigned char alone[kExchangeBufferBytes];
     std::memset(alone, 0, sizeof alone);
     std::memcpy(alone, value, std::min<uint32_t>(size, kMaxExchangeBytes));
     out->values = alone;
@@ -605,7 +615,7 @@ void lane_simd_exchange(const void* site, const void* value, uint32_t size, etm_
 }  // namespace
 
 bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_syncs) {
-  const ExecutionContext* context = tl_context;
+  const ExecutionContext* context = tl_worker.context;
   const Fiber* fiber = context && context->scheduler ? context->scheduler->current() : nullptr;
   if (!fiber) return false;
   *index = fiber->index;

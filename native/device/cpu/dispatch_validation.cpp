@@ -15,6 +15,7 @@
 #include "device/cpu/kernel_support/etm_cpu_threadgroup_checks.h"
 #include "device/cpu/msl_translator.h"
 #include "device/settings.h"
+#include "device/tls_model.h"
 
 extern char** environ;
 
@@ -148,8 +149,8 @@ struct WorkerShadow : etm_cpu_checks::WorkerChecks {
 namespace {
 // The calling worker's shadow, made by its first group and kept for the thread's life. Every
 // check reads the plain pointer: one thread-local load, no initialisation guard.
-thread_local WorkerShadow* tl_shadow = nullptr;
-thread_local std::unique_ptr<WorkerShadow> tl_shadow_storage;
+ETM_THREAD_LOCAL WorkerShadow* tl_shadow = nullptr;
+ETM_THREAD_LOCAL std::unique_ptr<WorkerShadow> tl_shadow_storage;
 
 // The worker's record from what the kernel holds (etm_cpu_validation::worker's result).
 WorkerShadow* shadow_of(void* worker) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "device/settings.h"
+#include "device/tls_model.h"
 
 namespace etm::device::cpu {
 namespace {
@@ -439,7 +440,7 @@ size_t thread_scope_slot() {
     SignalStack signal_stack;
     ScopeSlot slot;
   };
-  thread_local ThreadState state;
+  ETM_THREAD_LOCAL ThreadState state;
   if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
   return state.slot.index;
 }
