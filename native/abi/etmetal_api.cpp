@@ -4,6 +4,7 @@
 
 #include "abi/guard.h"
 #include "device/settings.h"
+#include "device/tls_model.h"
 #include "etmetal/etmetal.h"
 
 using namespace etm;
@@ -44,7 +45,7 @@ extern "C" const char* etmetal_device_kind(void) {
 extern "C" const char* etmetal_version(void) { return ETMETAL_VERSION; }
 
 extern "C" const char* etmetal_configuration(void) {
-  thread_local std::string text;
+  ETM_THREAD_LOCAL std::string text;
   guarded(__func__, [&] { text = settings::describe(); });
   return text.c_str();
 }

@@ -95,11 +95,13 @@ inline Handles& handles() {
 }
 
 // Any live tensor, also an undefined one (aoti_torch_new_uninitialized_tensor: no storage).
-inline Tensor& any_tensor_of(AtenTensorHandle handle) { return *handles().tensors.get(handle); }
+inline Tensor& any_tensor_of(AtenTensorHandle handle, ThreadContext& context = thread_context) {
+  return *handles().tensors.get(handle, context);
+}
 
 // A live, defined tensor.
-inline Tensor& tensor_of(AtenTensorHandle handle) {
-  Tensor& tensor = any_tensor_of(handle);
+inline Tensor& tensor_of(AtenTensorHandle handle, ThreadContext& context = thread_context) {
+  Tensor& tensor = any_tensor_of(handle, context);
   ETM_REQUIRE(tensor.storage, "undefined tensor (from aoti_torch_new_uninitialized_tensor)");
   return tensor;
 }

@@ -13,36 +13,39 @@
 #include <unordered_map>
 
 #include "runtime/error.h"
+#include "runtime/thread_context.h"
 
 namespace etm::abi {
 
-// The calling thread's recent lookups in the registries of one kind: a hit takes no lock. A
-// registry advances its generation on every removal, which makes all its cached entries stale,
-// so a freed handle is never answered from here.
-template <typename T>
+// The calling thread's recent lookups in one registry, in the registry's table of the thread's
+// context: a hit takes no lock. A registry advances its generation on every removal, which
+// makes all its remembered lookups stale, so a freed handle is never answered from here. A
+// registry made after the context's tables ran out remembers nothing (each lookup locks).
 class LookupCache {
  public:
-  // The object cached for `handle` of `registry` at `generation`, else null.
-  static T* find(const void* registry, const void* handle, uint64_t generation) {
-    const Entry& cached = entry(handle);
-    const bool hit = cached.handle == handle && cached.registry == registry && cached.generation == generation;
-    return hit ? cached.object : nullptr;
+  LookupCache() : table_(next_table()) {}
+
+  // The object remembered for `handle` at `generation`, else null.
+  void* find(ThreadContext& context, const void* handle, uint64_t generation) const {
+    if (table_ >= ThreadContext::kLookupTables) return nullptr;
+    const HandleLookup& remembered = entry(context, handle);
+    return remembered.handle == handle && remembered.generation == generation ? remembered.object : nullptr;
   }
-  static void store(const void* registry, const void* handle, T* object, uint64_t generation) {
-    entry(handle) = {registry, handle, object, generation};
+  void store(ThreadContext& context, const void* handle, void* object, uint64_t generation) const {
+    if (table_ < ThreadContext::kLookupTables) entry(context, handle) = {handle, object, generation};
   }
 
  private:
-  struct Entry {
-    const void* registry = nullptr;
-    const void* handle = nullptr;
-    T* object = nullptr;
-    uint64_t generation = 0;
-  };
-  static Entry& entry(const void* handle) {
-    thread_local Entry entries[8];
-    return entries[(reinterpret_cast<uintptr_t>(handle) >> 4) & 7];  // handles are sequential ids
+  static size_t next_table() {
+    static std::atomic<size_t> tables{0};
+    return tables.fetch_add(1, std::memory_order_relaxed);
   }
+  HandleLookup& entry(ThreadContext& context, const void* handle) const {
+    // Handles are sequential ids (next_handle_id).
+    return context.lookups[table_][(reinterpret_cast<uintptr_t>(handle) >> 4) % ThreadContext::kLookupsPerTable];
+  }
+
+  const size_t table_;
 };
 
 inline void* next_handle_id() {
@@ -64,14 +67,15 @@ class HandleRegistry {
     return handle;
   }
 
-  // The live object behind `handle`; throws for null, freed and unknown handles.
-  T* get(const void* handle) const {
-    if (T* cached = LookupCache<T>::find(this, handle, generation_.load(std::memory_order_acquire))) {
-      return cached;
+  // The live object behind `handle`; throws for null, freed and unknown handles. (`context`:
+  // the calling thread's, for a caller that has it at hand.)
+  T* get(const void* handle, ThreadContext& context = thread_context) const {
+    if (void* cached = cache_.find(context, handle, generation_.load(std::memory_order_acquire))) {
+      return static_cast<T*>(cached);
     }
     std::shared_lock lock(mutex_);
     T* object = find(live_, handle)->second.get();
-    LookupCache<T>::store(this, handle, object, generation_.load(std::memory_order_relaxed));
+    cache_.store(context, handle, object, generation_.load(std::memory_order_relaxed));
     return object;
   }
 
@@ -99,6 +103,7 @@ class HandleRegistry {
   mutable std::shared_mutex mutex_;
   std::unordered_map<const void*, std::unique_ptr<T>> live_;
   std::atomic<uint64_t> generation_{0};  // removals so far (LookupCache)
+  LookupCache cache_;
 };
 
 // Handles of objects owned elsewhere (a kernel belongs to its library): one handle per
@@ -127,16 +132,16 @@ class BorrowedHandles {
     generation_.fetch_add(1, std::memory_order_release);
   }
 
-  T* get(const void* handle) const {
-    if (T* cached = LookupCache<T>::find(this, handle, generation_.load(std::memory_order_acquire))) {
-      return cached;
+  T* get(const void* handle, ThreadContext& context = thread_context) const {
+    if (void* cached = cache_.find(context, handle, generation_.load(std::memory_order_acquire))) {
+      return static_cast<T*>(cached);
     }
     ETM_REQUIRE(handle, "null ", kind_, " handle");
     std::shared_lock lock(mutex_);
     auto it = live_.find(handle);
     ETM_REQUIRE(it != live_.end(), "invalid ", kind_, " handle ", handle,
                 " (its library was deleted, or not a ", kind_, ")");
-    LookupCache<T>::store(this, handle, it->second, generation_.load(std::memory_order_relaxed));
+    cache_.store(context, handle, it->second, generation_.load(std::memory_order_relaxed));
     return it->second;
   }
 
@@ -146,6 +151,7 @@ class BorrowedHandles {
   std::unordered_map<const void*, T*> live_;
   std::unordered_map<const T*, void*> handles_;
   std::atomic<uint64_t> generation_{0};  // withdrawals so far (LookupCache)
+  LookupCache cache_;
 };
 
 }  // namespace etm::abi

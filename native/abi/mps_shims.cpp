@@ -16,8 +16,8 @@ using etm::abi::tensor_of;
 
 namespace {
 
-KernelFunction& kernel_of(AOTIMetalKernelFunctionHandle handle) {
-  return *abi::handles().kernels.get(handle);
+KernelFunction& kernel_of(AOTIMetalKernelFunctionHandle handle, ThreadContext& context = thread_context) {
+  return *abi::handles().kernels.get(handle, context);
 }
 
 // The allocation holding `pointer`; throws when it is not device memory.
@@ -36,10 +36,11 @@ void require_within(const BufferLocation& location, size_t offset, size_t length
               location.available, " bytes from ", what, ")");
 }
 
-void dispatch(KernelFunction& kernel, device::Size3 grid, const device::Size3* requested_group) {
+void dispatch(KernelFunction& kernel, device::Size3 grid, const device::Size3* requested_group,
+              ThreadContext& context = thread_context) {
   const uint64_t max_threads = kernel.max_threads_per_group();
   device::Size3 group = requested_group ? *requested_group : device::Size3{max_threads, 1, 1};
-  Runtime::thread_stream().dispatch(&kernel, grid, group);
+  Runtime::thread_stream(context).dispatch(&kernel, grid, group);
 }
 
 }  // namespace
@@ -116,16 +117,18 @@ extern "C" AOTITorchError etmetal_get_kernel_function_with_constants(
 
 extern "C" AOTITorchError aoti_torch_mps_start_encoding(AOTIMetalKernelFunctionHandle func) {
   return guarded_encoding(__func__, [&] {
-    Runtime::thread_stream().start_encoding(&kernel_of(func));
+    ThreadContext& context = this_thread_context();
+    Runtime::thread_stream(context).start_encoding(&kernel_of(func, context));
   });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionHandle func,
                                                         unsigned idx, AtenTensorHandle tensor) {
   return guarded_encoding(__func__, [&] {
-    KernelFunction& kernel = kernel_of(func);
-    const Tensor& t = tensor_of(tensor);
-    Stream& stream = Runtime::thread_stream();
+    ThreadContext& context = this_thread_context();
+    KernelFunction& kernel = kernel_of(func, context);
+    const Tensor& t = tensor_of(tensor, context);
+    Stream& stream = Runtime::thread_stream(context);
     if (t.dim() == 0 && t.device_type == kDeviceCpu) {
       // A host scalar travels by value, as Metal's setBytes; MSL has no double.
       unsigned char* data = t.data();
@@ -151,25 +154,28 @@ extern "C" AOTITorchError aoti_torch_mps_set_arg_tensor(AOTIMetalKernelFunctionH
 extern "C" AOTITorchError aoti_torch_mps_set_arg_int(AOTIMetalKernelFunctionHandle func,
                                                      unsigned idx, int64_t val) {
   return guarded_encoding(__func__, [&] {
-    Runtime::thread_stream().set_argument_bytes(&kernel_of(func), idx, &val, sizeof val);
+    ThreadContext& context = this_thread_context();
+    Runtime::thread_stream(context).set_argument_bytes(&kernel_of(func, context), idx, &val, sizeof val);
   });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_single(AOTIMetalKernelFunctionHandle func,
                                                          uint64_t length) {
   return guarded_encoding(__func__, [&] {
-    KernelFunction& kernel = kernel_of(func);
+    ThreadContext& context = this_thread_context();
+    KernelFunction& kernel = kernel_of(func, context);
     const uint64_t group = std::min<uint64_t>(length, kernel.max_threads_per_group());
     const device::Size3 group_size{group, 1, 1};
-    dispatch(kernel, device::Size3{length, 1, 1}, &group_size);
+    dispatch(kernel, device::Size3{length, 1, 1}, &group_size, context);
   });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_single_with_group_size(
     AOTIMetalKernelFunctionHandle func, uint64_t length, uint64_t group_size) {
   return guarded_encoding(__func__, [&] {
+    ThreadContext& context = this_thread_context();
     const device::Size3 group{group_size, 1, 1};
-    dispatch(kernel_of(func), device::Size3{length, 1, 1}, &group);
+    dispatch(kernel_of(func, context), device::Size3{length, 1, 1}, &group, context);
   });
 }
 
@@ -186,24 +192,28 @@ device::Size3 grid_from(const uint64_t* length, size_t length_size) {
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_array(AOTIMetalKernelFunctionHandle func,
                                                         const uint64_t* length, size_t length_size) {
-  return guarded_encoding(__func__, [&] { dispatch(kernel_of(func), grid_from(length, length_size), nullptr); });
+  return guarded_encoding(__func__, [&] {
+    ThreadContext& context = this_thread_context();
+    dispatch(kernel_of(func, context), grid_from(length, length_size), nullptr, context);
+  });
 }
 
 extern "C" AOTITorchError aoti_torch_mps_dispatch_array_with_group_size(
     AOTIMetalKernelFunctionHandle func, const uint64_t* length, size_t length_size,
     const uint64_t* group_size, size_t group_size_size) {
   return guarded_encoding(__func__, [&] {
-    KernelFunction& kernel = kernel_of(func);
+    ThreadContext& context = this_thread_context();
+    KernelFunction& kernel = kernel_of(func, context);
     const device::Size3 grid = grid_from(length, length_size);
     if (group_size_size == 0) {
-      dispatch(kernel, grid, nullptr);
+      dispatch(kernel, grid, nullptr, context);
       return;
     }
     ETM_REQUIRE(group_size, "group_size is null");
     ETM_REQUIRE(group_size_size == length_size, "group_size has ", group_size_size,
                 " dimensions but the grid has ", length_size);
     const device::Size3 group = grid_from(group_size, group_size_size);
-    dispatch(kernel, grid, &group);
+    dispatch(kernel, grid, &group, context);
   });
 }
 

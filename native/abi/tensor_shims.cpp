@@ -6,6 +6,7 @@
 #include "abi/scalar_types.h"
 #include "etmetal/aoti_shim.h"
 #include "etmetal/etmetal.h"
+#include "device/tls_model.h"
 #include "runtime/dtype.h"
 
 using namespace etm;
@@ -105,7 +106,7 @@ extern "C" uint64_t aoti_torch_abi_version(void) {
 }
 
 namespace {
-thread_local bool grad_mode_enabled = true;
+ETM_THREAD_LOCAL bool grad_mode_enabled = true;
 }
 
 extern "C" bool aoti_torch_grad_mode_is_enabled(void) { return grad_mode_enabled; }

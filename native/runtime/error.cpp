@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "device/settings.h"
+#include "device/tls_model.h"
 
 namespace etm {
 namespace {
@@ -27,7 +28,7 @@ const char* level_name(LogLevel level) {
   return "?";
 }
 
-thread_local std::string thread_last_error;
+ETM_THREAD_LOCAL std::string thread_last_error;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "device/settings.h"
+#include "device/tls_model.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -56,17 +57,17 @@ Runtime& Runtime::get() {
 }
 
 Stream& Runtime::current_stream() {
-  if (Stream* stream = thread_stream_) return *stream;
+  if (Stream* stream = thread_context.stream) return *stream;
   struct ThreadStream {
     std::unique_ptr<Stream> stream;
     ~ThreadStream() {
       stream.reset();
-      thread_stream_ = nullptr;
+      thread_context.stream = nullptr;
     }
   };
-  thread_local ThreadStream owner;
+  ETM_THREAD_LOCAL ThreadStream owner;
   if (!owner.stream) owner.stream = std::make_unique<Stream>(*device_, policy_, write_order_);
-  thread_stream_ = owner.stream.get();
+  thread_context.stream = owner.stream.get();
   return *owner.stream;
 }
 

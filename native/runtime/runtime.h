@@ -11,6 +11,7 @@
 #include "runtime/library.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
+#include "runtime/thread_context.h"
 
 namespace etm {
 
@@ -24,10 +25,10 @@ class Runtime {
   Allocator& allocator() { return *allocator_; }
   // The calling thread's stream, created on first use and finished when the thread exits.
   Stream& current_stream();
-  // The same, for per-dispatch calls: once the thread has its stream, a thread-local read
+  // The same, for per-dispatch calls: once the thread has its stream, a read of its context
   // (no call, no guard of get()'s static).
-  static Stream& thread_stream() {
-    Stream* stream = thread_stream_;
+  static Stream& thread_stream(ThreadContext& context = thread_context) {
+    Stream* stream = context.stream;
     return stream ? *stream : get().current_stream();
   }
   const CommitPolicy& policy() const { return policy_; }
@@ -67,9 +68,6 @@ class Runtime {
   void copy_tensor(const Tensor& dst, const Tensor& src);
 
  private:
-  // Set by current_stream(); a plain pointer, read without the guard that the owning
-  // thread_local's destructor needs.
-  static inline thread_local Stream* thread_stream_ = nullptr;
   explicit Runtime(std::unique_ptr<device::Device> device);
 
   std::unique_ptr<device::Device> device_;

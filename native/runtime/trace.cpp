@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "runtime/error.h"
+#include "device/tls_model.h"
 
 namespace etm::trace {
 namespace {
@@ -109,7 +110,7 @@ uint32_t new_track(const std::string& name) {
 uint32_t thread_track() {
   TraceFile* file = TraceFile::get();
   if (!file) return 0;
-  thread_local uint32_t track = 0;
+  ETM_THREAD_LOCAL uint32_t track = 0;
   if (track == 0) {
     track = file->next_track();
     file->write_event(event_head(file, "M", track, "__metadata", "thread_name") +
