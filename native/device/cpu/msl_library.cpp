@@ -169,6 +169,8 @@ class CpuKernelPipeline : public CpuPipeline {
       : kernel_(kernel),
         object_(std::move(object)),
         timeout_ms_(kernel_timeout_ms()),
+        validating_(validation_enabled()),
+        counting_(counters_enabled()),
         follows_stored_addresses_(follows_stored_addresses) {
     for (size_t k = 0; k < kernel_.arguments.size(); ++k) {
       const KernelArgument& a = kernel_.arguments[k];
@@ -191,7 +193,7 @@ class CpuKernelPipeline : public CpuPipeline {
   bool writes_buffer(uint32_t index) const override { return index < 32 && (written_buffers_ >> index & 1); }
 
   bool may_overlap(const Size3& grid, const Size3& threads_per_group) const override {
-    return !follows_stored_addresses_ && !validation_enabled() && !counters_enabled() &&
+    return !follows_stored_addresses_ && !validating_ && !counting_ &&
            !spreads_over_workers(grid, threads_per_group, object_->use_fibers() || object_->regions());
   }
 
@@ -226,7 +228,7 @@ class CpuKernelPipeline : public CpuPipeline {
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
     uint32_t dynamic_offsets[kMaxArgumentIndex + 1];  // read only at the kernel's threadgroup indices
     // While validating each block is followed by unused bytes, which Metal's limit ignores.
-    const bool validating = validation_enabled();
+    const bool validating = validating_;
     const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
     uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
     if (has_threadgroup_arguments_ || validating) std::fill(std::begin(dynamic_offsets), std::end(dynamic_offsets), 0);
@@ -278,7 +280,7 @@ class CpuKernelPipeline : public CpuPipeline {
     launch.buffers = padded.empty() ? args.buffers.data() : padded.data();
     launch.dynamic_threadgroup_offsets = dynamic_offsets;
     std::unique_ptr<DispatchCountingTable> counting;
-    if (counters_enabled()) {
+    if (counting_) {
       counting = std::make_unique<DispatchCountingTable>(args);
       launch.counters = counting->counters();
     }
@@ -338,6 +340,10 @@ class CpuKernelPipeline : public CpuPipeline {
   // Read when the pipeline is made: reading the environment costs ~900 instructions, an
   // eighth of a small dispatch.
   const uint64_t timeout_ms_;
+  // The process's settings (ETMETAL_VALIDATE, ETMETAL_COUNTERS), kept here: a call each per
+  // dispatch cost ~20 instructions.
+  const bool validating_;
+  const bool counting_;
   const bool follows_stored_addresses_;  // may_follow_stored_addresses of its library
   uint32_t written_buffers_ = 0;  // bit i: the kernel may write the buffer at index i
 };
