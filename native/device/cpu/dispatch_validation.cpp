@@ -356,9 +356,9 @@ void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, u
          shadow.group, thread, site);
 }
 
-// Stores the compiler did not instrument (a store after a load of the same location in one
-// basic block is checked once, as the load) show as changed bytes. No thread switch happens
-// inside a basic block, so the change is the last accessor's, in its epoch then.
+// Stores no hook saw (those of a call to memcpy or memset) show as changed bytes.
+// No thread switch happens inside a basic block, so the change is the last accessor's, in its
+// epoch then.
 void DispatchValidation::settle_pending_store(WorkerShadow& shadow) {
   const uint64_t begin = shadow.pending_begin, size = shadow.pending_end - shadow.pending_begin;
   if (shadow.pending_race_other != kNoThread && size > 0 &&
