@@ -1,6 +1,6 @@
 """Kernel-sanitizer cases; run by test_validation.py in a process with ETMETAL_VALIDATE=1 (the
 flag selects how kernels are compiled, so it must be set before the library loads). Each seeded
-bug's report is computed by hand from the kernel; the clean kernels must produce none. Four
+bug's report is computed by hand from the kernel; the clean kernels must produce none. A few
 cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
 
 import os
@@ -254,6 +254,18 @@ def test_read_one_element_past_a_buffer(core, monkeypatch, capfd):
     assert problems(message, "read_one_past", 1) == [
         thread(99, 3, 3) + " reads 4 bytes at byte offset 400 of buffer 0, out of bounds (400 bytes bound)" +
         at("y[i] = x[i + 1];")]
+
+
+def test_reports_are_appended_to_the_report_file(core, monkeypatch, tmp_path):
+    report_file = tmp_path / "reports.txt"
+    monkeypatch.setenv("ETMETAL_VALIDATE_REPORTS", str(report_file))
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    messages = [failure(lambda: core.function("read_one_past")(x, y, threads=8, group=8)) for _ in range(2)]
+    # Each failed dispatch's whole message, one after the other; clean dispatches add nothing.
+    core.function("read_one_past")(x, y, threads=7, group=7)
+    entries = report_file.read_text()
+    assert entries.count("ETMETAL_VALIDATE found 1 problem:") == 2
+    assert all(m[m.index("kernel 'read_one_past'"):] in entries for m in messages)
 
 
 @pytest.mark.slow
