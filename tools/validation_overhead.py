@@ -2,8 +2,8 @@
 
     python3 tools/validation_overhead.py [--repeat 7]
 
-Clean kernels of the sanitizer's tests (tests/cpu_device/validated_cases.py: an elementwise
-kernel, a barrier kernel, a SIMD-group reduction) run in two child processes, one without and
+Clean kernels of the sanitizer's tests (tests/cpu_device/validated_cases.py: elementwise
+kernels, one of them a read-modify-write, a barrier kernel, a SIMD-group reduction) run in two child processes, one without and
 one with validation (the flag is fixed per process); each prints the median time per dispatch
 after a warm-up, and the ratio of the two medians is reported per kernel. The children run
 kernels on one worker thread and time the process's CPU time, so the ratio stays what the
@@ -35,6 +35,7 @@ y = np.zeros(n, np.float32)
 sums = np.zeros(n // 256, np.float32)
 cases = {
     "scale": lambda f: f(x, y, 3, threads=n, group=256),
+    "add_into": lambda f: f(y, x, threads=n, group=256),
     "reverse_groups": lambda f: f(x, y, threadgroups=n // 64, group=64),
     "group_sums": lambda f: f(x, sums, threadgroups=n // 256, group=256),
 }

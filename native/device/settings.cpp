@@ -44,6 +44,8 @@ const std::vector<Variable>& variables() {
       {"ETMETAL_OP_SHAPES", Kind::choice, "gpu|cpu", 0, 0,
        "the device's own: gpu on Metal (a threadgroup per long line or large window), cpu on the CPU device"},
       {"ETMETAL_VALIDATE", Kind::choice, "0|1", 0, 0, "0 (1: the CPU device checks every kernel access)"},
+      {"ETMETAL_VALIDATE_REPORTS", Kind::text, "", 0, 0,
+       "none (a file: every failed validated dispatch's message is also appended to it)"},
   };
   return table;
 }

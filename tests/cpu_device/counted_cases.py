@@ -49,6 +49,14 @@ kernel void count_into(device atomic_int* counter, device atomic_float* total,
   atomic_fetch_add_explicit(total, 0.5f, memory_order_relaxed);
 }
 
+// Read-modify-writes: each statement loads and stores its element (the compiler checks the
+// location once per block in its address sanitizer; the counts must see both accesses).
+kernel void accumulate(device float* total, device const float* x, device float4* rows,
+                       uint i [[thread_position_in_grid]]) {
+  total[i] += x[i];
+  rows[i] = rows[i] * 2.0f;
+}
+
 kernel void scale_half(device const half* x, device half* y, constant int& factor,
                        uint i [[thread_position_in_grid]]) {
   y[i] = x[i] * half(factor);
@@ -109,6 +117,19 @@ def test_atomics_count_one_read_and_one_write(library):
     assert counter[0] == 1000 and total[0] == 500.0
     d = only_dispatch(counted)
     assert (d.bytes_read, d.bytes_written) == (8000, 8000)
+
+
+def test_read_modify_writes_count_their_loads_and_their_stores(library):
+    total = np.arange(1000, dtype=np.float32)
+    x = np.ones(1000, np.float32)
+    rows = np.arange(4000, dtype=np.float32).reshape(1000, 4)
+    with etmetal_py.counters() as counted:
+        library.function("accumulate")(total, x, rows, threads=1000)
+    np.testing.assert_array_equal(total, np.arange(1000) + 1)
+    np.testing.assert_array_equal(rows, 2 * np.arange(4000, dtype=np.float32).reshape(1000, 4))
+    d = only_dispatch(counted)
+    # Per thread: reads 4 (total) + 4 (x) + 16 (rows), writes 4 (total) + 16 (rows).
+    assert (d.bytes_read, d.bytes_written) == (24_000, 20_000)
 
 
 def test_half_and_set_bytes_scalars(library):

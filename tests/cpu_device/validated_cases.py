@@ -1,6 +1,6 @@
 """Kernel-sanitizer cases; run by test_validation.py in a process with ETMETAL_VALIDATE=1 (the
 flag selects how kernels are compiled, so it must be set before the library loads). Each seeded
-bug's report is computed by hand from the kernel; the clean kernels must produce none. Two
+bug's report is computed by hand from the kernel; the clean kernels must produce none. A few
 cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
 
 import os
@@ -12,7 +12,7 @@ import pytest
 import etmetal_py
 from etmetal_py.kernels import compile_library
 
-# The two kernels of the default cases come first, alone in a small library of their own (each
+# The kernels of the default cases come first, alone in a small library of their own (each
 # kernel compiles the whole library, instrumented); SOURCE starts with them, so lines agree.
 CORE_SOURCE = """
 #include <metal_stdlib>
@@ -30,6 +30,23 @@ kernel void missing_barrier(device const float* x, device float* y,
   threadgroup_barrier(mem_flags::mem_threadgroup);
   tile[t] = x[i];
   y[i] = tile[t ^ 1];
+}
+
+// Each thread adds one to the element after its own: the last thread's load and store both
+// fall past the buffer (the store of a read-modify-write is checked too).
+kernel void increment_next(device float* x, uint i [[thread_position_in_grid]]) {
+  x[i + 1] += 1.0f;
+}
+
+// A counter updated by every thread without atomics: each update's load and store race with
+// the previous thread's.
+kernel void unsynchronised_counter(device int* y, uint t [[thread_position_in_threadgroup]]) {
+  threadgroup int counter[1];
+  if (t == 0) counter[0] = 0;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  counter[0] += 1;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) y[0] = counter[0];
 }
 
 """
@@ -54,17 +71,6 @@ kernel void write_past_tile(device const float* x, device float* y,
   tile[t + 1] = x[i];
   threadgroup_barrier(mem_flags::mem_threadgroup);
   y[i] = tile[t];
-}
-
-// A counter updated by every thread without atomics: the compiler checks each update's load
-// and store once, so the stores are found from the bytes they change.
-kernel void unsynchronised_counter(device int* y, uint t [[thread_position_in_threadgroup]]) {
-  threadgroup int counter[1];
-  if (t == 0) counter[0] = 0;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  counter[0] += 1;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (t == 0) y[0] = counter[0];
 }
 
 kernel void read_before_written(device float* y, uint t [[thread_position_in_threadgroup]]) {
@@ -119,6 +125,10 @@ kernel void count_in_group(device int* counts, uint t [[thread_position_in_threa
 
 kernel void scale(device const float* x, device float* y, constant long& factor, uint i [[thread_position_in_grid]]) {
   y[i] = x[i] * float(factor);
+}
+
+kernel void add_into(device float* y, device const float* x, uint i [[thread_position_in_grid]]) {
+  y[i] += x[i];
 }
 
 // Each lane reads the previous lane's slot of its SIMD group's scratch: simdgroup_barrier orders
@@ -246,6 +256,18 @@ def test_read_one_element_past_a_buffer(core, monkeypatch, capfd):
         at("y[i] = x[i + 1];")]
 
 
+def test_reports_are_appended_to_the_report_file(core, monkeypatch, tmp_path):
+    report_file = tmp_path / "reports.txt"
+    monkeypatch.setenv("ETMETAL_VALIDATE_REPORTS", str(report_file))
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    messages = [failure(lambda: core.function("read_one_past")(x, y, threads=8, group=8)) for _ in range(2)]
+    # Each failed dispatch's whole message, one after the other; clean dispatches add nothing.
+    core.function("read_one_past")(x, y, threads=7, group=7)
+    entries = report_file.read_text()
+    assert entries.count("ETMETAL_VALIDATE found 1 problem:") == 2
+    assert all(m[m.index("kernel 'read_one_past'"):] in entries for m in messages)
+
+
 @pytest.mark.slow
 def test_write_one_element_past_a_buffer(library):
     x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
@@ -295,9 +317,8 @@ def test_write_past_a_threadgroup_array(library):
                      thread(127, 1, 63) + outside, thread(64, 1, 0) + unwritten]
 
 
-def race(reader_or_writer, access, offset, other, did, where="", size=4, seen_by_effect=False):
-    how = " (an update seen by its effect)" if seen_by_effect else ""
-    return (reader_or_writer + f" {access}{how} {size} byte{'s' if size > 1 else ''} at threadgroup memory offset "
+def race(reader_or_writer, access, offset, other, did, where="", size=4):
+    return (reader_or_writer + f" {access} {size} byte{'s' if size > 1 else ''} at threadgroup memory offset "
             f"{offset}, which {other} {did} since the last threadgroup_barrier (a data race)" + where)
 
 
@@ -348,22 +369,29 @@ def test_missing_barrier_is_a_race(core, monkeypatch, capfd):
                          race(thread(3, 0, 3), "reads", tile + 8, thread(2, 0, 2), "wrote", load)]
 
 
-@pytest.mark.slow
-def test_unsynchronised_read_modify_write_is_a_race(library):
+def test_read_modify_write_past_a_buffer_reports_its_load_and_its_store(core):
+    x = np.zeros(10, np.float32)
+    message = failure(lambda: core.function("increment_next")(x, threads=10, group=4))
+    # Only thread 9 (group 2, position 1) updates x[10]: byte 40 of a 40-byte binding, read then
+    # written by the one statement.
+    update = " 4 bytes at byte offset 40 of buffer 0, out of bounds (40 bytes bound)" + at("x[i + 1] += 1.0f;")
+    assert problems(message, "increment_next", 2) == [thread(9, 2, 1) + " reads" + update,
+                                                      thread(9, 2, 1) + " writes" + update]
+
+
+def test_unsynchronised_read_modify_write_is_a_race(core):
     y = np.zeros(1, np.int32)
-    message = failure(lambda: library.function("unsynchronised_counter")(y, threadgroups=1, group=8))
-    # Thread k (1..7) reads the counter thread k - 1 updated; thread k's update (0..8 change
-    # only the low byte) follows thread k - 1's: 2 x 7 reports, in this order. An update found
-    # by its effect has no code address, so no line.
+    message = failure(lambda: core.function("unsynchronised_counter")(y, threadgroups=1, group=8))
+    # Thread k (1..7) reads the counter thread k - 1 updated, then writes it: 2 x 7 reports, in
+    # this order, both at the update's line.
     lines = problems(message, "unsynchronised_counter", 14)
     counter = offset_in(lines[0])
     update = at("counter[0] += 1;")
     expected = []
     for k in range(1, 8):
-        expected.append(race(thread(k, 0, k), "reads", counter, thread(k - 1, 0, k - 1), "wrote", update))
-        expected.append(race(thread(k, 0, k), "writes", counter, thread(k - 1, 0, k - 1), "wrote", "", 1, True))
-    assert lines[:8] == expected[:8]
-    assert lines[8] == "(6 more not shown)"
+        for access in ("reads", "writes"):
+            expected.append(race(thread(k, 0, k), access, counter, thread(k - 1, 0, k - 1), "wrote", update))
+    assert lines == expected[:8] + ["(6 more not shown)"]
 
 
 @pytest.mark.slow
@@ -406,6 +434,9 @@ def test_clean_kernels_report_nothing_and_compute_right(library):
     scaled = np.zeros(256, np.float32)
     library.function("scale")(x, scaled, 3, threads=256)
     np.testing.assert_array_equal(scaled, x * 3)
+
+    library.function("add_into")(scaled, x, threads=256)
+    np.testing.assert_array_equal(scaled, x * 4)
 
 
 @pytest.mark.slow

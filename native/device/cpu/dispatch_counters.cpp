@@ -29,14 +29,22 @@ bool counters_enabled() {
 }
 
 std::vector<std::string> instrumentation_compiler_flags(bool clang) {
-  // Outlined checks (a call per access, never inline shadow-memory tests), no stack or global
-  // redzones: only the hooks see the accesses.
+  // A call per load and store, with its address and size, and nothing else: the hooks
+  // (etm_cpu_counters.h) see every access. Each compiler's address sanitizer checks a memory
+  // reference once per extended basic block, so the store of `x[i] += 1` would reach no hook
+  // after its load did. clang's pass can be told to check each access
+  // (-asan-opt-same-temp=0); g++'s cannot (asan.cc's instrument_derefs skips any reference its
+  // table has seen, with no parameter), so g++ instruments with -fsanitize=thread, whose pass
+  // calls a hook for every load and store and reports atomic operations as such.
   if (clang) {
     return {"-fsanitize=kernel-address", "-mllvm", "-asan-instrumentation-with-call-threshold=0",
-            "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0"};
+            "-mllvm", "-asan-opt-same-temp=0", "-mllvm", "-asan-stack=0", "-mllvm", "-asan-globals=0"};
   }
-  return {"-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
-          "--param", "asan-stack=0", "--param", "asan-globals=0"};
+  // Handed to the compiler proper with -Wp (which bypasses the driver): the driver would link
+  // the kernel object with libtsan, whose runtime cannot be loaded into a running process and
+  // is not wanted; the hooks are the kernel's own. -Wno-tsan: a thread fence is no concern of
+  // the hooks.
+  return {"-Wp,-fsanitize=thread,--param=tsan-instrument-func-entry-exit=0", "-Wno-tsan"};
 }
 
 DispatchCountingTable::DispatchCountingTable(const DispatchArgs& args) {

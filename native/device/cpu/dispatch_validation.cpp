@@ -156,6 +156,20 @@ ETM_THREAD_LOCAL std::unique_ptr<WorkerShadow> tl_shadow_storage;
 WorkerShadow* shadow_of(void* worker) {
   return static_cast<WorkerShadow*>(static_cast<etm_cpu_checks::WorkerChecks*>(worker));
 }
+
+// ETMETAL_VALIDATE_REPORTS=<file>: each failed dispatch's message is appended there too, so a
+// sweep counts the reports of child processes, whose output their parent may not show.
+void append_to_report_file(const std::string& message) {
+  std::string path;
+  if (!settings::read_text("ETMETAL_VALIDATE_REPORTS", &path).ok() || path.empty()) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::string entry = message + "\n";
+  // One write: O_APPEND keeps the entries of concurrent processes whole. A failed one loses
+  // nothing the dispatch's error does not carry.
+  [[maybe_unused]] const ssize_t written = ::write(fd, entry.data(), entry.size());
+  ::close(fd);
+}
 }  // namespace
 
 bool validation_enabled() {
@@ -357,9 +371,9 @@ void DispatchValidation::check_device(WorkerShadow& shadow, uintptr_t address, u
          shadow.group, thread, site);
 }
 
-// Stores the compiler did not instrument (a store after a load of the same location in one
-// basic block is checked once, as the load) show as changed bytes. No thread switch happens
-// inside a basic block, so the change is the last accessor's, in its epoch then.
+// Stores no hook saw (those of a call to memcpy or memset) show as changed bytes.
+// No thread switch happens inside a basic block, so the change is the last accessor's, in its
+// epoch then.
 void DispatchValidation::settle_pending_store(WorkerShadow& shadow) {
   const uint64_t begin = shadow.pending_begin, size = shadow.pending_end - shadow.pending_begin;
   if (shadow.pending_race_other != kNoThread && size > 0 &&
@@ -522,6 +536,7 @@ Status DispatchValidation::outcome(const Status& executed) const {
   if (report_count_ > reports_.size())
     message += "\n  (" + std::to_string(report_count_ - reports_.size()) + " more not shown)";
   if (!executed.ok()) message += "\nthen: " + executed.message();
+  append_to_report_file(message);
   return Status::error(message);
 }
 

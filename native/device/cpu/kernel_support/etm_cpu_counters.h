@@ -1,20 +1,19 @@
 // The access hooks of instrumented kernels: device-memory traffic counters (ETMETAL_COUNTERS=1)
 // and access checks (ETMETAL_VALIDATE=1).
 //
-// The compiler instruments every memory access of the kernel translation unit
-// (-fsanitize=kernel-address with outlined checks: a call to __asan_{load,store}N_noabort
-// before each load and store, with its address and size). Those hooks are defined here: an
-// access that falls inside a binding's byte range adds its size to that binding's counters;
-// threadgroup memory, the stack and the launch data lie outside every binding and are not
-// counted. Because the compiler sees the accesses after inlining and type lowering, the counts
-// follow whatever the source does: vector loads (a float4 load is 16 bytes), pointer
-// arithmetic, casts between pointer types, pointers handed to helper functions, c10 and
-// metal_stdlib helpers, simdgroup_matrix loads. An atomic read-modify-write counts its size
-// once as a read and once as a write (etm_atomic.h adds the read the instrumentation does not
-// see). One gap: g++ checks a memory reference once per extended basic block, so a store to
-// the reference the same block has just loaded (`x[i] += 1`) reaches no hook: it is neither
-// counted nor checked (its address was checked by the load; a race through that store is not
-// seen). g++ has no switch for this.
+// The compiler instruments every memory access of the kernel translation unit with a call
+// before it, with its address and size (dispatch_counters.cpp's flags): g++ with
+// -fsanitize=thread's hooks (__tsan_readN, __tsan_writeN, __tsan_{read,write}_range and the
+// __tsan_atomicN_* operations), clang with -fsanitize=kernel-address's outlined checks
+// (__asan_{load,store}N_noabort). Those hooks are defined here: an access that falls inside a
+// binding's byte range adds its size to that binding's counters; threadgroup memory, the stack
+// and the launch data lie outside every binding and are not counted. Because the compiler sees
+// the accesses after inlining and type lowering, the counts follow whatever the source does:
+// vector loads (a float4 load is 16 bytes), pointer arithmetic, casts between pointer types,
+// pointers handed to helper functions, c10 and metal_stdlib helpers, simdgroup_matrix loads,
+// and both halves of a read-modify-write (`x[i] += 1` is a load and a store). An atomic
+// read-modify-write counts its size once as a read and once as a write (g++'s hooks see the
+// operation; with clang's, which see a store, etm_atomic.h adds the read).
 //
 // With access checks every hook settles what it can itself (an access inside a binding, or far
 // from the bindings and threadgroup memory) and hands the rest to the dispatch's checker
@@ -33,7 +32,7 @@ namespace etm_cpu_kernel {
 // copy per access size (`Size`; 0: any, `any_size`), so the hooks' path for device memory needs
 // no saved registers.
 template <uint64_t Size>
-__attribute__((no_sanitize_address, noinline)) void validate_threadgroup_access(const ValidationState& state,
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) void validate_threadgroup_access(const ValidationState& state,
                                                                                 uint64_t offset, uint64_t any_size,
                                                                                 uint32_t kind, uintptr_t site) {
   const uint64_t size = Size ? Size : any_size;
@@ -44,7 +43,7 @@ __attribute__((no_sanitize_address, noinline)) void validate_threadgroup_access(
 
 // An access outside threadgroup memory and every range but within reach of one: a report,
 // unless it reads the launch data.
-__attribute__((no_sanitize_address, noinline)) inline void validate_near_ranges(
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_near_ranges(
     const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
     uintptr_t site) {
   if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
@@ -54,7 +53,7 @@ __attribute__((no_sanitize_address, noinline)) inline void validate_near_ranges(
   table->check(table->state, address, size, kind, site, state.thread);
 }
 
-__attribute__((no_sanitize_address, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   // The variable's address once: g++ would redo its TLS lookup after branches.
   ValidationState* state_address = &validation_state;
@@ -95,7 +94,7 @@ __attribute__((no_sanitize_address, always_inline)) inline void validate_access(
 
 #if ETM_CPU_COUNTERS
 // The binding that holds [address, address + size), or null.
-__attribute__((no_sanitize_address)) inline etm_cpu_binding* binding_at(uintptr_t address, uint64_t size) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED)) inline etm_cpu_binding* binding_at(uintptr_t address, uint64_t size) {
   etm_cpu_counters* counters = dispatch_counters;
   if (!counters) return nullptr;
   for (uint32_t i = 0; i < counters->binding_count; ++i) {
@@ -107,13 +106,13 @@ __attribute__((no_sanitize_address)) inline etm_cpu_binding* binding_at(uintptr_
   return nullptr;
 }
 
-__attribute__((no_sanitize_address)) inline void count_load(uintptr_t address, uint64_t size) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED)) inline void count_load(uintptr_t address, uint64_t size) {
   if (etm_cpu_binding* binding = binding_at(address, size)) {
     __atomic_fetch_add(&binding->bytes_read, size, __ATOMIC_RELAXED);
   }
 }
 
-__attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, uint64_t size) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED)) inline void count_store(uintptr_t address, uint64_t size) {
   if (etm_cpu_binding* binding = binding_at(address, size)) {
     __atomic_fetch_add(&binding->bytes_written, size, __ATOMIC_RELAXED);
   }
@@ -121,7 +120,7 @@ __attribute__((no_sanitize_address)) inline void count_store(uintptr_t address, 
 #endif
 
 // `site`: the instrumented code's address (the hook's return address).
-__attribute__((no_sanitize_address, always_inline)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void on_load(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_LOAD, site);
 #else
@@ -132,7 +131,7 @@ __attribute__((no_sanitize_address, always_inline)) inline void on_load(uintptr_
 #endif
 }
 
-__attribute__((no_sanitize_address, always_inline)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void on_store(uintptr_t address, uint64_t size, uintptr_t site) {
 #if ETM_CPU_VALIDATE
   validate_access(address, size, ETM_CPU_ACCESS_STORE, site);
 #else
@@ -143,32 +142,138 @@ __attribute__((no_sanitize_address, always_inline)) inline void on_store(uintptr
 #endif
 }
 
+// An atomic operation the instrumentation reported as one (g++'s hooks): never a race; a
+// read-modify-write counts as a read and a write.
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void on_atomic(uintptr_t address, uint64_t size,
+                                                                             bool reads, bool writes,
+                                                                             uintptr_t site) {
+#if ETM_CPU_VALIDATE
+  validate_access(address, size, ETM_CPU_ACCESS_ATOMIC, site);
+#else
+  (void)site;
+#endif
+#if ETM_CPU_COUNTERS
+  if (reads) count_load(address, size);
+  if (writes) count_store(address, size);
+#else
+  (void)reads;
+  (void)writes;
+#endif
+}
+
 }  // namespace etm_cpu_kernel
 
 // The hooks the instrumentation calls (the names and signatures are the compilers' ABI).
+#define ETM_CPU_HOOK extern "C" __attribute__((ETM_CPU_NOT_INSTRUMENTED))
 #define ETM_CPU_ACCESS_SITE reinterpret_cast<uintptr_t>(__builtin_return_address(0))
-#define ETM_CPU_COUNTING_HOOKS(size)                                                              \
-  extern "C" __attribute__((no_sanitize_address)) void __asan_load##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);                                        \
-  }                                                                                               \
-  extern "C" __attribute__((no_sanitize_address)) void __asan_store##size##_noabort(uintptr_t a) { \
-    etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);                                       \
-  }
-ETM_CPU_COUNTING_HOOKS(1)
-ETM_CPU_COUNTING_HOOKS(2)
-ETM_CPU_COUNTING_HOOKS(4)
-ETM_CPU_COUNTING_HOOKS(8)
-ETM_CPU_COUNTING_HOOKS(16)
-#undef ETM_CPU_COUNTING_HOOKS
+#define ETM_CPU_ADDRESS(pointer) reinterpret_cast<uintptr_t>(pointer)
 
-extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintptr_t a, uintptr_t size) {
+// clang (-fsanitize=kernel-address).
+#define ETM_CPU_ADDRESS_SANITIZER_HOOKS(size)                                       \
+  ETM_CPU_HOOK void __asan_load##size##_noabort(uintptr_t a) {                      \
+    etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);                          \
+  }                                                                                 \
+  ETM_CPU_HOOK void __asan_store##size##_noabort(uintptr_t a) {                     \
+    etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);                         \
+  }
+ETM_CPU_ADDRESS_SANITIZER_HOOKS(1)
+ETM_CPU_ADDRESS_SANITIZER_HOOKS(2)
+ETM_CPU_ADDRESS_SANITIZER_HOOKS(4)
+ETM_CPU_ADDRESS_SANITIZER_HOOKS(8)
+ETM_CPU_ADDRESS_SANITIZER_HOOKS(16)
+#undef ETM_CPU_ADDRESS_SANITIZER_HOOKS
+
+ETM_CPU_HOOK void __asan_loadN_noabort(uintptr_t a, uintptr_t size) {
   etm_cpu_kernel::on_load(a, size, ETM_CPU_ACCESS_SITE);
 }
-extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, uintptr_t size) {
+ETM_CPU_HOOK void __asan_storeN_noabort(uintptr_t a, uintptr_t size) {
   etm_cpu_kernel::on_store(a, size, ETM_CPU_ACCESS_SITE);
 }
-#undef ETM_CPU_ACCESS_SITE
 // Bracket dynamic initialisers and calls that do not return; nothing to do for counting or checks.
-extern "C" __attribute__((no_sanitize_address)) void __asan_before_dynamic_init(const char*) {}
-extern "C" __attribute__((no_sanitize_address)) void __asan_after_dynamic_init(void) {}
-extern "C" __attribute__((no_sanitize_address)) void __asan_handle_no_return(void) {}
+ETM_CPU_HOOK void __asan_before_dynamic_init(const char*) {}
+ETM_CPU_HOOK void __asan_after_dynamic_init(void) {}
+ETM_CPU_HOOK void __asan_handle_no_return(void) {}
+
+// g++ (-fsanitize=thread), with the parameter types of g++'s own declarations of these
+// functions. Accesses of other sizes, and unaligned ones, come as ranges.
+#define ETM_CPU_THREAD_SANITIZER_HOOKS(size)                                        \
+  ETM_CPU_HOOK void __tsan_read##size(void* a) {                                    \
+    etm_cpu_kernel::on_load(ETM_CPU_ADDRESS(a), size, ETM_CPU_ACCESS_SITE);         \
+  }                                                                                 \
+  ETM_CPU_HOOK void __tsan_write##size(void* a) {                                   \
+    etm_cpu_kernel::on_store(ETM_CPU_ADDRESS(a), size, ETM_CPU_ACCESS_SITE);        \
+  }
+ETM_CPU_THREAD_SANITIZER_HOOKS(1)
+ETM_CPU_THREAD_SANITIZER_HOOKS(2)
+ETM_CPU_THREAD_SANITIZER_HOOKS(4)
+ETM_CPU_THREAD_SANITIZER_HOOKS(8)
+ETM_CPU_THREAD_SANITIZER_HOOKS(16)
+#undef ETM_CPU_THREAD_SANITIZER_HOOKS
+
+ETM_CPU_HOOK void __tsan_read_range(void* a, long size) {
+  etm_cpu_kernel::on_load(ETM_CPU_ADDRESS(a), static_cast<uint64_t>(size), ETM_CPU_ACCESS_SITE);
+}
+ETM_CPU_HOOK void __tsan_write_range(void* a, long size) {
+  etm_cpu_kernel::on_store(ETM_CPU_ADDRESS(a), static_cast<uint64_t>(size), ETM_CPU_ACCESS_SITE);
+}
+// A store and a load of an object's virtual-table pointer (`slot` holds it).
+ETM_CPU_HOOK void __tsan_vptr_update(void* slot, void*) {
+  etm_cpu_kernel::on_store(ETM_CPU_ADDRESS(slot), sizeof(void*), ETM_CPU_ACCESS_SITE);
+}
+ETM_CPU_HOOK void __tsan_vptr_read(void* slot) {
+  etm_cpu_kernel::on_load(ETM_CPU_ADDRESS(slot), sizeof(void*), ETM_CPU_ACCESS_SITE);
+}
+// The object's constructor calls it; nothing to set up.
+ETM_CPU_HOOK void __tsan_init(void) {}
+
+// The atomic operations: each hook performs its operation (sequentially consistent, at least
+// as strong as any order asked for; the `int`s are the orders the ABI passes).
+#define ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, operation, builtin)                          \
+  ETM_CPU_HOOK T __tsan_atomic##bits##_##operation(volatile void* a, T value, int) {              \
+    etm_cpu_kernel::on_atomic(ETM_CPU_ADDRESS(a), sizeof(T), true, true, ETM_CPU_ACCESS_SITE);     \
+    return builtin(static_cast<volatile T*>(a), value, __ATOMIC_SEQ_CST);                         \
+  }
+#define ETM_CPU_ATOMIC_COMPARE_EXCHANGE_HOOK(bits, T, strength, weak)                                 \
+  ETM_CPU_HOOK bool __tsan_atomic##bits##_compare_exchange_##strength(volatile void* a, void* expected, T desired, \
+                                                                     int, int) {                      \
+    etm_cpu_kernel::on_atomic(ETM_CPU_ADDRESS(a), sizeof(T), true, true, ETM_CPU_ACCESS_SITE);         \
+    return __atomic_compare_exchange_n(static_cast<volatile T*>(a), static_cast<T*>(expected), desired, weak, \
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                           \
+  }
+#define ETM_CPU_ATOMIC_HOOKS(bits, T)                                                                  \
+  ETM_CPU_HOOK T __tsan_atomic##bits##_load(const volatile void* a, int) {                            \
+    etm_cpu_kernel::on_atomic(ETM_CPU_ADDRESS(a), sizeof(T), true, false, ETM_CPU_ACCESS_SITE);        \
+    return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);                      \
+  }                                                                                                   \
+  ETM_CPU_HOOK void __tsan_atomic##bits##_store(volatile void* a, T value, int) {                     \
+    etm_cpu_kernel::on_atomic(ETM_CPU_ADDRESS(a), sizeof(T), false, true, ETM_CPU_ACCESS_SITE);        \
+    __atomic_store_n(static_cast<volatile T*>(a), value, __ATOMIC_SEQ_CST);                           \
+  }                                                                                                   \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, exchange, __atomic_exchange_n)                       \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_add, __atomic_fetch_add)                       \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_sub, __atomic_fetch_sub)                       \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_and, __atomic_fetch_and)                       \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_or, __atomic_fetch_or)                         \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_xor, __atomic_fetch_xor)                       \
+  ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK(bits, T, fetch_nand, __atomic_fetch_nand)                     \
+  ETM_CPU_ATOMIC_COMPARE_EXCHANGE_HOOK(bits, T, strong, false)                                         \
+  ETM_CPU_ATOMIC_COMPARE_EXCHANGE_HOOK(bits, T, weak, true)                                            \
+  ETM_CPU_HOOK T __tsan_atomic##bits##_compare_exchange_val(volatile void* a, T expected, T desired, int, int) { \
+    etm_cpu_kernel::on_atomic(ETM_CPU_ADDRESS(a), sizeof(T), true, true, ETM_CPU_ACCESS_SITE);         \
+    __atomic_compare_exchange_n(static_cast<volatile T*>(a), &expected, desired, false, __ATOMIC_SEQ_CST, \
+                                __ATOMIC_SEQ_CST);                                                    \
+    return expected;                                                                                  \
+  }
+// No 16-byte atomics: kernels using them need libatomic, which kernel objects do not link.
+ETM_CPU_ATOMIC_HOOKS(8, unsigned char)
+ETM_CPU_ATOMIC_HOOKS(16, unsigned short)
+ETM_CPU_ATOMIC_HOOKS(32, unsigned int)
+ETM_CPU_ATOMIC_HOOKS(64, unsigned long)
+#undef ETM_CPU_ATOMIC_HOOKS
+#undef ETM_CPU_ATOMIC_COMPARE_EXCHANGE_HOOK
+#undef ETM_CPU_ATOMIC_READ_MODIFY_WRITE_HOOK
+ETM_CPU_HOOK void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+ETM_CPU_HOOK void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+#undef ETM_CPU_ADDRESS
+#undef ETM_CPU_ACCESS_SITE
+#undef ETM_CPU_HOOK

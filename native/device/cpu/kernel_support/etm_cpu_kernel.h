@@ -35,8 +35,9 @@ inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 #if ETM_CPU_VALIDATE
 // The access checks of the dispatch the calling OS thread runs now, the launch and group data
 // its entry reads (no kernel memory: etm_cpu_counters.h lets those reads pass unchecked), the
-// address of an atomic object the next instrumented access goes to (etm_atomic.h sets it
-// just before the builtin, so that access is checked as atomic), the thread of the group the
+// address of an atomic object the next instrumented access goes to (with clang's
+// instrumentation etm_atomic.h sets it just before the builtin, so that access is checked as
+// atomic), the thread of the group the
 // loop or barrier-region code runs for (ETM_CPU_THREAD_UNKNOWN on fibers), and the checks of the
 // worker running the group (etm_cpu_validation::worker). One variable: one TLS lookup per access.
 struct ValidationState {
@@ -56,7 +57,7 @@ inline thread_local ValidationState validation_state = {nullptr, nullptr, nullpt
 // launch->counters move into the instrumented caller, where they are checked against the
 // previous dispatch's table before this one's is installed.
 #if ETM_CPU_INSTRUMENTED
-__attribute__((no_sanitize_address, noipa)) inline void enter_group(const etm_cpu_launch* launch,
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_group(const etm_cpu_launch* launch,
                                                                     const etm_cpu_group* group) {
   group_arena = group->arena;
 #if ETM_CPU_COUNTERS
@@ -80,14 +81,14 @@ inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { gro
 // access checks need to know). Opaque to the optimiser, so no thread's accesses merge with
 // another's (the checks must see each thread's own).
 #if ETM_CPU_VALIDATE
-__attribute__((no_sanitize_address, noipa)) inline void enter_thread(uint32_t thread) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_thread(uint32_t thread) {
   validation_state.thread = thread;
 }
-__attribute__((no_sanitize_address, noipa)) inline void pass_barrier(uint32_t live) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void pass_barrier(uint32_t live) {
   const etm_cpu_validation* table = validation_state.table;
   if (table) table->barrier(table->state, live);
 }
-__attribute__((no_sanitize_address, noipa)) inline void pass_simd_sync(uint32_t first, uint64_t lanes) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void pass_simd_sync(uint32_t first, uint64_t lanes) {
   const etm_cpu_validation* table = validation_state.table;
   if (table) table->simd_sync(validation_state.worker, first, lanes);
 }

@@ -13,7 +13,7 @@
 
 // Kernels compile this with the access instrumentation: its own loads and stores are the
 // checker's, not the kernel's.
-#define ETM_CPU_CHECKS_INLINE __attribute__((no_sanitize_address, always_inline)) inline
+#define ETM_CPU_CHECKS_INLINE __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline
 
 namespace etm_cpu_checks {
 

@@ -60,20 +60,27 @@ namespace etm_msl {
 template <class T> struct identity { using type = T; };
 template <class T> using non_deduced_t = typename identity<T>::type;
 
-// Every atomic operation reaches its object through here; with access checks the builtin's
-// instrumented access that follows is marked atomic (etm_cpu_counters.h).
+// g++'s instrumentation (-fsanitize=thread) hands each atomic builtin to a hook of its own, which
+// checks it as atomic and counts what it reads and writes (etm_cpu_counters.h). clang's
+// (-fsanitize=kernel-address) sees the builtin as a plain access (a read-modify-write as a
+// store only), so the two functions below mark it and add the read.
+#if defined(__SANITIZE_THREAD__)
+#define ETM_CPU_HOOKS_SEE_ATOMICS 1
+#else
+#define ETM_CPU_HOOKS_SEE_ATOMICS 0
+#endif
+
+// Every atomic operation reaches its object through here.
 template <class T> inline T* storage(volatile metal::atomic<T>* object) {
-#if ETM_CPU_VALIDATE
+#if ETM_CPU_VALIDATE && !ETM_CPU_HOOKS_SEE_ATOMICS
   etm_cpu_kernel::validation_state.pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
 #endif
   return const_cast<T*>(&object->value);
 }
 
-// With traffic counters (etm_cpu_counters.h) a read-modify-write counts one read and one
-// write of its value. The instrumentation sees a builtin read-modify-write as a store only,
-// so the read is added here.
+// A read-modify-write counts one read and one write of its value.
 template <class T> inline T* storage_read_and_written(volatile metal::atomic<T>* object) {
-#if ETM_CPU_COUNTERS
+#if ETM_CPU_COUNTERS && !ETM_CPU_HOOKS_SEE_ATOMICS
   etm_cpu_kernel::count_load(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
 #endif
   return storage(object);
@@ -82,7 +89,7 @@ template <class T> inline T* storage_read_and_written(volatile metal::atomic<T>*
 // Read-modify-write through compare-and-swap, for operations the hardware lacks. Not
 // instrumented: its traffic (one read and one write, however often it retries) is counted here.
 template <class T, class Update>
-__attribute__((no_sanitize_address)) inline T update_atomically(volatile metal::atomic<T>* object, Update update) {
+__attribute__((ETM_CPU_NOT_INSTRUMENTED)) inline T update_atomically(volatile metal::atomic<T>* object, Update update) {
 #if ETM_CPU_COUNTERS
   etm_cpu_kernel::count_load(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));
   etm_cpu_kernel::count_store(reinterpret_cast<uintptr_t>(&object->value), sizeof(T));

@@ -32,7 +32,7 @@
 // they stay out of line and unchecked (a call costs less than the access checks, and none of
 // it is the kernel's memory); otherwise they keep `otherwise` (inlining attributes).
 #if defined(ETM_CPU_VALIDATE) && ETM_CPU_VALIDATE
-#define ETM_REGION_UNCHECKED_ELSE(otherwise) __attribute__((no_sanitize_address, noinline))
+#define ETM_REGION_UNCHECKED_ELSE(otherwise) __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline))
 #else
 #define ETM_REGION_UNCHECKED_ELSE(otherwise) otherwise
 #endif

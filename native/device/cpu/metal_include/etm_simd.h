@@ -18,7 +18,7 @@ namespace etm_msl {
 // instrumented for counters or access checks keep them out of the instrumentation (one call
 // per collective instead of a checked access per lane).
 #if ETM_CPU_COUNTERS || ETM_CPU_VALIDATE
-#define ETM_CPU_UNINSTRUMENTED __attribute__((no_sanitize_address))
+#define ETM_CPU_UNINSTRUMENTED __attribute__((ETM_CPU_NOT_INSTRUMENTED))
 #else
 #define ETM_CPU_UNINSTRUMENTED
 #endif
