@@ -185,25 +185,28 @@ DispatchValidation::DispatchValidation(const std::string& kernel, const Dispatch
                                        const std::vector<std::pair<uint64_t, uint64_t>>& threadgroup_blocks,
                                        uint64_t threadgroup_bytes)
     : kernel_(kernel), buffers_(args.buffers), threadgroup_bytes_(threadgroup_bytes) {
+  // Tables shorter than `buffers` (a host that builds DispatchArgs itself) mean bound device
+  // memory of unknown length, as CpuPipeline::execute reads them.
+  const auto is_device_memory = [&](size_t i) { return i >= args.device_memory.size() || args.device_memory[i]; };
+  const auto bound_length = [&](size_t i) { return i < args.buffer_lengths.size() ? args.buffer_lengths[i] : 0; };
   // set_bytes data moves into one block, each copy with unused padding on both sides.
   size_t constant_bytes = kConstantPadding;
   for (size_t i = 0; i < args.buffers.size(); ++i) {
-    if (args.buffers[i] && !args.device_memory[i])
-      constant_bytes += (args.buffer_lengths[i] + 15) / 16 * 16 + kConstantPadding;
+    if (args.buffers[i] && !is_device_memory(i)) constant_bytes += (bound_length(i) + 15) / 16 * 16 + kConstantPadding;
   }
   constant_copies_.assign(constant_bytes, 0);
   size_t next_copy = kConstantPadding;
   for (size_t i = 0; i < args.buffers.size(); ++i) {
     if (!args.buffers[i]) continue;
-    Binding binding{reinterpret_cast<uintptr_t>(args.buffers[i]), args.buffer_lengths[i], kDeviceReach,
-                    static_cast<uint32_t>(i), args.device_memory[i] != 0};
+    Binding binding{reinterpret_cast<uintptr_t>(args.buffers[i]), bound_length(i), kDeviceReach,
+                    static_cast<uint32_t>(i), is_device_memory(i)};
     if (!binding.device) {
       unsigned char* copy = constant_copies_.data() + next_copy;
-      std::memcpy(copy, args.buffers[i], args.buffer_lengths[i]);
+      std::memcpy(copy, args.buffers[i], binding.length);
       buffers_[i] = copy;
       binding.begin = reinterpret_cast<uintptr_t>(copy);
       binding.reach = kConstantPadding;
-      next_copy += (args.buffer_lengths[i] + 15) / 16 * 16 + kConstantPadding;
+      next_copy += (binding.length + 15) / 16 * 16 + kConstantPadding;
     }
     bindings_.push_back(binding);
   }
