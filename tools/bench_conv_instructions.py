@@ -13,14 +13,10 @@ usage: python3 tools/bench_conv_instructions.py [--calls N] [--isa FLAGS] [--onl
 
 import argparse
 import os
-import re
-import shutil
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from callgrind_host import build_host, instructions
 
 HOST = r"""
 #include <etmetal/etmetal.h>
@@ -80,40 +76,22 @@ PROBLEMS = {
 }
 
 
-def instructions(binary, calls, problem, folder, env):
-    out = Path(folder) / f"callgrind.{calls}"
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary), str(calls),
-                    *map(str, problem)], env=env, check=True, capture_output=True, text=True)
-    return int(re.search(r"^summary:\s+(\d+)", out.read_text(), re.M).group(1))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=4, help="N (default 4)")
     parser.add_argument("--isa", default="-march=x86-64-v3", help="kernel ISA flags (default -march=x86-64-v3)")
     parser.add_argument("--only", nargs="+", choices=list(PROBLEMS), metavar="NAME")
     args = parser.parse_args()
-    for tool in ("valgrind", "gcc"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is needed")
-    sys.path.insert(0, str(ROOT))
-    import etmetal_py
-
-    library = Path(etmetal_py.library_path())
     env = dict(os.environ, ETMETAL_DEVICE="cpu", ETMETAL_CPU_THREADS="1", ETMETAL_CPU_ISA="portable",
                ETMETAL_CXXFLAGS=args.isa)
     with tempfile.TemporaryDirectory(prefix="etmetal-conv-") as folder:
-        source = Path(folder) / "host.c"
-        source.write_text(HOST)
-        binary = Path(folder) / "host"
-        subprocess.run(["gcc", "-O2", f"-I{ROOT / 'native' / 'include'}", str(source), "-o", str(binary),
-                        str(library), f"-Wl,-rpath,{library.parent}"], check=True)
+        binary, library = build_host(HOST, folder)
         print(f"library {library}; kernels {args.isa}; 1 worker; instructions per call")
         for name in args.only or PROBLEMS:
             problem = PROBLEMS[name]
             subprocess.run([str(binary), "1", *map(str, problem)], env=env, check=True)  # compile once
-            small = instructions(binary, args.calls, problem, folder, env)
-            large = instructions(binary, 2 * args.calls, problem, folder, env)
+            small, _ = instructions(binary, [str(args.calls), *map(str, problem)], folder, env)
+            large, _ = instructions(binary, [str(2 * args.calls), *map(str, problem)], folder, env)
             print(f"  {name:34} {(large - small) / args.calls / 1e6:8.2f} M", flush=True)
 
 

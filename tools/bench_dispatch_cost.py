@@ -12,13 +12,10 @@ usage: python3 tools/bench_dispatch_cost.py [--dispatches N]
 import argparse
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from callgrind_host import build_host, instructions
 
 HOST = r"""
 #include <etmetal/etmetal.h>
@@ -64,14 +61,6 @@ int main(int argc, char** argv) {
 """
 
 
-def instructions(binary, count, folder, env):
-    out = Path(folder) / f"callgrind.{count}"
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary),
-                    str(count)], env=env, check=True, capture_output=True, text=True)
-    summary = re.search(r"^summary:\s+(\d+)", out.read_text(), re.M)
-    return int(summary.group(1)), out
-
-
 def per_function(profile):
     """Exclusive instructions per function of a callgrind profile."""
     text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(profile)],
@@ -91,24 +80,13 @@ def main():
     parser.add_argument("--functions", type=int, default=0, metavar="K",
                         help="also list the K functions that cost the most per dispatch")
     args = parser.parse_args()
-    for tool in ("valgrind", "gcc"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is needed")
-    sys.path.insert(0, str(ROOT))
-    import etmetal_py
-
-    library = Path(etmetal_py.library_path())
     with tempfile.TemporaryDirectory(prefix="etmetal-dispatch-") as folder:
-        source = Path(folder) / "host.c"
-        source.write_text(HOST)
-        binary = Path(folder) / "host"
-        subprocess.run(["gcc", "-O2", f"-I{ROOT / 'native' / 'include'}", str(source), "-o",
-                        str(binary), str(library), f"-Wl,-rpath,{library.parent}"], check=True)
+        binary, _ = build_host(HOST, folder)
         env = dict(os.environ, ETMETAL_DEVICE="cpu")
         subprocess.run([str(binary), "1"], env=env, check=True)  # compile the kernel once
         n = args.dispatches
-        small, small_profile = instructions(binary, n, folder, env)
-        large, large_profile = instructions(binary, 2 * n, folder, env)
+        small, small_profile = instructions(binary, [str(n)], folder, env)
+        large, large_profile = instructions(binary, [str(2 * n)], folder, env)
         print(f"{(large - small) / n:.0f} instructions per dispatch (encode + run a 1-thread kernel, "
               f"4 tensors + 1 int; target <= 3000)")
         if args.functions:
