@@ -228,10 +228,9 @@ class CpuKernelPipeline : public CpuPipeline {
     uint64_t threadgroup_bytes = align16(object_->static_threadgroup_bytes());
     uint32_t dynamic_offsets[kMaxArgumentIndex + 1];  // read only at the kernel's threadgroup indices
     // While validating each block is followed by unused bytes, which Metal's limit ignores.
-    const bool validating = validating_;
-    const uint64_t redzone = validating ? kThreadgroupRedzoneBytes : 0;
+    const uint64_t redzone = validating_ ? kThreadgroupRedzoneBytes : 0;
     uint64_t redzone_bytes = object_->static_threadgroup_bytes() - object_->metal_static_threadgroup_bytes();
-    if (has_threadgroup_arguments_ || validating) std::fill(std::begin(dynamic_offsets), std::end(dynamic_offsets), 0);
+    if (has_threadgroup_arguments_ || validating_) std::fill(std::begin(dynamic_offsets), std::end(dynamic_offsets), 0);
     std::vector<std::pair<uint64_t, uint64_t>> dynamic_blocks;
     size_t padded_size = 0;
     for (const BufferCheck& check : buffer_checks_) {
@@ -261,7 +260,7 @@ class CpuKernelPipeline : public CpuPipeline {
         const uint64_t length =
             a.index < args.threadgroup_memory_lengths.size() ? args.threadgroup_memory_lengths[a.index] : 0;
         dynamic_offsets[a.index] = static_cast<uint32_t>(std::min<uint64_t>(threadgroup_bytes, kThreadgroupMemoryLimit));
-        if (validating) dynamic_blocks.emplace_back(threadgroup_bytes, threadgroup_bytes + length);
+        if (validating_) dynamic_blocks.emplace_back(threadgroup_bytes, threadgroup_bytes + length);
         threadgroup_bytes += align16(length) + redzone;
         redzone_bytes += redzone;
       }
@@ -285,7 +284,7 @@ class CpuKernelPipeline : public CpuPipeline {
       launch.counters = counting->counters();
     }
     std::unique_ptr<DispatchValidation> validation;
-    if (validating) {
+    if (validating_) {
       DispatchArgs checked = args;
       if (!padded.empty()) {
         checked.buffers = padded;

@@ -5,10 +5,7 @@
 
 #include <stdint.h>
 
-// The attributes of the functions the access instrumentation must leave alone (its hooks and
-// what they run). g++ instruments kernels with -fsanitize=thread's hooks and clang with
-// -fsanitize=kernel-address's (dispatch_counters.cpp), so both sanitizers are named.
-#define ETM_CPU_NOT_INSTRUMENTED no_sanitize_address, no_sanitize_thread
+#include "../metal_include/etm_not_instrumented.h"
 
 #ifdef __cplusplus
 extern "C" {

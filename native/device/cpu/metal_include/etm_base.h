@@ -30,12 +30,7 @@
 #endif
 
 #include "etm_lane.h"
-
-// What kernel_support/etm_cpu_kernel_abi.h defines for a kernel, for these headers compiled
-// without it (tests/metal_stdlib): the attributes of code the access instrumentation skips.
-#ifndef ETM_CPU_NOT_INSTRUMENTED
-#define ETM_CPU_NOT_INSTRUMENTED no_sanitize_address, no_sanitize_thread
-#endif
+#include "etm_not_instrumented.h"
 
 // Floating-point macros of Metal's <metal_math> / float.h, defined here because the host's
 // float.h and math.h must stay out of the translation unit.
