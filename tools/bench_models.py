@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="etmetal-bench-") as temporary:
         folder = args.packages or args.save_packages or temporary
+        if args.save_packages:
+            os.makedirs(folder, exist_ok=True)
         compiled = []
         for name in selected:
             if args.packages:
