@@ -33,7 +33,7 @@ constexpr uint32_t kExchangeBufferBytes = kSimdWidth * kMaxExchangeBytes;
 class Job {
  public:
   Job(const KernelDispatch& dispatch, uint64_t group_count, uint64_t chunk)
-      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk) {}
+      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk), faults_(dispatch.timeout_ms) {}
 
   const KernelDispatch& dispatch() const { return dispatch_; }
 
@@ -557,7 +557,6 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   // Small enough that the thread taking the last chunk keeps the others waiting briefly.
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 32));
   Job job(dispatch, group_count, chunk);
-  const DispatchTimeout timeout(job.faults(), dispatch.timeout_ms);
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
   return Status();
