@@ -461,6 +461,10 @@ class OverlappedExecution {
       dispatch = next;
     }
     wait_for_lanes(nullptr);
+    // The last worker drops busy_lanes_ before it unlocks mutex_ (finished): until it has, this
+    // object, on the queue thread's stack, must stay. Else its unlock writes into whatever frame
+    // the queue thread has there next, or into a stack already unmapped after the thread exits.
+    std::lock_guard last_worker_done(mutex_);
     if (times_) times_->commands.resize(started);  // those after a failure did not run
     return std::move(failure_);
   }

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "device/settings.h"
@@ -235,7 +236,10 @@ struct alignas(64) ScopeEntry {
   std::atomic<uint64_t> timeout_ms{0};  // of the latest dispatch in `watched`
   std::atomic<uint64_t> interrupt{0};   // the serial of a dispatch the watchdog stops
 };
+// Constant-initialized and never destroyed: the handlers, the watchdog and threads' exits read
+// the table at any time, during and after static destruction too.
 ScopeEntry g_entries[kMaxScopes];
+static_assert(std::is_trivially_destructible_v<ScopeEntry>);
 std::atomic<size_t> g_entry_count{0};  // no entry past it was ever claimed
 
 std::atomic<uint64_t> g_next_serial{1};
@@ -499,15 +503,23 @@ struct ScopeSlot {
   }
 };
 
+// tl_scope_slot before the thread's first scope (or while the table is full).
+constexpr size_t kUnclaimedSlot = SIZE_MAX;
+// tl_scope_slot once the thread's fault state is destroyed (the thread is exiting): a scope
+// armed after that, by a later thread-local destructor, arms nothing. The entry it had may be
+// another thread's by then, whose faults would jump into this thread's scope.
+constexpr size_t kThreadExitedSlot = SIZE_MAX - 1;
+static_assert(kThreadExitedSlot >= kMaxScopes);
+
 // The calling thread's entry once it has one: constant-initialized, so read without a guard.
-ETM_THREAD_LOCAL size_t tl_scope_slot = SIZE_MAX;
+ETM_THREAD_LOCAL size_t tl_scope_slot = kUnclaimedSlot;
 
 // The calling thread's first scope (or one after the table was full): gives the thread its
 // entry and a signal stack, and makes sure the handlers are installed.
 [[gnu::noinline]] size_t claim_thread_scope_slot() {
   struct ThreadState {
     ThreadState() { FaultHandlers::install(); }
-    ~ThreadState() { tl_scope_slot = SIZE_MAX; }
+    ~ThreadState() { tl_scope_slot = kThreadExitedSlot; }
     SignalStack signal_stack;
     ScopeSlot slot;
   };
@@ -519,7 +531,7 @@ ETM_THREAD_LOCAL size_t tl_scope_slot = SIZE_MAX;
 
 size_t thread_scope_slot() {
   const size_t slot = tl_scope_slot;
-  return slot != SIZE_MAX ? slot : claim_thread_scope_slot();
+  return slot != kUnclaimedSlot ? slot : claim_thread_scope_slot();
 }
 
 }  // namespace
