@@ -343,6 +343,7 @@ struct WorkerLocals {
   ExecutionContext* context = nullptr;  // read on every barrier and SIMD exchange
   bool pool_worker = false;             // set on the pool's workers
   WorkerState* state = nullptr;         // once worker_state() has made it
+  ThreadScopeSlot fault_slot;           // for run_job's KernelFaultScope
 };
 ETM_THREAD_LOCAL WorkerLocals tl_worker;
 
@@ -381,7 +382,7 @@ void run_job(Job* job) {
   locals.context = &context;
   {
     // A fault or the timeout in kernel code returns here (kernel_faults.h).
-    KernelFaultScope scope(job->faults());
+    KernelFaultScope scope(job->faults(), locals.fault_slot);
     if (sigsetjmp(scope.recovery(), 0) == 0) {
       run_groups(job, state, context, fallback, &scope);
     } else {

@@ -503,41 +503,38 @@ struct ScopeSlot {
   }
 };
 
-// tl_scope_slot before the thread's first scope (or while the table is full).
+// ThreadScopeSlot::index before the thread's first scope (or while the table is full).
 constexpr size_t kUnclaimedSlot = SIZE_MAX;
-// tl_scope_slot once the thread's fault state is destroyed (the thread is exiting): a scope
-// armed after that, by a later thread-local destructor, arms nothing. The entry it had may be
-// another thread's by then, whose faults would jump into this thread's scope.
+// ThreadScopeSlot::index once the thread's fault state is destroyed (the thread is exiting): a
+// scope armed after that, by a later thread-local destructor, arms nothing. The entry it had may
+// be another thread's by then, whose faults would jump into this thread's scope.
 constexpr size_t kThreadExitedSlot = SIZE_MAX - 1;
 static_assert(kThreadExitedSlot >= kMaxScopes);
 
-// The calling thread's entry once it has one: constant-initialized, so read without a guard.
-ETM_THREAD_LOCAL size_t tl_scope_slot = kUnclaimedSlot;
-
 // The calling thread's first scope (or one after the table was full): gives the thread its
-// entry and a signal stack, and makes sure the handlers are installed.
-[[gnu::noinline]] size_t claim_thread_scope_slot() {
+// entry and a signal stack, makes sure the handlers are installed, and publishes the entry in
+// `published`, the caller's per-thread copy.
+[[gnu::noinline]] size_t claim_thread_scope_slot(ThreadScopeSlot& published) {
   struct ThreadState {
     ThreadState() { FaultHandlers::install(); }
-    ~ThreadState() { tl_scope_slot = kThreadExitedSlot; }
+    ~ThreadState() {
+      if (published) published->index = kThreadExitedSlot;
+    }
+    ThreadScopeSlot* published = nullptr;
     SignalStack signal_stack;
     ScopeSlot slot;
   };
   ETM_THREAD_LOCAL ThreadState state;
   if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
-  tl_scope_slot = state.slot.index;
+  state.published = &published;
+  published.index = state.slot.index;
   return state.slot.index;
-}
-
-size_t thread_scope_slot() {
-  const size_t slot = tl_scope_slot;
-  return slot != kUnclaimedSlot ? slot : claim_thread_scope_slot();
 }
 
 }  // namespace
 
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {
-  slot_ = thread_scope_slot();
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot& thread_slot) : faults_(faults) {
+  slot_ = thread_slot.index != kUnclaimedSlot ? thread_slot.index : claim_thread_scope_slot(thread_slot);
   if (slot_ >= kMaxScopes) return;
   ScopeEntry& entry = g_entries[slot_];
   entry.scope.store(this, std::memory_order_release);
@@ -591,7 +588,7 @@ void register_kernel_code(void*) {}
 
 uint64_t kernel_timeout_ms() { return 0; }
 DispatchFaults::DispatchFaults(uint64_t timeout_ms) : serial_(0), timeout_ms_(timeout_ms) {}
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {}
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot&) : faults_(faults) {}
 KernelFaultScope::~KernelFaultScope() = default;
 void KernelFaultScope::after_recovery() {}
 std::string KernelFaultScope::message() const { return "stopped by a fault"; }

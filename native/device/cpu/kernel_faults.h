@@ -30,6 +30,7 @@
 
 #include <setjmp.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -60,15 +61,23 @@ class DispatchFaults {
   // scopes): the watchdog finds them there, so arming a scope takes no lock.
 };
 
+// The calling thread's entry in the handlers' table of scopes, kept by the caller in a
+// thread-local it already reaches, so that arming a scope takes no TLS lookup of its own. One
+// per thread, trivially destructible (it must stay readable while the thread's thread-locals are
+// destroyed: its fault state marks it dead then).
+struct ThreadScopeSlot {
+  size_t index = SIZE_MAX;  // SIZE_MAX: not claimed yet
+};
+
 // Arms fault recovery for the calling thread. Use as
-//   KernelFaultScope scope(&faults);
+//   KernelFaultScope scope(&faults, thread_slot);
 //   if (sigsetjmp(scope.recovery(), 0) == 0) { ...kernel calls... }
 //   else { scope.after_recovery(); fail(scope.message()); }
 // (sigsetjmp need not save the signal mask, a system call per dispatch: after_recovery
 // unblocks the one signal whose handler jumped back, the only change to the mask.)
 class KernelFaultScope {
  public:
-  explicit KernelFaultScope(DispatchFaults* faults);
+  KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot& thread_slot);
   ~KernelFaultScope();
   KernelFaultScope(const KernelFaultScope&) = delete;
   KernelFaultScope& operator=(const KernelFaultScope&) = delete;
