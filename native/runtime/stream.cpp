@@ -90,10 +90,15 @@ void Stream::wait_for_other_streams(const BufferPtr& buffer) {
 
 void Stream::start_encoding(KernelFunction* kernel) {
   encoding_kernel_ = kernel;
-  for (size_t i = 0; i < argument_count_; ++i) arguments_[i].buffer.reset();
+  held_arguments_ = std::max(held_arguments_, argument_count_);
   argument_count_ = 0;
   set_arguments_ = 0;
   threadgroup_memory_.clear();
+}
+
+void Stream::release_argument_buffers() {
+  for (size_t i = 0; i < std::max(held_arguments_, argument_count_); ++i) arguments_[i].buffer.reset();
+  held_arguments_ = 0;
 }
 
 void Stream::require_encoding(const KernelFunction* kernel) const {
@@ -113,7 +118,7 @@ device::ArgumentBinding& Stream::argument_slot(KernelFunction* kernel, unsigned 
 void Stream::set_argument_buffer(KernelFunction* kernel, unsigned index, const BufferPtr& buffer,
                                  size_t offset, size_t extent) {
   device::ArgumentBinding& argument = argument_slot(kernel, index);
-  argument.buffer = buffer;
+  if (argument.buffer != buffer) argument.buffer = buffer;
   argument.offset = offset;
   argument.extent = extent;
   argument.bytes_length = 0;
@@ -164,6 +169,8 @@ bool any_zero(device::Size3 size) { return size.x == 0 || size.y == 0 || size.z 
 void Stream::encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                              bool whole_groups) {
   require_encoding(kernel);
+  for (size_t i = argument_count_; i < held_arguments_; ++i) arguments_[i].buffer.reset();
+  held_arguments_ = argument_count_;
   const uint32_t all_set = (uint32_t{1} << argument_count_) - 1;  // argument_count_ <= 31
   if (set_arguments_ != all_set) {
     const int unset = __builtin_ctz(~set_arguments_);
@@ -425,7 +432,8 @@ void Stream::synchronize(SyncType type) {
       return;
     case SyncType::commit_and_wait: {
       wait_idle();
-      start_encoding(nullptr);  // bound arguments no longer hold their buffers
+      start_encoding(nullptr);
+      release_argument_buffers();  // bound arguments no longer hold their buffers
       std::string error;
       bool attributed;
       {

@@ -101,6 +101,7 @@ class Stream {
   // and waits for other streams' work on it.
   void order_first_use(BufferUses::Use& use, bool first_use, bool writing);
   void require_encoding(const KernelFunction* kernel) const;
+  void release_argument_buffers();
   device::ArgumentBinding& argument_slot(KernelFunction* kernel, unsigned index);
   void encode_dispatch(KernelFunction* kernel, device::Size3 size, device::Size3 group,
                        bool whole_groups);
@@ -131,6 +132,10 @@ class Stream {
   std::vector<std::vector<unsigned char>> argument_bytes_;
   size_t argument_count_ = 0;
   uint32_t set_arguments_ = 0;
+  // Slots that may still hold a buffer of an earlier encoding. A slot keeps its buffer until it
+  // is set again (binding the same buffer again then costs no reference count), a dispatch uses
+  // fewer slots or the stream is synchronized: no buffer is held past the next dispatch.
+  size_t held_arguments_ = 0;
   std::vector<size_t> threadgroup_memory_;
 
   struct TracedCommand {

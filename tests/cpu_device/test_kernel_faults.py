@@ -112,6 +112,13 @@ FAULTS = textwrap.dedent("""\
     kernel void add_one(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
       out[i] += 1.0f;
     }
+    kernel void count_slowly(device float* work [[buffer(0)]], device uint* count [[buffer(1)]],
+                             constant long& rounds [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+      float x = work[i];
+      for (long k = 0; k < rounds; ++k) x = x * 0.5f + 1.0f;
+      work[i] = x;
+      count[i] += 1;
+    }
     """)
 
 FAULT_CHILD = textwrap.dedent("""\
@@ -168,3 +175,77 @@ def test_faults_and_endless_kernels_fail_their_dispatch_and_the_process_goes_on(
         message, after = lines[2 * k], lines[2 * k + 1]
         assert message.startswith("ERROR:") and expected in message, (kernel, threads, env, message)
         assert after == f"after: {float(1 << 16)}", (kernel, after)
+
+
+WATCHDOG_CHILD = textwrap.dedent("""\
+    import os, sys, threading, time
+    import numpy as np
+    import etmetal_py
+    from etmetal_py import Tensor, check, lib
+    from etmetal_py.kernels import compile_library
+    os.environ["ETMETAL_KERNEL_TIMEOUT_MS"] = "250"  # read when the library makes its pipelines
+    source = sys.stdin.read()
+    with compile_library(source) as library:
+        # Six timeouts of dispatches encoded ahead of the queue thread, in batches: it is inside
+        # one of them at nearly every poll of the watchdog, each time a different one, each far
+        # shorter than the timeout.
+        count_slowly = library.function("count_slowly")
+        work = Tensor.from_array(np.zeros(1024, np.float32), copy=True)
+        counts = Tensor.from_array(np.zeros(1024, np.uint32), copy=True)
+        dispatches = 0
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            for _ in range(100):
+                check(lib.aoti_torch_mps_start_encoding(count_slowly.handle))
+                check(lib.aoti_torch_mps_set_arg_tensor(count_slowly.handle, 0, work.handle))
+                check(lib.aoti_torch_mps_set_arg_tensor(count_slowly.handle, 1, counts.handle))
+                check(lib.aoti_torch_mps_set_arg_int(count_slowly.handle, 2, 200))
+                check(lib.aoti_torch_mps_dispatch_single(count_slowly.handle, 1024))
+            dispatches += 100
+            etmetal_py.synchronize()  # the queue thread catches up in a few ms, and is idle as briefly
+        correct = (np.array_equal(counts.numpy(), np.full(1024, dispatches, np.uint32)) and
+                   np.array_equal(work.numpy(), np.full(1024, 2, np.float32)))  # x -> x / 2 + 1 settles at 2
+        print("short dispatches:", "ok" if correct else "wrong values")
+
+        # Two host threads (two streams) spin at once, one on the pool, one on its queue thread:
+        # both time out, and both threads go on running kernels.
+        outcomes = {}
+        def spin_then_add(threads):
+            try:
+                library.function("spin")(np.zeros(1, np.int32), threads=threads)
+                outcome = "no error"
+            except etmetal_py.EtmetalError as error:
+                outcome = str(error).splitlines()[0]
+            try:
+                etmetal_py.synchronize()
+            except etmetal_py.EtmetalError:
+                pass
+            after = np.zeros(1 << 16, np.float32)
+            library.function("add_one")(after, threads=len(after))
+            outcomes[threads] = (outcome, float(after.sum()))
+        spinners = [threading.Thread(target=spin_then_add, args=(threads,)) for threads in (4096, 1)]
+        for spinner in spinners:
+            spinner.start()
+        for spinner in spinners:
+            spinner.join()
+        for threads in (4096, 1):
+            print(threads, *outcomes[threads], sep="|")
+    """)
+
+
+def test_the_watchdog_spares_short_dispatches_and_stops_two_threads_at_once():
+    """Many dispatches in a row, each far shorter than the timeout, never time out (the watchdog
+    tells dispatches apart, not threads); two kernels that never end, on two host threads at
+    once, both time out and both threads go on."""
+    require_cpu_device()
+    result = subprocess.run([sys.executable, "-c", WATCHDOG_CHILD], input=FAULTS, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "short dispatches: ok", result.stdout + result.stderr[-3000:]
+    for line, threads in zip(lines[1:], (4096, 1)):
+        count, message, after = line.split("|")
+        assert count == str(threads)
+        assert "'spin': did not finish within 250 ms (ETMETAL_KERNEL_TIMEOUT_MS)" in message, line
+        assert after == str(float(1 << 16)), line
+    assert len(lines) == 3, result.stdout

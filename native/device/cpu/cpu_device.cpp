@@ -61,7 +61,7 @@ class HostBuffer final : public Buffer {
 // that recording a dispatch allocates nothing once the pools have grown. The buffer is held
 // by the recording (Recording::retain).
 struct BoundBuffer {
-  Buffer* buffer = nullptr;
+  HostBuffer* buffer = nullptr;  // (final: reading its address and length is no virtual call)
   size_t offset = 0;       // into `buffer`, or into the byte pool for longer set_bytes data
   size_t bytes_length = 0; // non-zero: set_bytes data
   size_t extent = SIZE_MAX; // bytes from offset that belong to what was bound
@@ -113,25 +113,47 @@ struct Recording {
   DispatchArgs args;  // scratch space for running the dispatches
   // Where dispatches run beside the queue thread's commands; kept, like `args`, across uses.
   std::vector<std::unique_ptr<DispatchLane>> lanes;
-  // What the dispatches use, held until the command buffer completes: each buffer and pipeline
-  // about once however many dispatches bind it (a reference count per binding cost more).
+  // What the dispatches use, held until the command buffer completes: each buffer once however
+  // many dispatches bind it, each pipeline about once (a reference count per binding cost more).
   std::vector<std::shared_ptr<Buffer>> retained_buffers;
   std::vector<std::shared_ptr<Pipeline>> retained_pipelines;
-  static constexpr size_t kRecentBuffers = 16;
-  const Buffer* recent_buffers[kRecentBuffers] = {};  // each one in retained_buffers
-  const Pipeline* last_pipeline = nullptr;            // in retained_pipelines
+  // The buffers of retained_buffers as an open-addressing set: a power of two of slots, at most
+  // half of them taken. (A cache of recent buffers would hold some twice, when they collide.)
+  std::vector<const Buffer*> retained_set = std::vector<const Buffer*>(128);
+  const Pipeline* last_pipeline = nullptr;  // in retained_pipelines
 
-  Buffer* retain(const std::shared_ptr<Buffer>& buffer) {
-    Buffer* raw = buffer.get();
+  static size_t set_position(const Buffer* buffer, size_t mask) {
+    return (reinterpret_cast<uintptr_t>(buffer) >> 4) * 0x9e3779b97f4a7c15ull >> 32 & mask;
+  }
+
+  // Every buffer of this device is a HostBuffer (new_buffer makes them all).
+  HostBuffer* retain(const std::shared_ptr<Buffer>& buffer) {
+    auto* raw = static_cast<HostBuffer*>(buffer.get());
     if (!raw) return nullptr;
-    const Buffer*& recent =
-        recent_buffers[(reinterpret_cast<uintptr_t>(raw) >> 4) * 0x9e3779b97f4a7c15ull >> 60];
-    if (recent != raw) {
-      retained_buffers.push_back(buffer);
-      recent = raw;
+    const size_t mask = retained_set.size() - 1;
+    for (size_t i = set_position(raw, mask); retained_set[i] != raw; i = (i + 1) & mask) {
+      if (!retained_set[i]) {
+        add_retained(buffer, i);
+        break;
+      }
     }
     return raw;
   }
+
+  // `buffer` goes into the free slot `i` of retained_set.
+  void add_retained(const std::shared_ptr<Buffer>& buffer, size_t i) {
+    retained_set[i] = buffer.get();
+    retained_buffers.push_back(buffer);
+    if (retained_buffers.size() * 2 <= retained_set.size()) return;
+    retained_set.assign(retained_set.size() * 2, nullptr);
+    const size_t mask = retained_set.size() - 1;
+    for (const std::shared_ptr<Buffer>& held : retained_buffers) {
+      size_t k = set_position(held.get(), mask);
+      while (retained_set[k]) k = (k + 1) & mask;
+      retained_set[k] = held.get();
+    }
+  }
+
   CpuPipeline* retain(const std::shared_ptr<Pipeline>& pipeline) {
     if (pipeline && pipeline.get() != last_pipeline) {
       retained_pipelines.push_back(pipeline);
@@ -156,9 +178,20 @@ struct Recording {
     bindings.clear();
     bytes.clear();
     threadgroup_lengths.clear();
+    if (retained_buffers.size() * 16 >= retained_set.size()) {
+      std::fill(retained_set.begin(), retained_set.end(), nullptr);
+    } else {
+      // A few buffers in a table grown for a larger command buffer: find each (every one is
+      // there, so a slot emptied before it on its path is skipped over).
+      const size_t mask = retained_set.size() - 1;
+      for (const std::shared_ptr<Buffer>& held : retained_buffers) {
+        size_t k = set_position(held.get(), mask);
+        while (retained_set[k] != held.get()) k = (k + 1) & mask;
+        retained_set[k] = nullptr;
+      }
+    }
     retained_buffers.clear();
     retained_pipelines.clear();
-    std::fill(std::begin(recent_buffers), std::end(recent_buffers), nullptr);
     last_pipeline = nullptr;
   }
 };
@@ -428,6 +461,10 @@ class OverlappedExecution {
       dispatch = next;
     }
     wait_for_lanes(nullptr);
+    // The last worker drops busy_lanes_ before it unlocks mutex_ (finished): until it has, this
+    // object, on the queue thread's stack, must stay. Else its unlock writes into whatever frame
+    // the queue thread has there next, or into a stack already unmapped after the thread exits.
+    std::lock_guard last_worker_done(mutex_);
     if (times_) times_->commands.resize(started);  // those after a failure did not run
     return std::move(failure_);
   }

@@ -33,7 +33,7 @@ constexpr uint32_t kExchangeBufferBytes = kSimdWidth * kMaxExchangeBytes;
 class Job {
  public:
   Job(const KernelDispatch& dispatch, uint64_t group_count, uint64_t chunk)
-      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk) {}
+      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk), faults_(dispatch.timeout_ms) {}
 
   const KernelDispatch& dispatch() const { return dispatch_; }
 
@@ -343,6 +343,7 @@ struct WorkerLocals {
   ExecutionContext* context = nullptr;  // read on every barrier and SIMD exchange
   bool pool_worker = false;             // set on the pool's workers
   WorkerState* state = nullptr;         // once worker_state() has made it
+  ThreadScopeSlot fault_slot;           // for run_job's KernelFaultScope
 };
 ETM_THREAD_LOCAL WorkerLocals tl_worker;
 
@@ -381,7 +382,7 @@ void run_job(Job* job) {
   locals.context = &context;
   {
     // A fault or the timeout in kernel code returns here (kernel_faults.h).
-    KernelFaultScope scope(job->faults());
+    KernelFaultScope scope(job->faults(), locals.fault_slot);
     if (sigsetjmp(scope.recovery(), 0) == 0) {
       run_groups(job, state, context, fallback, &scope);
     } else {
@@ -557,7 +558,6 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   // Small enough that the thread taking the last chunk keeps the others waiting briefly.
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 32));
   Job job(dispatch, group_count, chunk);
-  const DispatchTimeout timeout(job.faults(), dispatch.timeout_ms);
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
   return Status();

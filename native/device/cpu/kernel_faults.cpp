@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "device/settings.h"
@@ -221,11 +223,29 @@ namespace {
 
 long current_thread_id() { return syscall(SYS_gettid); }
 
-// The scopes armed now, by thread; read by the signal handlers without locks.
+// The scope table: an entry per thread that runs kernels, claimed at its first scope and kept
+// until it exits; read by the signal handlers and the watchdog without locks. Each entry has a
+// cache line of its own: its thread writes it at every dispatch.
 constexpr size_t kMaxScopes = 1024;
-std::atomic<long> g_scope_threads[kMaxScopes];
-std::atomic<KernelFaultScope*> g_scopes[kMaxScopes];
-std::atomic<const DispatchFaults*> g_scope_faults[kMaxScopes];  // the dispatch of each scope
+struct alignas(64) ScopeEntry {
+  std::atomic<long> thread{0};                    // 0: free
+  std::atomic<KernelFaultScope*> scope{nullptr};  // the armed scope; null while it is being armed
+  // 2 * serial + 1 while a scope of the dispatch `serial` that has a timeout is armed, 2 * serial
+  // once it ends: the watchdog sees dispatches come and go even between its polls.
+  std::atomic<uint64_t> watched{0};
+  std::atomic<uint64_t> timeout_ms{0};  // of the latest dispatch in `watched`
+  std::atomic<uint64_t> interrupt{0};   // the serial of a dispatch the watchdog stops
+};
+// Constant-initialized and never destroyed: the handlers, the watchdog and threads' exits read
+// the table at any time, during and after static destruction too.
+ScopeEntry g_entries[kMaxScopes];
+static_assert(std::is_trivially_destructible_v<ScopeEntry>);
+std::atomic<size_t> g_entry_count{0};  // no entry past it was ever claimed
+
+std::atomic<uint64_t> g_next_serial{1};
+// The shortest timeout the watchdog polls for; UINT64_MAX while it sleeps (or before it
+// starts). A scope armed with a shorter timeout wakes it.
+std::atomic<uint64_t> g_polled_timeout_ms{UINT64_MAX};
 
 int interrupt_signal() { return SIGRTMIN + 3; }
 
@@ -270,8 +290,9 @@ struct sigaction g_previous_bus;
 struct FaultHandlers {
   static KernelFaultScope* armed_scope() {
     const long thread = current_thread_id();
-    for (size_t i = 0; i < kMaxScopes; ++i) {
-      if (g_scope_threads[i].load(std::memory_order_acquire) == thread) return g_scopes[i].load(std::memory_order_acquire);  // null while it is being armed
+    const size_t count = g_entry_count.load(std::memory_order_acquire);
+    for (size_t i = 0; i < count; ++i) {
+      if (g_entries[i].thread.load(std::memory_order_acquire) == thread) return g_entries[i].scope.load(std::memory_order_acquire);  // null while it is being armed
     }
     return nullptr;
   }
@@ -296,16 +317,18 @@ struct FaultHandlers {
     auto* context = static_cast<ucontext_t*>(raw_context);
     const uintptr_t pc = static_cast<uintptr_t>(context->uc_mcontext.gregs[REG_RIP]);
     KernelFaultScope* scope = armed_scope();
-    // Only kernel code is left mid-way: the executor's and the C library's state stay whole.
-    if (scope && scope->faults_->timed_out() && in_kernel_code(pc)) {
+    // The request may be for a dispatch this thread ran before (the serial tells); only kernel
+    // code is left mid-way: the executor's and the C library's state stay whole.
+    if (scope && g_entries[scope->slot_].interrupt.load(std::memory_order_acquire) == scope->faults_->serial_ &&
+        in_kernel_code(pc)) {
       scope->fault_ = KernelFaultScope::Fault::timeout;
       scope->signal_ = signal;
       siglongjmp(scope->recovery_, 1);
     }
   }
 
-  // Function-local statics rather than std::call_once, which reaches libstdc++'s thread-locals
-  // (a TLS lookup each) on every call: install and watch run for every dispatch.
+  // A function-local static rather than std::call_once, which reaches libstdc++'s thread-locals
+  // (a TLS lookup each) on every call.
   static void install() {
     static const bool installed = [] {
       struct sigaction action {};
@@ -324,67 +347,121 @@ struct FaultHandlers {
     (void)installed;
   }
 
-  // The watchdog: one thread for the process, started by the first watched dispatch.
-  struct Watched {
-    DispatchFaults* faults;
-    std::chrono::steady_clock::time_point deadline;
+  // Publishes an armed scope's dispatch to the watchdog: three stores, and a lock only when
+  // the watchdog must be woken.
+  static void watch(ScopeEntry& entry, const DispatchFaults& faults) {
+    entry.timeout_ms.store(faults.timeout_ms_, std::memory_order_relaxed);
+    // Sequentially consistent, as the load below and the watchdog's store of the timeout it
+    // polls for and its look at the table after it: either it sees this entry or this thread
+    // sees the timeout it polls for.
+    entry.watched.store(faults.serial_ * 2 + 1, std::memory_order_seq_cst);
+    if (faults.timeout_ms_ < g_polled_timeout_ms.load(std::memory_order_seq_cst)) wake_watchdog(faults.timeout_ms_);
+  }
+
+  // The watchdog: one thread for the process, started by the first watched scope.
+  struct Watchdog {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool wake_requested = false;
+    bool started = false;
   };
-  static std::mutex& mutex() {
-    static std::mutex* m = new std::mutex();
-    return *m;
-  }
-  static std::condition_variable& changed() {
-    static std::condition_variable* c = new std::condition_variable();
-    return *c;
-  }
-  static std::vector<Watched>& watched() {
-    static std::vector<Watched>* w = new std::vector<Watched>();
+  static Watchdog& watchdog() {
+    static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives static destructors
     return *w;
   }
 
-  static void watch(DispatchFaults* faults, uint64_t timeout_ms) {
-    static const bool started = [] {
-      std::thread(watchdog_loop).detach();
-      return true;
-    }();
-    (void)started;
-    std::lock_guard<std::mutex> lock(mutex());
-    watched().push_back({faults, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)});
-    changed().notify_one();
+  [[gnu::noinline]] static void wake_watchdog(uint64_t timeout_ms) {
+    Watchdog& w = watchdog();
+    {
+      std::lock_guard<std::mutex> lock(w.mutex);
+      if (!w.started) {
+        try {
+          std::thread(watchdog_loop).detach();
+          w.started = true;
+        } catch (const std::system_error&) {
+          return;  // no thread now: the next watched scope tries again
+        }
+      }
+      // Woken, it looks at the table before it sleeps again and publishes what it polls for;
+      // until then this timeout stands for it, so that scopes armed meanwhile with no shorter
+      // one do not wake it again (it may be slow to get a processor).
+      uint64_t polled = g_polled_timeout_ms.load(std::memory_order_relaxed);
+      while (timeout_ms < polled && !g_polled_timeout_ms.compare_exchange_weak(polled, timeout_ms)) {
+      }
+      w.wake_requested = true;
+    }
+    w.wake.notify_one();
   }
 
-  static void unwatch(DispatchFaults* faults) {
-    std::lock_guard<std::mutex> lock(mutex());
-    auto& list = watched();
-    list.erase(std::remove_if(list.begin(), list.end(), [&](const Watched& w) { return w.faults == faults; }), list.end());
+  using Clock = std::chrono::steady_clock;
+
+  // The shortest timeout among the armed entries, at most `limit`.
+  static uint64_t shortest_armed_timeout(size_t count, uint64_t limit) {
+    for (size_t i = 0; i < count; ++i) {
+      if (g_entries[i].watched.load(std::memory_order_seq_cst) & 1)
+        limit = std::min(limit, g_entries[i].timeout_ms.load(std::memory_order_relaxed));
+    }
+    return limit;
   }
 
   [[noreturn]] static void watchdog_loop() {
-    std::unique_lock<std::mutex> lock(mutex());
+    struct Seen {
+      uint64_t watched = 0;
+      Clock::time_point since;  // when this value was first seen
+    };
+    std::vector<Seen> seen(kMaxScopes);
+    std::vector<uint64_t> expired;  // serials of dispatches past their timeout that still run
+    std::vector<uint64_t> running;
+    Watchdog& w = watchdog();
     for (;;) {
-      auto next = std::chrono::steady_clock::time_point::max();
-      const auto now = std::chrono::steady_clock::now();
-      for (Watched& w : watched()) {
-        if (w.deadline > now) {
-          next = std::min(next, w.deadline);
-          continue;
-        }
-        // Past its deadline: interrupt its threads now and every 20 ms until it ends.
-        w.faults->timed_out_.store(true, std::memory_order_release);
-        // A thread that has just left (or moved to another dispatch) ignores the signal.
-        for (size_t i = 0; i < kMaxScopes; ++i) {
-          if (g_scope_faults[i].load(std::memory_order_acquire) != w.faults) continue;
-          const long thread = g_scope_threads[i].load(std::memory_order_acquire);
-          if (thread) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
-        }
-        w.deadline = now + std::chrono::milliseconds(20);
-        next = std::min(next, w.deadline);
+      const Clock::time_point now = Clock::now();
+      const size_t count = g_entry_count.load(std::memory_order_acquire);
+      // The timeouts of the dispatches armed now or since the last poll: what to poll for.
+      uint64_t shortest = UINT64_MAX;
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t watched = g_entries[i].watched.load(std::memory_order_acquire);
+        const bool moved = watched != seen[i].watched;
+        if (moved) seen[i] = {watched, now};
+        if (!moved && !(watched & 1)) continue;
+        const uint64_t timeout_ms = g_entries[i].timeout_ms.load(std::memory_order_relaxed);
+        shortest = std::min(shortest, timeout_ms);
+        const uint64_t serial = watched >> 1;
+        // (A timeout of a later dispatch of the entry only names a serial that no thread runs.)
+        if ((watched & 1) && now - seen[i].since >= std::chrono::milliseconds(timeout_ms) &&
+            std::find(expired.begin(), expired.end(), serial) == expired.end())
+          expired.push_back(serial);
       }
-      if (next == std::chrono::steady_clock::time_point::max()) {
-        changed().wait(lock);
+      // Stop every thread that still runs an expired dispatch, again at each poll until it ends.
+      running.clear();
+      for (size_t i = 0; i < count && !expired.empty(); ++i) {
+        const uint64_t watched = g_entries[i].watched.load(std::memory_order_acquire);
+        const uint64_t serial = watched >> 1;
+        if (!(watched & 1) || std::find(expired.begin(), expired.end(), serial) == expired.end()) continue;
+        g_entries[i].interrupt.store(serial, std::memory_order_release);
+        const long thread = g_entries[i].thread.load(std::memory_order_acquire);
+        if (thread) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
+        if (std::find(running.begin(), running.end(), serial) == running.end()) running.push_back(serial);
+      }
+      expired.swap(running);
+      // Publishes what it polls for (UINT64_MAX: nothing armed and nothing moved since the last
+      // poll; it sleeps until woken). A scope armed before a raise with a shorter timeout read
+      // the old value and did not wake the watchdog: it looks again. (A waker that lowers the
+      // value meanwhile also asks for another poll, which publishes again.)
+      if (shortest > g_polled_timeout_ms.load(std::memory_order_seq_cst)) {
+        g_polled_timeout_ms.store(shortest, std::memory_order_seq_cst);
+        shortest = shortest_armed_timeout(g_entry_count.load(std::memory_order_acquire), shortest);
+      }
+      if (shortest != g_polled_timeout_ms.load(std::memory_order_seq_cst))
+        g_polled_timeout_ms.store(shortest, std::memory_order_seq_cst);
+      std::unique_lock<std::mutex> lock(w.mutex);
+      if (shortest == UINT64_MAX) {
+        w.wake.wait(lock, [&] { return w.wake_requested; });
       } else {
-        changed().wait_until(lock, next);
+        auto interval = std::chrono::milliseconds(std::clamp<uint64_t>(shortest / 4, 5, 1000));
+        if (!expired.empty()) interval = std::min(interval, std::chrono::milliseconds(20));
+        w.wake.wait_for(lock, interval, [&] { return w.wake_requested; });
       }
+      w.wake_requested = false;
     }
   }
 };
@@ -396,22 +473,13 @@ uint64_t kernel_timeout_ms() {
   return 300000;
 }
 
-DispatchTimeout::DispatchTimeout(DispatchFaults* faults, uint64_t timeout_ms) : faults_(timeout_ms ? faults : nullptr) {
-  if (!faults_) return;
-  faults_->timeout_ms_ = timeout_ms;
-  FaultHandlers::install();
-  FaultHandlers::watch(faults_, timeout_ms);
-}
-
-DispatchTimeout::~DispatchTimeout() {
-  if (faults_) FaultHandlers::unwatch(faults_);
-}
+DispatchFaults::DispatchFaults(uint64_t timeout_ms)
+    : serial_(timeout_ms ? g_next_serial.fetch_add(1, std::memory_order_relaxed) : 0), timeout_ms_(timeout_ms) {}
 
 namespace {
 
-// A thread's entry in the scope table, claimed at its first scope and kept until it exits, so
-// that arming a scope is two stores. SIZE_MAX while every entry is taken (its faults then
-// keep their default action).
+// A thread's entry in the scope table, so that arming a scope is a few stores. SIZE_MAX while
+// every entry is taken (its faults then keep their default action).
 struct ScopeSlot {
   size_t index = SIZE_MAX;
   ScopeSlot() { claim(); }
@@ -421,44 +489,63 @@ struct ScopeSlot {
     const long thread = current_thread_id();
     for (size_t i = 0; i < kMaxScopes; ++i) {
       long expected = 0;
-      if (g_scope_threads[i].compare_exchange_strong(expected, thread, std::memory_order_acq_rel)) {
+      if (g_entries[i].thread.compare_exchange_strong(expected, thread, std::memory_order_acq_rel)) {
         index = i;
+        size_t count = g_entry_count.load(std::memory_order_relaxed);
+        while (count < i + 1 && !g_entry_count.compare_exchange_weak(count, i + 1, std::memory_order_acq_rel)) {
+        }
         return;
       }
     }
   }
   ~ScopeSlot() {
-    if (index < kMaxScopes) g_scope_threads[index].store(0, std::memory_order_release);
+    if (index < kMaxScopes) g_entries[index].thread.store(0, std::memory_order_release);
   }
 };
 
-// The calling thread's entry; its first call also gives the thread a signal stack and makes
-// sure the handlers are installed.
-size_t thread_scope_slot() {
+// ThreadScopeSlot::index before the thread's first scope (or while the table is full).
+constexpr size_t kUnclaimedSlot = SIZE_MAX;
+// ThreadScopeSlot::index once the thread's fault state is destroyed (the thread is exiting): a
+// scope armed after that, by a later thread-local destructor, arms nothing. The entry it had may
+// be another thread's by then, whose faults would jump into this thread's scope.
+constexpr size_t kThreadExitedSlot = SIZE_MAX - 1;
+static_assert(kThreadExitedSlot >= kMaxScopes);
+
+// The calling thread's first scope (or one after the table was full): gives the thread its
+// entry and a signal stack, makes sure the handlers are installed, and publishes the entry in
+// `published`, the caller's per-thread copy.
+[[gnu::noinline]] size_t claim_thread_scope_slot(ThreadScopeSlot& published) {
   struct ThreadState {
     ThreadState() { FaultHandlers::install(); }
+    ~ThreadState() {
+      if (published) published->index = kThreadExitedSlot;
+    }
+    ThreadScopeSlot* published = nullptr;
     SignalStack signal_stack;
     ScopeSlot slot;
   };
   ETM_THREAD_LOCAL ThreadState state;
   if (state.slot.index == SIZE_MAX) state.slot.claim();  // a table that was full may have room now
+  state.published = &published;
+  published.index = state.slot.index;
   return state.slot.index;
 }
 
 }  // namespace
 
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {
-  slot_ = thread_scope_slot();
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot& thread_slot) : faults_(faults) {
+  slot_ = thread_slot.index != kUnclaimedSlot ? thread_slot.index : claim_thread_scope_slot(thread_slot);
   if (slot_ >= kMaxScopes) return;
-  g_scope_faults[slot_].store(faults_, std::memory_order_release);
-  g_scopes[slot_].store(this, std::memory_order_release);
+  ScopeEntry& entry = g_entries[slot_];
+  entry.scope.store(this, std::memory_order_release);
+  if (faults_->timeout_ms_) FaultHandlers::watch(entry, *faults_);
 }
 
 KernelFaultScope::~KernelFaultScope() {
-  if (slot_ < kMaxScopes) {
-    g_scopes[slot_].store(nullptr, std::memory_order_release);
-    g_scope_faults[slot_].store(nullptr, std::memory_order_release);
-  }
+  if (slot_ >= kMaxScopes) return;
+  ScopeEntry& entry = g_entries[slot_];
+  if (faults_->timeout_ms_) entry.watched.store(faults_->serial_ * 2, std::memory_order_release);
+  entry.scope.store(nullptr, std::memory_order_release);
 }
 
 void KernelFaultScope::after_recovery() {
@@ -500,9 +587,8 @@ namespace etm::device::cpu {
 void register_kernel_code(void*) {}
 
 uint64_t kernel_timeout_ms() { return 0; }
-DispatchTimeout::DispatchTimeout(DispatchFaults*, uint64_t) : faults_(nullptr) {}
-DispatchTimeout::~DispatchTimeout() = default;
-KernelFaultScope::KernelFaultScope(DispatchFaults* faults) : faults_(faults) {}
+DispatchFaults::DispatchFaults(uint64_t timeout_ms) : serial_(0), timeout_ms_(timeout_ms) {}
+KernelFaultScope::KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot&) : faults_(faults) {}
 KernelFaultScope::~KernelFaultScope() = default;
 void KernelFaultScope::after_recovery() {}
 std::string KernelFaultScope::message() const { return "stopped by a fault"; }

@@ -17,11 +17,20 @@
 // frames are abandoned without unwinding (MSL values have no destructors that matter). A thread
 // that never returns to kernel code (a kernel blocked in a system call) is interrupted again
 // every 20 ms. Linux on x86-64 only; elsewhere a fault keeps its default action.
+//
+// The timeout costs a dispatch a few stores: arming a scope publishes the dispatch's serial and
+// timeout in the thread's entry of the scope table, with no lock, clock read or notification. A
+// watchdog thread polls the table every quarter of the shortest timeout there (5 ms to 1 s),
+// notes when it first saw each armed (entry, serial), and past the timeout asks the threads
+// running that serial to stop; so a dispatch is stopped between its timeout and a poll later,
+// never earlier. It never reads a dispatch (it may have ended): a thread's handler compares the
+// request with its own dispatch's serial. It sleeps while nothing is dispatched; the first scope
+// armed after that (or one with a shorter timeout than it polls for) wakes it.
 #pragma once
 
 #include <setjmp.h>
 
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -35,42 +44,40 @@ void register_kernel_code(void* handle);
 // $ETMETAL_KERNEL_TIMEOUT_MS: how long one dispatch may run (default 300000; 0: no limit).
 uint64_t kernel_timeout_ms();
 
-// What one dispatch's threads share about its faults.
+// What one dispatch's threads share about its faults: its timeout and a serial that no other
+// dispatch of the process has (the watchdog names dispatches by it).
 class DispatchFaults {
  public:
-  bool timed_out() const { return timed_out_.load(std::memory_order_acquire); }
+  explicit DispatchFaults(uint64_t timeout_ms);  // 0: no limit
+  DispatchFaults(const DispatchFaults&) = delete;
+  DispatchFaults& operator=(const DispatchFaults&) = delete;
 
  private:
   friend class KernelFaultScope;
-  friend class DispatchTimeout;
   friend struct FaultHandlers;
-  std::atomic<bool> timed_out_{false};
-  uint64_t timeout_ms_ = 0;
-  // Its threads are the ones whose armed scope names it (the handlers' table of scopes): the
-  // watchdog finds them there, so arming a scope takes no lock.
+  const uint64_t serial_;
+  const uint64_t timeout_ms_;
+  // Its threads are the ones whose armed scope names its serial (the handlers' table of
+  // scopes): the watchdog finds them there, so arming a scope takes no lock.
 };
 
-// Watches a dispatch for as long as it lives: past the timeout, its threads are interrupted.
-class DispatchTimeout {
- public:
-  DispatchTimeout(DispatchFaults* faults, uint64_t timeout_ms);
-  ~DispatchTimeout();
-  DispatchTimeout(const DispatchTimeout&) = delete;
-  DispatchTimeout& operator=(const DispatchTimeout&) = delete;
-
- private:
-  DispatchFaults* faults_;
+// The calling thread's entry in the handlers' table of scopes, kept by the caller in a
+// thread-local it already reaches, so that arming a scope takes no TLS lookup of its own. One
+// per thread, trivially destructible (it must stay readable while the thread's thread-locals are
+// destroyed: its fault state marks it dead then).
+struct ThreadScopeSlot {
+  size_t index = SIZE_MAX;  // SIZE_MAX: not claimed yet
 };
 
 // Arms fault recovery for the calling thread. Use as
-//   KernelFaultScope scope(&faults);
+//   KernelFaultScope scope(&faults, thread_slot);
 //   if (sigsetjmp(scope.recovery(), 0) == 0) { ...kernel calls... }
 //   else { scope.after_recovery(); fail(scope.message()); }
 // (sigsetjmp need not save the signal mask, a system call per dispatch: after_recovery
 // unblocks the one signal whose handler jumped back, the only change to the mask.)
 class KernelFaultScope {
  public:
-  explicit KernelFaultScope(DispatchFaults* faults);
+  KernelFaultScope(DispatchFaults* faults, ThreadScopeSlot& thread_slot);
   ~KernelFaultScope();
   KernelFaultScope(const KernelFaultScope&) = delete;
   KernelFaultScope& operator=(const KernelFaultScope&) = delete;
