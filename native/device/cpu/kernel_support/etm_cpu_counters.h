@@ -41,12 +41,18 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) void validate_threadgroup_ac
     state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
 }
 
-// An access outside threadgroup memory and every range but within reach of one: a report,
-// unless it reads the launch data.
-__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_near_ranges(
+// An access outside threadgroup memory and every range: a report if it falls within reach of
+// a range, unless it reads the launch data. The usual such access is the kernel's own stack
+// (locals whose address is taken), far from every range.
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_outside_ranges(
     const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
     uintptr_t site) {
-  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+  bool near = false;
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    const etm_cpu_range& range = table->ranges[i];
+    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
+  }
+  if (!near || address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
@@ -55,16 +61,17 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_near_ra
 
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  // The variable's address once: g++ would redo its TLS lookup after branches.
-  ValidationState* state_address = &validation_state;
-  __asm__("" : "+r"(state_address));
+  ValidationState* state_address = validation_state();
+  if (!state_address) return;
   ValidationState& state = *state_address;
   const etm_cpu_validation* table = state.table;
   if (!table) return;
+#if !defined(__SANITIZE_THREAD__)  // g++'s hooks know atomics (etm_atomic.h)
   if (state.pending_atomic && address == state.pending_atomic) {
     kind = ETM_CPU_ACCESS_ATOMIC;
     state.pending_atomic = 0;
   }
+#endif
   // Most accesses are settled without a call into the checker (etm_cpu_kernel_abi.h):
   // threadgroup memory's usual ones, accesses inside a binding, those far from every binding
   // and threadgroup memory (the stack, the kernel's constants), and reads of the launch data
@@ -81,14 +88,13 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_ac
       default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
     }
   }
-  bool near = false;
+  // Inside a range: the test alone in the loop (the reach of each is the rare path's).
   for (uint32_t i = 0; i < table->range_count; ++i) {
     const etm_cpu_range& range = table->ranges[i];
     const uint64_t offset = address - range.begin;
     if (offset < range.length && size <= range.length - offset) return;
-    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
   }
-  if (near) validate_near_ranges(state, table, address, size, kind, site);
+  validate_outside_ranges(state, table, address, size, kind, site);
 }
 #endif
 
