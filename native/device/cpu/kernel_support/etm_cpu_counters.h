@@ -29,16 +29,32 @@ namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
 // A threadgroup access: the usual one is judged here, the rest by the checker. Out of line, one
-// copy per access size (`Size`; 0: any, `any_size`), so the hooks' path for device memory needs
-// no saved registers.
-template <uint64_t Size>
+// copy per access size and kind (`Size`; 0: any, `any_size`), so the hooks' path for device
+// memory needs no saved registers.
+template <uint64_t Size, uint32_t Kind>
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) void validate_threadgroup_access(const ValidationState& state,
                                                                                 uint64_t offset, uint64_t any_size,
-                                                                                uint32_t kind, uintptr_t site) {
+                                                                                uintptr_t site) {
   const uint64_t size = Size ? Size : any_size;
-  if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
-                                                state.group->arena, offset, size, kind, state.thread))
-    state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
+  if constexpr (Kind != ETM_CPU_ACCESS_ATOMIC) {
+    if (etm_cpu_checks::check_threadgroup_inline<Size, Kind>(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
+                                                             state.group->arena, offset, size, state.thread))
+      return;
+  }
+  state.table->check_threadgroup(state.worker, offset, size, Kind, site, state.thread);
+}
+
+template <uint32_t Kind>
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_threadgroup_access_sized(
+    const ValidationState& state, uint64_t offset, uint64_t size, uintptr_t site) {
+  switch (size) {
+    case 1: return validate_threadgroup_access<1, Kind>(state, offset, size, site);
+    case 2: return validate_threadgroup_access<2, Kind>(state, offset, size, site);
+    case 4: return validate_threadgroup_access<4, Kind>(state, offset, size, site);
+    case 8: return validate_threadgroup_access<8, Kind>(state, offset, size, site);
+    case 16: return validate_threadgroup_access<16, Kind>(state, offset, size, site);
+    default: return validate_threadgroup_access<0, Kind>(state, offset, size, site);
+  }
 }
 
 // An access outside threadgroup memory and every range: a report if it falls within reach of
@@ -79,13 +95,10 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_ac
   const unsigned char* arena = state.group->arena;
   const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
   if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
-    switch (size) {
-      case 1: return validate_threadgroup_access<1>(state, offset_in_arena, size, kind, site);
-      case 2: return validate_threadgroup_access<2>(state, offset_in_arena, size, kind, site);
-      case 4: return validate_threadgroup_access<4>(state, offset_in_arena, size, kind, site);
-      case 8: return validate_threadgroup_access<8>(state, offset_in_arena, size, kind, site);
-      case 16: return validate_threadgroup_access<16>(state, offset_in_arena, size, kind, site);
-      default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
+    switch (kind) {
+      case ETM_CPU_ACCESS_LOAD: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_LOAD>(state, offset_in_arena, size, site);
+      case ETM_CPU_ACCESS_STORE: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_STORE>(state, offset_in_arena, size, site);
+      default: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_ATOMIC>(state, offset_in_arena, size, site);
     }
   }
   // Inside a range: the test alone in the loop (the reach of each is the rare path's).
