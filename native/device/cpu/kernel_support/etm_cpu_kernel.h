@@ -60,7 +60,10 @@ struct ValidationState {
 // thread-local costs a __tls_get_addr call per access in a shared object. Code of the object
 // that runs outside an entry point (static initialisers, at load) finds r15 holding whatever its
 // caller left: the hooks look only while some thread runs an entry point of the object
-// (running_entries), and entry points set r15 before their first checked access.
+// (running_entries), and entry points set r15 before their first checked access. An entry
+// abandoned by a fault stays counted; that is harmless, as nothing of the object runs outside
+// its entry points after the load (the executor's questions below are unchecked, and kernel
+// objects register no static destructors).
 #if ETM_CPU_VALIDATION_STATE_IN_R15
 inline uint32_t running_entries = 0;
 // Through asm, not a global register variable: g++ drops the stores to one declared in the
