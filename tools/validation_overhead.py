@@ -4,7 +4,7 @@
     python3 tools/validation_overhead.py --instructions [--calls 2]
 
 Clean kernels of the sanitizer's tests (tests/cpu_device/validated_cases.py: elementwise
-kernels, one of them a read-modify-write, a barrier kernel, a SIMD-group reduction) run in two
+kernels, one of them a read-modify-write, one with Inductor's several buffers and scalars, a barrier kernel, a SIMD-group reduction) run in two
 child processes, one without and one with validation (the flag is fixed per process); each
 prints the median time per dispatch after a warm-up, and the ratio of the two medians is
 reported per kernel. The children run kernels on one worker thread and time the process's CPU
@@ -34,6 +34,7 @@ CASES_FOLDER = ROOT / "tests" / "cpu_device"
 CASES = {
     "scale": (("x", "y", 3), 256),
     "add_into": (("y", "x"), 256),
+    "blend": (("x", "y", "y", 2, 3, 1 << 30), 256),
     "reverse_groups": (("x", "y"), 64),
     "group_sums": (("x", "y"), 256),
 }

@@ -131,6 +131,12 @@ kernel void add_into(device float* y, device const float* x, uint i [[thread_pos
   y[i] += x[i];
 }
 
+// Shaped like Inductor's pointwise kernels: several buffers and scalars, a bound check.
+kernel void blend(device const float* x, device const float* y, device float* out, constant long& a,
+                  constant long& b, constant long& n, uint i [[thread_position_in_grid]]) {
+  if (long(i) < n) out[i] = float(a) * x[i] + float(b) * y[i];
+}
+
 // Each lane reads the previous lane's slot of its SIMD group's scratch: simdgroup_barrier orders
 // the writes before the reads when `ordered` is set; otherwise nothing does.
 kernel void simd_rotate(device const float* x, device float* y, constant int& ordered,
@@ -437,6 +443,10 @@ def test_clean_kernels_report_nothing_and_compute_right(library):
 
     library.function("add_into")(scaled, x, threads=256)
     np.testing.assert_array_equal(scaled, x * 4)
+
+    blended = np.zeros(256, np.float32)
+    library.function("blend")(x, scaled, blended, 2, -1, 200, threads=256)
+    np.testing.assert_array_equal(blended, np.where(np.arange(256) < 200, 2 * x - scaled, 0))
 
 
 @pytest.mark.slow

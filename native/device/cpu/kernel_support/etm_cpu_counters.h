@@ -101,11 +101,20 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_ac
       default: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_ATOMIC>(state, offset_in_arena, size, site);
     }
   }
-  // Inside a range: the test alone in the loop (the reach of each is the rare path's).
-  for (uint32_t i = 0; i < table->range_count; ++i) {
-    const etm_cpu_range& range = table->ranges[i];
+  // Inside a range: first the one this site's last access fell in, then each (the test alone
+  // in the loop: the reach of each is the rare path's).
+  const auto inside = [&](const etm_cpu_range& range) __attribute__((always_inline)) {
     const uint64_t offset = address - range.begin;
-    if (offset < range.length && size <= range.length - offset) return;
+    return offset < range.length && size <= range.length - offset;
+  };
+  uint8_t* hint = &state.table->range_hints[(site * 0x9e3779b97f4a7c15ull) >> 58];
+  static_assert(ETM_CPU_RANGE_HINTS == 64, "the hash above makes 6 bits");
+  if (inside(table->ranges[__atomic_load_n(hint, __ATOMIC_RELAXED)])) return;
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    if (inside(table->ranges[i])) {
+      if (i <= UINT8_MAX) __atomic_store_n(hint, static_cast<uint8_t>(i), __ATOMIC_RELAXED);
+      return;
+    }
   }
   validate_outside_ranges(state, table, address, size, kind, site);
 }
