@@ -75,6 +75,16 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_outside
   table->check(table->state, address, size, kind, site, state.thread);
 }
 
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline uintptr_t current_stack_pointer() {
+#if defined(__x86_64__)
+  uintptr_t pointer;
+  __asm__("mov %%rsp, %0" : "=r"(pointer));
+  return pointer;
+#else
+  return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+}
+
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
   ValidationState* state_address = validation_state();
@@ -110,6 +120,10 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_ac
   uint8_t* hint = &state.table->range_hints[(site * 0x9e3779b97f4a7c15ull) >> 58];
   static_assert(ETM_CPU_RANGE_HINTS == 64, "the hash above makes 6 bits");
   if (inside(table->ranges[__atomic_load_n(hint, __ATOMIC_RELAXED)])) return;
+  // The kernel's own stack, between here and its entry point's frame (locals whose address is
+  // taken, the barrier-region form's per-thread frames): never judged, and far from every range.
+  const uintptr_t stack_pointer = current_stack_pointer();
+  if (address - stack_pointer < state.stack_top - stack_pointer) return;
   for (uint32_t i = 0; i < table->range_count; ++i) {
     if (inside(table->ranges[i])) {
       if (i <= UINT8_MAX) __atomic_store_n(hint, static_cast<uint8_t>(i), __ATOMIC_RELAXED);

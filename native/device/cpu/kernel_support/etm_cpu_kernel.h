@@ -51,6 +51,7 @@ struct ValidationState {
   uintptr_t pending_atomic;
   uint32_t thread;
   void* worker;
+  uintptr_t stack_top;  // the entry point's frame: the kernel's stack lies below it
 };
 
 // Where every access hook finds it. g++ on x86-64 (the compiler driver defines
@@ -82,7 +83,7 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState*
 }
 #else
 inline thread_local ValidationState validation_state_storage = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN,
-                                                                nullptr};
+                                                                nullptr, 0};
 // The variable's address once: g++ would redo its TLS lookup after branches.
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state() {
   ValidationState* state = &validation_state_storage;
@@ -103,6 +104,13 @@ struct group_scope {
 struct group_scope {};
 #endif
 
+// The frame address an entry point hands enter_group (only the access checks use it).
+#if ETM_CPU_VALIDATE
+#define ETM_CPU_ENTRY_FRAME __builtin_frame_address(0)
+#else
+#define ETM_CPU_ENTRY_FRAME nullptr
+#endif
+
 // Called first by every kernel entry: the group's arena (and the dispatch's counters or
 // checks) for the calling OS thread. Instrumented builds keep it uninstrumented (its own
 // loads must not be counted) and opaque to the optimiser (noipa): otherwise its loads of
@@ -110,7 +118,8 @@ struct group_scope {};
 // previous dispatch's table before this one's is installed.
 #if ETM_CPU_INSTRUMENTED
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_group(const etm_cpu_launch* launch,
-                                                                    const etm_cpu_group* group, group_scope* scope) {
+                                                                    const etm_cpu_group* group, group_scope* scope,
+                                                                    const void* entry_frame) {
   group_arena = group->arena;
 #if ETM_CPU_COUNTERS
   dispatch_counters = launch->counters;
@@ -131,12 +140,16 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_group(const e
   state.group = group;
   state.thread = ETM_CPU_THREAD_UNKNOWN;
   state.worker = state.table ? state.table->worker(state.table->state) : nullptr;
+  state.stack_top = reinterpret_cast<uintptr_t>(entry_frame);
 #else
   (void)scope;
+  (void)entry_frame;
 #endif
 }
 #else
-inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group, group_scope*) { group_arena = group->arena; }
+inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group, group_scope*, const void*) {
+  group_arena = group->arena;
+}
 #endif
 
 // Called last by every kernel entry that returns: the caller's r15 back.

@@ -182,7 +182,7 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   // Every thread of the group, one after the other (kernels without barriers or SIMD calls).
   static void etm_loop(const etm_cpu_launch* launch, const etm_cpu_group* group) {
     group_scope scope;
-    enter_group(launch, group, &scope);
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
     ETM_CPU_LOCAL_GROUP(group)
     run_group(launch, group, Bindings::template bind<P>(launch, group)...);
     leave_group(&scope);
@@ -191,7 +191,7 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   // The thread with thread_index_in_threadgroup == index (on its fiber).
   static void etm_thread(const etm_cpu_launch* launch, const etm_cpu_group* group, uint32_t index) {
     group_scope scope;
-    enter_group(launch, group, &scope);
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
     run_thread(launch, group, index, Bindings::template bind<P>(launch, group)...);
     leave_group(&scope);
   }
@@ -207,7 +207,7 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   // The whole group as barrier regions (only for kernels with that form).
   static int etm_regions(const etm_cpu_launch* launch, const etm_cpu_group* group) {
     group_scope scope;
-    enter_group(launch, group, &scope);
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
     const int declined =
         region_call<Bindings...>::template run<Regions>(launch, group, Bindings::template bind<P>(launch, group)...);
     leave_group(&scope);
