@@ -4,8 +4,9 @@
     python3 tools/validation_overhead.py --instructions [--calls 2]
 
 Clean kernels of the sanitizer's tests (tests/cpu_device/validated_cases.py: elementwise
-kernels, one of them a read-modify-write, one with Inductor's several buffers and scalars, a barrier kernel, a SIMD-group reduction) run in two
-child processes, one without and one with validation (the flag is fixed per process); each
+kernels, one of them a read-modify-write, one with Inductor's several buffers and scalars;
+barrier kernels, one with a per-thread array across the barrier; a SIMD-group reduction) run in
+two child processes, one without and one with validation (the flag is fixed per process); each
 prints the median time per dispatch after a warm-up, and the ratio of the two medians is
 reported per kernel. The children run kernels on one worker thread and time the process's CPU
 time, so the ratio stays what the checks cost on a machine busy with other work (--wall:
@@ -36,6 +37,7 @@ CASES = {
     "add_into": (("y", "x"), 256),
     "blend": (("x", "y", "y", 2, 3, 1 << 30), 256),
     "reverse_groups": (("x", "y"), 64),
+    "local_array": (("x", "y"), 64),
     "group_sums": (("x", "y"), 256),
 }
 
