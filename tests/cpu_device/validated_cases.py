@@ -131,6 +131,26 @@ kernel void add_into(device float* y, device const float* x, uint i [[thread_pos
   y[i] += x[i];
 }
 
+// Shaped like Inductor's pointwise kernels: several buffers and scalars, a bound check.
+kernel void blend(device const float* x, device const float* y, device float* out, constant long& a,
+                  constant long& b, constant long& n, uint i [[thread_position_in_grid]]) {
+  if (long(i) < n) out[i] = float(a) * x[i] + float(b) * y[i];
+}
+
+// A per-thread array across a barrier: as barrier regions it lives in the threads' frames, on
+// the region function's stack.
+kernel void local_array(device const float* x, device float* y, uint i [[thread_position_in_grid]],
+                        uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float tile[64];
+  float acc[8];
+  for (int k = 0; k < 8; ++k) acc[k] = x[i] * float(k);
+  tile[t] = acc[int(t) & 7];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float s = 0.0f;
+  for (int k = 0; k < 8; ++k) s += acc[(k + int(t)) & 7] * tile[63 - t];
+  y[i] = s;
+}
+
 // Each lane reads the previous lane's slot of its SIMD group's scratch: simdgroup_barrier orders
 // the writes before the reads when `ordered` is set; otherwise nothing does.
 kernel void simd_rotate(device const float* x, device float* y, constant int& ordered,
@@ -437,6 +457,16 @@ def test_clean_kernels_report_nothing_and_compute_right(library):
 
     library.function("add_into")(scaled, x, threads=256)
     np.testing.assert_array_equal(scaled, x * 4)
+
+    blended = np.zeros(256, np.float32)
+    library.function("blend")(x, scaled, blended, 2, -1, 200, threads=256)
+    np.testing.assert_array_equal(blended, np.where(np.arange(256) < 200, 2 * x - scaled, 0))
+
+    local = np.zeros(256, np.float32)
+    library.function("local_array")(x, local, threadgroups=4, group=64)
+    t = np.arange(64)
+    partner = x.reshape(4, 64)[:, 63 - t] * ((63 - t) & 7)  # tile[63 - t]
+    np.testing.assert_allclose(local, (28 * x.reshape(4, 64) * partner).reshape(-1), rtol=1e-5)
 
 
 @pytest.mark.slow

@@ -471,6 +471,14 @@ Status KernelCompiler::initialize() {
   if (validation_enabled()) {
     flags_.push_back("-DETM_CPU_VALIDATE=1");
     flags_.push_back("-g1");  // line tables: reports name the MSL line
+#if defined(__x86_64__)
+    if (!is_clang_) {
+      // The access hooks find the checks' state in r15 instead of a thread-local
+      // (etm_cpu_kernel.h): reserved in the whole object.
+      flags_.push_back("-ffixed-r15");
+      flags_.push_back("-DETM_CPU_VALIDATION_STATE_IN_R15=1");
+    }
+#endif
   }
   return Status();
 }

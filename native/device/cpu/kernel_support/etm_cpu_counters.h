@@ -29,42 +29,75 @@ namespace etm_cpu_kernel {
 
 #if ETM_CPU_VALIDATE
 // A threadgroup access: the usual one is judged here, the rest by the checker. Out of line, one
-// copy per access size (`Size`; 0: any, `any_size`), so the hooks' path for device memory needs
-// no saved registers.
-template <uint64_t Size>
+// copy per access size and kind (`Size`; 0: any, `any_size`), so the hooks' path for device
+// memory needs no saved registers.
+template <uint64_t Size, uint32_t Kind>
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) void validate_threadgroup_access(const ValidationState& state,
                                                                                 uint64_t offset, uint64_t any_size,
-                                                                                uint32_t kind, uintptr_t site) {
+                                                                                uintptr_t site) {
   const uint64_t size = Size ? Size : any_size;
-  if (!etm_cpu_checks::check_threadgroup_inline(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
-                                                state.group->arena, offset, size, kind, state.thread))
-    state.table->check_threadgroup(state.worker, offset, size, kind, site, state.thread);
+  if constexpr (Kind != ETM_CPU_ACCESS_ATOMIC) {
+    if (etm_cpu_checks::check_threadgroup_inline<Size, Kind>(static_cast<etm_cpu_checks::WorkerChecks*>(state.worker),
+                                                             state.group->arena, offset, size, state.thread))
+      return;
+  }
+  state.table->check_threadgroup(state.worker, offset, size, Kind, site, state.thread);
 }
 
-// An access outside threadgroup memory and every range but within reach of one: a report,
-// unless it reads the launch data.
-__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_near_ranges(
+template <uint32_t Kind>
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_threadgroup_access_sized(
+    const ValidationState& state, uint64_t offset, uint64_t size, uintptr_t site) {
+  switch (size) {
+    case 1: return validate_threadgroup_access<1, Kind>(state, offset, size, site);
+    case 2: return validate_threadgroup_access<2, Kind>(state, offset, size, site);
+    case 4: return validate_threadgroup_access<4, Kind>(state, offset, size, site);
+    case 8: return validate_threadgroup_access<8, Kind>(state, offset, size, site);
+    case 16: return validate_threadgroup_access<16, Kind>(state, offset, size, site);
+    default: return validate_threadgroup_access<0, Kind>(state, offset, size, site);
+  }
+}
+
+// An access outside threadgroup memory and every range: a report if it falls within reach of
+// a range, unless it reads the launch data. The usual such access is the kernel's own stack
+// (locals whose address is taken), far from every range.
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noinline)) inline void validate_outside_ranges(
     const ValidationState& state, const etm_cpu_validation* table, uintptr_t address, uint64_t size, uint32_t kind,
     uintptr_t site) {
-  if (address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
+  bool near = false;
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    const etm_cpu_range& range = table->ranges[i];
+    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
+  }
+  if (!near || address - reinterpret_cast<uintptr_t>(state.launch) < sizeof(etm_cpu_launch) ||
       address - reinterpret_cast<uintptr_t>(state.group) < sizeof(etm_cpu_group)) {
     return;
   }
   table->check(table->state, address, size, kind, site, state.thread);
 }
 
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline uintptr_t current_stack_pointer() {
+#if defined(__x86_64__)
+  uintptr_t pointer;
+  __asm__("mov %%rsp, %0" : "=r"(pointer));
+  return pointer;
+#else
+  return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+}
+
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_access(uintptr_t address, uint64_t size, uint32_t kind,
                                                                   uintptr_t site) {
-  // The variable's address once: g++ would redo its TLS lookup after branches.
-  ValidationState* state_address = &validation_state;
-  __asm__("" : "+r"(state_address));
+  ValidationState* state_address = validation_state();
+  if (!state_address) return;
   ValidationState& state = *state_address;
   const etm_cpu_validation* table = state.table;
   if (!table) return;
+#if !defined(__SANITIZE_THREAD__)  // g++'s hooks know atomics (etm_atomic.h)
   if (state.pending_atomic && address == state.pending_atomic) {
     kind = ETM_CPU_ACCESS_ATOMIC;
     state.pending_atomic = 0;
   }
+#endif
   // Most accesses are settled without a call into the checker (etm_cpu_kernel_abi.h):
   // threadgroup memory's usual ones, accesses inside a binding, those far from every binding
   // and threadgroup memory (the stack, the kernel's constants), and reads of the launch data
@@ -72,23 +105,32 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void validate_ac
   const unsigned char* arena = state.group->arena;
   const uintptr_t offset_in_arena = address - reinterpret_cast<uintptr_t>(arena);
   if (offset_in_arena < table->threadgroup_span) {  // its own allocation, apart from every range
-    switch (size) {
-      case 1: return validate_threadgroup_access<1>(state, offset_in_arena, size, kind, site);
-      case 2: return validate_threadgroup_access<2>(state, offset_in_arena, size, kind, site);
-      case 4: return validate_threadgroup_access<4>(state, offset_in_arena, size, kind, site);
-      case 8: return validate_threadgroup_access<8>(state, offset_in_arena, size, kind, site);
-      case 16: return validate_threadgroup_access<16>(state, offset_in_arena, size, kind, site);
-      default: return validate_threadgroup_access<0>(state, offset_in_arena, size, kind, site);
+    switch (kind) {
+      case ETM_CPU_ACCESS_LOAD: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_LOAD>(state, offset_in_arena, size, site);
+      case ETM_CPU_ACCESS_STORE: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_STORE>(state, offset_in_arena, size, site);
+      default: return validate_threadgroup_access_sized<ETM_CPU_ACCESS_ATOMIC>(state, offset_in_arena, size, site);
     }
   }
-  bool near = false;
-  for (uint32_t i = 0; i < table->range_count; ++i) {
-    const etm_cpu_range& range = table->ranges[i];
+  // Inside a range: first the one this site's last access fell in, then each (the test alone
+  // in the loop: the reach of each is the rare path's).
+  const auto inside = [&](const etm_cpu_range& range) __attribute__((always_inline)) {
     const uint64_t offset = address - range.begin;
-    if (offset < range.length && size <= range.length - offset) return;
-    near |= address - (range.begin - range.reach) < range.length + 2 * range.reach;
+    return offset < range.length && size <= range.length - offset;
+  };
+  uint8_t* hint = &state.table->range_hints[(site * 0x9e3779b97f4a7c15ull) >> 58];
+  static_assert(ETM_CPU_RANGE_HINTS == 64, "the hash above makes 6 bits");
+  if (inside(table->ranges[__atomic_load_n(hint, __ATOMIC_RELAXED)])) return;
+  // The kernel's own stack, between here and its entry point's frame (locals whose address is
+  // taken, the barrier-region form's per-thread frames): never judged, and far from every range.
+  const uintptr_t stack_pointer = current_stack_pointer();
+  if (address - stack_pointer < state.stack_top - stack_pointer) return;
+  for (uint32_t i = 0; i < table->range_count; ++i) {
+    if (inside(table->ranges[i])) {
+      if (i <= UINT8_MAX) __atomic_store_n(hint, static_cast<uint8_t>(i), __ATOMIC_RELAXED);
+      return;
+    }
   }
-  if (near) validate_near_ranges(state, table, address, size, kind, site);
+  validate_outside_ranges(state, table, address, size, kind, site);
 }
 #endif
 

@@ -21,6 +21,10 @@
 #endif
 // Both build the kernel with the compiler's access instrumentation (etm_cpu_counters.h).
 #define ETM_CPU_INSTRUMENTED (ETM_CPU_COUNTERS || ETM_CPU_VALIDATE)
+// Set (to 1), with -ffixed-r15, where the access checks keep their state in r15 (below).
+#ifndef ETM_CPU_VALIDATION_STATE_IN_R15
+#define ETM_CPU_VALIDATION_STATE_IN_R15 0
+#endif
 
 namespace etm_cpu_kernel {
 
@@ -39,7 +43,7 @@ inline thread_local etm_cpu_counters* dispatch_counters = nullptr;
 // instrumentation etm_atomic.h sets it just before the builtin, so that access is checked as
 // atomic), the thread of the group the
 // loop or barrier-region code runs for (ETM_CPU_THREAD_UNKNOWN on fibers), and the checks of the
-// worker running the group (etm_cpu_validation::worker). One variable: one TLS lookup per access.
+// worker running the group (etm_cpu_validation::worker).
 struct ValidationState {
   etm_cpu_validation* table;
   const etm_cpu_launch* launch;
@@ -47,8 +51,64 @@ struct ValidationState {
   uintptr_t pending_atomic;
   uint32_t thread;
   void* worker;
+  uintptr_t stack_top;  // the entry point's frame: the kernel's stack lies below it
 };
-inline thread_local ValidationState validation_state = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN, nullptr};
+
+// Where every access hook finds it. g++ on x86-64 (the compiler driver defines
+// ETM_CPU_VALIDATION_STATE_IN_R15 and reserves the register with -ffixed-r15): in r15, which
+// each entry point points at the state in its own frame, saving the caller's value (callee-saved
+// in the ABI: code outside the object keeps it intact, a fiber switch saves it per fiber). A
+// thread-local costs a __tls_get_addr call per access in a shared object. Code of the object
+// that runs outside an entry point (static initialisers, at load) finds r15 holding whatever its
+// caller left: the hooks look only while some thread runs an entry point of the object
+// (running_entries), and entry points set r15 before their first checked access. An entry
+// abandoned by a fault stays counted; that is harmless, as nothing of the object runs outside
+// its entry points after the load (the executor's questions below are unchecked, and kernel
+// objects register no static destructors).
+#if ETM_CPU_VALIDATION_STATE_IN_R15
+inline uint32_t running_entries = 0;
+// Through asm, not a global register variable: g++ drops the stores to one declared in the
+// precompiled header.
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state_register() {
+  ValidationState* state;
+  __asm__ volatile("mov %%r15, %0" : "=r"(state));
+  return state;
+}
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void set_validation_state_register(
+    ValidationState* state) {
+  __asm__ volatile("mov %0, %%r15" : : "r"(state));
+}
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state() {
+  return __atomic_load_n(&running_entries, __ATOMIC_RELAXED) ? validation_state_register() : nullptr;
+}
+#else
+inline thread_local ValidationState validation_state_storage = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN,
+                                                                nullptr, 0};
+// The variable's address once: g++ would redo its TLS lookup after branches.
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state() {
+  ValidationState* state = &validation_state_storage;
+  __asm__("" : "+r"(state));
+  return state;
+}
+#endif
+
+// What an entry point keeps for the group it runs: the state (in r15's variant) and the
+// caller's r15. Written only by enter_group and leave_group (unchecked).
+struct group_scope {
+#if ETM_CPU_VALIDATION_STATE_IN_R15
+  ValidationState state;
+  ValidationState* saved;
+#endif
+};
+#else
+struct group_scope {};
+#endif
+
+// The frame address an entry point hands enter_group (only the access checks use it).
+#if ETM_CPU_VALIDATE
+#define ETM_CPU_ENTRY_FRAME __builtin_frame_address(0)
+#else
+#define ETM_CPU_ENTRY_FRAME nullptr
 #endif
 
 // Called first by every kernel entry: the group's arena (and the dispatch's counters or
@@ -58,22 +118,48 @@ inline thread_local ValidationState validation_state = {nullptr, nullptr, nullpt
 // previous dispatch's table before this one's is installed.
 #if ETM_CPU_INSTRUMENTED
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_group(const etm_cpu_launch* launch,
-                                                                    const etm_cpu_group* group) {
+                                                                    const etm_cpu_group* group, group_scope* scope,
+                                                                    const void* entry_frame) {
   group_arena = group->arena;
 #if ETM_CPU_COUNTERS
   dispatch_counters = launch->counters;
 #endif
 #if ETM_CPU_VALIDATE
-  ValidationState& state = validation_state;
+#if ETM_CPU_VALIDATION_STATE_IN_R15
+  scope->saved = validation_state_register();
+  set_validation_state_register(&scope->state);
+  __atomic_fetch_add(&running_entries, 1, __ATOMIC_RELAXED);
+  ValidationState& state = scope->state;
+  state.pending_atomic = 0;
+#else
+  (void)scope;
+  ValidationState& state = *validation_state();
+#endif
   state.table = launch->validation;
   state.launch = launch;
   state.group = group;
   state.thread = ETM_CPU_THREAD_UNKNOWN;
   state.worker = state.table ? state.table->worker(state.table->state) : nullptr;
+  state.stack_top = reinterpret_cast<uintptr_t>(entry_frame);
+#else
+  (void)scope;
+  (void)entry_frame;
 #endif
 }
 #else
-inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { group_arena = group->arena; }
+inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group, group_scope*, const void*) {
+  group_arena = group->arena;
+}
+#endif
+
+// Called last by every kernel entry that returns: the caller's r15 back.
+#if ETM_CPU_VALIDATION_STATE_IN_R15
+__attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void leave_group(group_scope* scope) {
+  __atomic_fetch_sub(&running_entries, 1, __ATOMIC_RELAXED);
+  set_validation_state_register(scope->saved);
+}
+#else
+inline void leave_group(group_scope*) {}
 #endif
 
 // The loop and barrier-region forms say which thread their code runs for next, and the
@@ -82,15 +168,15 @@ inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group) { gro
 // another's (the checks must see each thread's own).
 #if ETM_CPU_VALIDATE
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_thread(uint32_t thread) {
-  validation_state.thread = thread;
+  validation_state()->thread = thread;
 }
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void pass_barrier(uint32_t live) {
-  const etm_cpu_validation* table = validation_state.table;
+  const etm_cpu_validation* table = validation_state()->table;
   if (table) table->barrier(table->state, live);
 }
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void pass_simd_sync(uint32_t first, uint64_t lanes) {
-  const etm_cpu_validation* table = validation_state.table;
-  if (table) table->simd_sync(validation_state.worker, first, lanes);
+  const ValidationState* state = validation_state();
+  if (state->table) state->table->simd_sync(state->worker, first, lanes);
 }
 #else
 inline void enter_thread(uint32_t) {}
@@ -177,13 +263,14 @@ constexpr uint64_t referenced_size() {
 #include "etm_cpu_counters.h"
 #endif
 
-// Not inline: the entry point must be emitted even when nothing in the TU calls it.
-extern "C" ETM_CPU_KERNEL_EXPORT uint64_t etm_kernel_static_threadgroup_bytes(void) {
+// Not inline: the entry point must be emitted even when nothing in the TU calls it. These two
+// are the executor's questions, no kernel code: unchecked.
+extern "C" ETM_CPU_KERNEL_EXPORT __attribute__((ETM_CPU_NOT_INSTRUMENTED)) uint64_t etm_kernel_static_threadgroup_bytes(void) {
   return etm_cpu_kernel::static_threadgroup_end();
 }
 
 #if ETM_CPU_VALIDATE
-extern "C" ETM_CPU_KERNEL_EXPORT uint32_t etm_kernel_static_threadgroup_ranges(const uint64_t** ranges) {
+extern "C" ETM_CPU_KERNEL_EXPORT __attribute__((ETM_CPU_NOT_INSTRUMENTED)) uint32_t etm_kernel_static_threadgroup_ranges(const uint64_t** ranges) {
   *ranges = etm_cpu_kernel::static_threadgroup_ranges;
   const uint32_t count = etm_cpu_kernel::static_threadgroup_variable_count;
   return count <= etm_cpu_kernel::kMaxRecordedThreadgroupVariables ? count : UINT32_MAX;

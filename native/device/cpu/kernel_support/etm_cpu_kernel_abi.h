@@ -51,9 +51,14 @@ typedef struct etm_cpu_range {
   uint64_t reach;  // bytes on either side where an access is out of this range's bounds
 } etm_cpu_range;
 
+// Hints per dispatch: for a hash of the instrumented code's address, the range its last
+// access fell in (an access site usually keeps to one binding).
+#define ETM_CPU_RANGE_HINTS 64
+
 typedef struct etm_cpu_validation {
   const etm_cpu_range* ranges;
   uint32_t range_count;
+  uint8_t range_hints[ETM_CPU_RANGE_HINTS];  // indices into ranges (all 0 at first)
   uint64_t threadgroup_span;
   void* state;
   void (*check)(void* state, uintptr_t address, uint64_t size, uint32_t kind, uintptr_t site, uint32_t thread);

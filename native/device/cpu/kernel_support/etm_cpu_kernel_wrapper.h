@@ -181,19 +181,24 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
 
   // Every thread of the group, one after the other (kernels without barriers or SIMD calls).
   static void etm_loop(const etm_cpu_launch* launch, const etm_cpu_group* group) {
-    enter_group(launch, group);
+    group_scope scope;
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
     ETM_CPU_LOCAL_GROUP(group)
     run_group(launch, group, Bindings::template bind<P>(launch, group)...);
+    leave_group(&scope);
   }
 
   // The thread with thread_index_in_threadgroup == index (on its fiber).
   static void etm_thread(const etm_cpu_launch* launch, const etm_cpu_group* group, uint32_t index) {
-    enter_group(launch, group);
+    group_scope scope;
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
     run_thread(launch, group, index, Bindings::template bind<P>(launch, group)...);
+    leave_group(&scope);
   }
 
-  // Bytes read through each reference parameter, 0 for the others.
-  static void etm_argument_sizes(uint64_t* sizes) {
+  // Bytes read through each reference parameter, 0 for the others. Unchecked: no kernel code
+  // (the executor may ask while another thread runs the kernel, etm_cpu_kernel.h's r15).
+  ETM_CPU_ALWAYS_INLINE static void etm_argument_sizes(uint64_t* sizes) {
     uint64_t* next = sizes;
     ((*next++ = Bindings::template bytes<P>), ...);
     (void)next;
@@ -201,8 +206,12 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
 
   // The whole group as barrier regions (only for kernels with that form).
   static int etm_regions(const etm_cpu_launch* launch, const etm_cpu_group* group) {
-    enter_group(launch, group);
-    return region_call<Bindings...>::template run<Regions>(launch, group, Bindings::template bind<P>(launch, group)...);
+    group_scope scope;
+    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
+    const int declined =
+        region_call<Bindings...>::template run<Regions>(launch, group, Bindings::template bind<P>(launch, group)...);
+    leave_group(&scope);
+    return declined;
   }
 
  private:
@@ -263,6 +272,8 @@ using kernel_wrapper = kernel_entries<decltype(Kernel), Kernel, Regions, MaxThre
                                                               uint32_t i) {                               \
     __VA_ARGS__::etm_thread(l, g, i);                                                                     \
   }                                                                                                       \
-  extern "C" ETM_CPU_KERNEL_EXPORT void etm_kernel_argument_sizes_##n(uint64_t* s) { __VA_ARGS__::etm_argument_sizes(s); } \
+  extern "C" ETM_CPU_KERNEL_EXPORT __attribute__((ETM_CPU_NOT_INSTRUMENTED)) void etm_kernel_argument_sizes_##n(uint64_t* s) { \
+    __VA_ARGS__::etm_argument_sizes(s);                                                                   \
+  }                                                                                                       \
   extern "C" ETM_CPU_KERNEL_EXPORT const char etm_kernel_execution_note_##n[] = note;                    \
   extern "C" ETM_CPU_KERNEL_EXPORT const uint32_t etm_kernel_max_threads_##n = __VA_ARGS__::etm_max_threads;

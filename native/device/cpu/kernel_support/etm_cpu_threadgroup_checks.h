@@ -214,9 +214,13 @@ ETM_CPU_CHECKS_INLINE bool all_untouched(const uint8_t* run, uint64_t size) {
 // checks last saw, and either one run's or one byte's state or bytes no check touched yet. It
 // is applied only if it finds nothing; the rest (and every report) is the checker's, which
 // then finds the same state as if this had not run. Returns whether the access was settled.
+// `Size` and `Kind` are the hook's constants (Size 0: `any_size`).
+template <uint64_t Size, uint32_t Kind>
 ETM_CPU_CHECKS_INLINE bool check_threadgroup_inline(WorkerChecks* w, const unsigned char* arena, uint64_t offset,
-                                                    uint64_t size, uint32_t kind, uint32_t thread) {
-  if (!w || kind == ETM_CPU_ACCESS_ATOMIC || thread >= w->thread_count || offset >= w->threadgroup_bytes) return false;
+                                                    uint64_t any_size, uint32_t thread) {
+  static_assert(Kind != ETM_CPU_ACCESS_ATOMIC, "atomic accesses are the checker's");
+  const uint64_t size = Size ? Size : any_size;
+  if (!w || thread >= w->thread_count || offset >= w->threadgroup_bytes) return false;
   const uint64_t valid_end = w->valid_end[offset];
   if (valid_end <= offset || size > valid_end - offset) return false;
   if (w->pending_race_other != kNoThread) return false;
@@ -230,15 +234,15 @@ ETM_CPU_CHECKS_INLINE bool check_threadgroup_inline(WorkerChecks* w, const unsig
   if (!in_place) state = ShadowByte{};  // an untouched byte's entry is not read before this
   const auto me = static_cast<uint16_t>(thread);
   const uint32_t epoch = w->barriers + 1, syncs = w->simd_syncs[thread];
-  const Finding finding = judge(state, me, epoch, syncs, kind);
+  const Finding finding = judge(state, me, epoch, syncs, Kind);
   if (finding.uninitialised || finding.other != kNoThread) return false;
-  apply(state, me, epoch, syncs, kind);
+  apply(state, me, epoch, syncs, Kind);
   if (!in_place) {
     // Untouched bytes share the zero state: they become a run (a byte, its own state).
     run[0] = size > 1 ? static_cast<uint8_t>(size) : 0;
     for (uint64_t k = 1; k < size; ++k) run[k] = kInRun;
   }
-  if (kind == ETM_CPU_ACCESS_STORE) {
+  if (Kind == ETM_CPU_ACCESS_STORE) {
     w->pending_begin = offset;
     w->pending_end = offset + size;
   }

@@ -73,7 +73,7 @@ template <class T> using non_deduced_t = typename identity<T>::type;
 // Every atomic operation reaches its object through here.
 template <class T> inline T* storage(volatile metal::atomic<T>* object) {
 #if ETM_CPU_VALIDATE && !ETM_CPU_HOOKS_SEE_ATOMICS
-  etm_cpu_kernel::validation_state.pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
+  etm_cpu_kernel::validation_state()->pending_atomic = reinterpret_cast<uintptr_t>(&object->value);
 #endif
   return const_cast<T*>(&object->value);
 }

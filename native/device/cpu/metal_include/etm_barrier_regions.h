@@ -115,7 +115,7 @@ struct simdgroup {
 };
 
 // Bit i of the result: flags[base + i] is set, for the 32 flags from base (bool bytes 0 or 1).
-inline uint64_t lane_flags(const bool* flags, uint32_t base) {
+ETM_REGION_UNCHECKED_ELSE(inline) uint64_t lane_flags(const bool* flags, uint32_t base) {
 #if defined(__SSE2__)
   // Negated, a true byte is 0xff: the byte mask instruction gathers the sign bits.
   typedef char bytes16 __attribute__((vector_size(16)));
@@ -430,7 +430,8 @@ struct collective {
 // registers instead of one after another.
 template <class T, uint32_t Width, class Combine>
 ETM_REGION_UNCHECKED_ELSE(inline) void reduce_full_simdgroups(collective& c, const uint32_t* groups, Combine combine) {
-  auto operand = [&](uint32_t b, uint32_t lane) {
+  // Inlined: an unchecked function's calls to a checked one stay calls, and checked.
+  auto operand = [&](uint32_t b, uint32_t lane) __attribute__((always_inline)) {
     T value;
     __builtin_memcpy(static_cast<void*>(&value), c.slots + (size_t(groups[b]) * 32u + lane) * sizeof(T), sizeof(T));
     return value;
