@@ -12,7 +12,9 @@ in one child process per worker count (ETMETAL_CPU_THREADS=w, torch.set_num_thre
 
 Latency is per call as a user sees it: for etmetal, copying the inputs to the device, the run,
 synchronization and copying the outputs back. The ratio is etmetal median / eager median (lower
-is better). Ops: mm (256x576x64, and 1024^3 with --large), a 64->64 3x3 convolution on 16x16,
+is better). The cpu ratio compares the process's CPU seconds per call (all threads: etmetal's
+workers and queue thread, torch's pool): steadier than wall time on a loaded machine, where
+other processes' threads delay either side's. Ops: mm (256x576x64, and 1024^3 with --large), a 64->64 3x3 convolution on 16x16,
 and SDPA; ratio of times. Kernels: GPU threads per second of a threadgroup-barrier tree
 reduction and a simd_sum reduction (CPU device only).
 """
@@ -163,17 +165,24 @@ DEFAULT_MODELS = ["decoder_block", "llama_like", "bert_like", "resnet18_like", "
                   "layernorm", "softmax_dynamic"]
 
 
-def median_seconds(function, repeat: int, warmup: int, budget: float = 3.0) -> float:
-    """Median of `repeat` timed calls, fewer (at least 3) when they exceed `budget` seconds."""
+def median_times(function, repeat: int, warmup: int, budget: float = 3.0) -> tuple[float, float]:
+    """Medians of the wall and the process CPU seconds of `repeat` timed calls, fewer (at
+    least 3) when they exceed `budget` seconds."""
     for _ in range(warmup):
         function()
-    times = []
+    walls, cpus = [], []
     deadline = time.perf_counter() + budget
-    while len(times) < repeat and (len(times) < 3 or time.perf_counter() < deadline):
-        start = time.perf_counter()
+    while len(walls) < repeat and (len(walls) < 3 or time.perf_counter() < deadline):
+        start, start_cpu = time.perf_counter(), time.process_time()
         function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def median_seconds(function, repeat: int, warmup: int, budget: float = 3.0) -> float:
+    """Median wall seconds of `repeat` timed calls (see median_times)."""
+    return median_times(function, repeat, warmup, budget)[0]
 
 
 def max_error(actual, expected) -> float:
@@ -200,11 +209,12 @@ def run_case(name: str, case: aoti_models.Case, folder: str, repeat: int, warmup
     inputs = case.inputs(torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model(*inputs)
-        eager = median_seconds(lambda: model(*inputs), repeat, warmup)
+        eager, eager_cpu = median_times(lambda: model(*inputs), repeat, warmup)
     with aoti_load_package(os.path.join(folder, f"{name}.pt2")) as runner:
         error = max_error(runner(*inputs), expected)
-        compiled = median_seconds(lambda: runner(*inputs), repeat, warmup)
-    return {"kind": "model", "name": name, "eager": eager, "etmetal": compiled, "error": error}
+        compiled, compiled_cpu = median_times(lambda: runner(*inputs), repeat, warmup)
+    return {"kind": "model", "name": name, "eager": eager, "etmetal": compiled, "error": error,
+            "eager_cpu": eager_cpu, "etmetal_cpu": compiled_cpu}
 
 
 def run_ops(large: bool, repeat: int) -> list[dict]:
@@ -352,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if failures else 0
         results = {w: run_child(args, w, folder, compiled) for w in args.workers}
     names = list(dict.fromkeys(r["name"] for rows in results.values() for r in rows))
-    head = f"{'':<30}" + "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>34}" for w in args.workers)
+    head = f"{'':<30}" + "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>45}" for w in args.workers)
     print("\n" + head)
-    print(f"{'':<30}" + f"{'eager ms':>10}{'etmetal ms':>12}{'ratio':>12}" * len(args.workers))
+    print(f"{'':<30}" + f"{'eager ms':>10}{'etmetal ms':>12}{'ratio':>12}{'cpu ratio':>11}" * len(args.workers))
     reasons = []
     for name in names:
         line = f"{name:<30}"
@@ -362,13 +372,14 @@ def main(argv: list[str] | None = None) -> int:
             row = next((r for r in results[w] if r["name"] == name), None)
             if row is None or "failed" in row:
                 failures += 1
-                line += f"{'failed (below)':>34}"
+                line += f"{'failed (below)':>45}"
                 reasons.append(f"{name}, {w} workers: {(row or {}).get('failed', 'no result')}")
             elif row["kind"] == "kernel":
-                line += f"{'':>10}{row['rate'] / 1e6:>10.1f} M{'threads/s':>12}"
+                line += f"{'':>10}{row['rate'] / 1e6:>10.1f} M{'threads/s':>12}{'':>11}"
             else:
+                cpu_ratio = f"{row['etmetal_cpu'] / row['eager_cpu']:>10.2f}x" if row.get("eager_cpu") else f"{'':>11}"
                 line += f"{row['eager'] * 1e3:>10.3f}{row['etmetal'] * 1e3:>12.3f}" \
-                        f"{row['etmetal'] / row['eager']:>11.2f}x"
+                        f"{row['etmetal'] / row['eager']:>11.2f}x{cpu_ratio}"
         print(line)
     for reason in reasons:
         print(f"failed: {reason}")

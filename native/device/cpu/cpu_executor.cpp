@@ -365,7 +365,24 @@ struct WorkerState {
 void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
                 KernelFaultScope* scope);
 
+// A thread whose AVX registers hold data in their upper halves (Linux gives a new thread a copy
+// of its creator's registers: the runtime's threads start after torch ran AVX-512 code; glibc's
+// EVEX string functions never clear them) pays for it on every legacy-SSE instruction, and
+// kernels built for the portable baseline ISA are all legacy SSE calling libm's VEX code:
+// unet_like ran 4x slower. vzeroupper clears the upper halves; the low 128 bits, all that
+// non-AVX code uses, stay.
+void clear_upper_vector_state() {
+#if defined(__x86_64__)
+  static const bool has_avx = __builtin_cpu_supports("avx");
+  if (has_avx) {
+    asm volatile("vzeroupper" ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                 "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  }
+#endif
+}
+
 void run_job(Job* job) {
+  clear_upper_vector_state();
   WorkerLocals& locals = *thread_local_address(tl_worker);
   WorkerState& state = locals.state ? *locals.state : worker_state();
   if (!state.arena) {
