@@ -267,8 +267,18 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
   }
 }
 
+// Whether `pixels` output pixels are too few for the implicit GEMM's 32-pixel blocks, so that the
+// patch matrix product does less work: below kGemmMinimumPixels always, below one block once
+// there are more than two 32-channel blocks (callgrind, tools/bench_conv_instructions.py, 1
+// worker: 256 -> 256 channels 3x3 at 4x4 takes 45 M instructions as an implicit GEMM, 18 M as a
+// product; 96 -> 96 at 4x4 6.5 M and 5.7 M; 64 -> 64 at 5x5 3.2 M and 5.7 M).
+bool few_pixels_for_gemm(const ConvParams& p, uint64_t pixels) {
+  return pixels < kGemmMinimumPixels ||
+         (pixels < kGemmBlock && uint64_t(p.out_channels_per_group) > 2 * kGemmBlock);
+}
+
 // Encodes forward convolution `p` with the first kernel that takes it: depthwise, pixel-block
-// implicit GEMM, flattened implicit GEMM, patch matrix product, direct.
+// implicit GEMM, patch matrix product (few pixels), flattened implicit GEMM, direct.
 void encode_forward(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
   const int64_t depth = reduction_depth(p);
   const bool reads = reads_input(p, operands);
@@ -322,6 +332,10 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
     launch.threadgroups({pixel_blocks, blocks(uint64_t(p.out_channels_per_group), 8 * channel_fragments),
                          group_planes},
                         {kTiledThreads, 1, 1});
+  } else if (reads && few_pixels_for_gemm(p, pixels) && p.out_channels_per_group >= kGemmMinimumChannels &&
+             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
+             weight_rows_are_dense(p)) {
+    encode_patch_product(p, operands, suffix);
   } else if (reads && pixels >= kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
              depth >= kGemmMinimumDepth && positions_fit_int32(p)) {
     const uint64_t pixel_blocks = blocks(pixels, kGemmBlock);
@@ -331,10 +345,6 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
         .threadgroup_memory(0, (kGemmBlock * kGemmDepth + kGemmDepth * kGemmWeightPitch) * sizeof(float));
     launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
                         {kGemmThreads, 1, 1});
-  } else if (reads && pixels < kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
-             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
-             weight_rows_are_dense(p)) {
-    encode_patch_product(p, operands, suffix);
   } else {
     encode_direct(p, operands, "convolution_" + suffix);
   }
