@@ -233,8 +233,9 @@ bool weight_rows_are_dense(const ConvParams& p) {
   return p.weight_strides[0] > 0;
 }
 
-// A problem with fewer than kGemmMinimumPixels output pixels in all and dense weight rows, into
-// a fresh contiguous output: the patch matrix (convolution_patches) and per group one batched
+// A problem with few output pixels (few_pixels_for_gemm: under 32, which each thread of
+// convolution_patches walks) and dense weight rows, into a fresh contiguous output: the patch
+// matrix (convolution_patches, a thread per reduction step and group) and per group one batched
 // product out[n] = patches[n] @ weight rows^T (+ bias) on the matrix-product kernels, which
 // read each weight row once where the direct kernel reads it once per output pixel.
 void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
@@ -248,7 +249,7 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
                                   operands.input.dtype);
   KernelLaunch launch(shader_kernel("convolution.metal", "convolution_patches_" + suffix));
   launch.tensor(0, *patches).tensor(1, operands.input).value(2, p);
-  launch.threads({uint64_t(depth), uint64_t(pixels), uint64_t(groups)},
+  launch.threads({uint64_t(depth), 1, uint64_t(groups)},
                  {std::min<uint64_t>(uint64_t(depth), 256), 1, 1});
   for (int64_t g = 0; g < groups; ++g) {
     const Tensor out = strided_view(operands.output, {p.batch, image_pixels, channels},
