@@ -269,13 +269,14 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
 }
 
 // Whether `pixels` output pixels are too few for the implicit GEMM's 32-pixel blocks, so that the
-// patch matrix product does less work: below kGemmMinimumPixels always, below one block once
-// there are more than two 32-channel blocks (callgrind, tools/bench_conv_instructions.py, 1
-// worker: 256 -> 256 channels 3x3 at 4x4 takes 45 M instructions as an implicit GEMM, 18 M as a
-// product; 96 -> 96 at 4x4 6.5 M and 5.7 M; 64 -> 64 at 5x5 3.2 M and 5.7 M).
+// patch matrix product does less work: below kGemmMinimumPixels always, below one block with a
+// block's worth of output channels (callgrind, tools/bench_conv_instructions.py, 1 worker,
+// instructions per call as GEMM and as product: 256 -> 256 channels 3x3 at 4x4 45 M and 8 M;
+// 64 -> 64 at 5x5 3.2 M and 1.5 M; 32 -> 32 at 4x4 0.8 M and 0.4 M; 16 -> 16 at 4x4 0.43 M
+// and 0.48 M, the product's second dispatch about its whole cost there).
 bool few_pixels_for_gemm(const ConvParams& p, uint64_t pixels) {
   return pixels < kGemmMinimumPixels ||
-         (pixels < kGemmBlock && uint64_t(p.out_channels_per_group) > 2 * kGemmBlock);
+         (pixels < kGemmBlock && uint64_t(p.out_channels_per_group) >= kGemmBlock);
 }
 
 // Encodes forward convolution `p` with the first kernel that takes it: depthwise, pixel-block
