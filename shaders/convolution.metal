@@ -256,7 +256,9 @@ kernel void convolution_gemm(device T* output [[buffer(0)]],
 // matrix-product kernels: patches[group][pixel][r] is the input under reduction step r of output
 // pixel `pixel` (zero in the padding), r counted in the order the weight's dense per-channel
 // block lies in memory (axes of size 1 aside, largest stride first), so that block is one
-// contiguous row of the product's other operand whatever the weight's layout.
+// contiguous row of the product's other operand whatever the weight's layout. A thread takes
+// one step r for every pixel: r's channel and taps are worked out once, and the pixels are
+// walked in order instead of divided out (divisions were most of this kernel's work).
 template <typename T>
 kernel void convolution_patches(device T* patches [[buffer(0)]],
                                 const device T* input [[buffer(1)]],
@@ -264,8 +266,8 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
                                 uint3 position [[thread_position_in_grid]]) {
   const long depth = p.in_channels_per_group * p.kernel_sizes[0] * p.kernel_sizes[1] * p.kernel_sizes[2];
   const long pixels = p.batch * p.output_sizes[0] * p.output_sizes[1] * p.output_sizes[2];
-  const long r = position.x, pixel = position.y, group = position.z;
-  if (r >= depth || pixel >= pixels) return;
+  const long r = position.x, group = position.z;
+  if (r >= depth) return;
 
   const long sizes[4] = {p.in_channels_per_group, p.kernel_sizes[0], p.kernel_sizes[1], p.kernel_sizes[2]};
   long index[4] = {0, 0, 0, 0};
@@ -283,16 +285,27 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
     rest -= index[axis] * p.weight_strides[1 + axis];
   }
 
-  const OutputPixel at = output_pixel(pixel, p);
-  const long id = at.od * p.stride[0] - p.padding[0] + index[1] * p.dilation[0];
-  const long ih = at.oh * p.stride[1] - p.padding[1] + index[2] * p.dilation[1];
-  const long iw = at.ow * p.stride[2] - p.padding[2] + index[3] * p.dilation[2];
-  T value = T(0);
-  if (id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2]) {
-    value = input[at.n * p.input_strides[0] + (group * p.in_channels_per_group + index[0]) * p.input_strides[1] +
-                  id * p.input_strides[2] + ih * p.input_strides[3] + iw * p.input_strides[4]];
+  const device T* channel = input + (group * p.in_channels_per_group + index[0]) * p.input_strides[1];
+  device T* out = patches + group * pixels * depth + r;
+  OutputPixel at = {0, 0, 0, 0};
+  for (long pixel = 0; pixel < pixels; ++pixel) {
+    const long id = at.od * p.stride[0] - p.padding[0] + index[1] * p.dilation[0];
+    const long ih = at.oh * p.stride[1] - p.padding[1] + index[2] * p.dilation[1];
+    const long iw = at.ow * p.stride[2] - p.padding[2] + index[3] * p.dilation[2];
+    T value = T(0);
+    if (id >= 0 && id < p.input_sizes[0] && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2]) {
+      value = channel[at.n * p.input_strides[0] + id * p.input_strides[2] + ih * p.input_strides[3] +
+                      iw * p.input_strides[4]];
+    }
+    out[pixel * depth] = value;
+    if (++at.ow < p.output_sizes[2]) continue;
+    at.ow = 0;
+    if (++at.oh < p.output_sizes[1]) continue;
+    at.oh = 0;
+    if (++at.od < p.output_sizes[0]) continue;
+    at.od = 0;
+    ++at.n;
   }
-  patches[(group * pixels + pixel) * depth + r] = value;
 }
 
 // Forward convolution as an implicit GEMM over a 2-D tile of output pixels, for 2-D and 3-D

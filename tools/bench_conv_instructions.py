@@ -4,8 +4,7 @@
 call, with one worker thread. Instructions per call = (Ir(2N) - Ir(N)) / N, all threads counted,
 so process start, the kernel compile and the first call cancel out. Kernels are compiled for
 x86-64-v3 (valgrind decodes no AVX-512) unless --isa says otherwise. The problems are the
-UNet-like and resnet18-like layers of tools/bench_models.py that take the pixel-block kernel
-(convolution_tiled) and their launch shape is the device's (ETMETAL_OP_SHAPES forces one).
+UNet-like and resnet18-like layers of tools/bench_models.py, and their launch shape is the device's (ETMETAL_OP_SHAPES forces one).
 Stable where wall-clock ratios are not (a shared, loaded machine).
 
 usage: python3 tools/bench_conv_instructions.py [--calls N] [--isa FLAGS] [--only NAME ...]
@@ -72,7 +71,12 @@ PROBLEMS = {
     "unet midb 64->64 3x3 16x16": (64, 16, 64, 3, 1, 1),
     "unet out 16->3 1x1 64x64": (16, 64, 3, 1, 1, 0),
     "resnet stem 3->64 7x7 s2 64x64": (3, 64, 64, 7, 2, 3),
+    "resnet layer1 64->64 3x3 16x16": (64, 16, 64, 3, 1, 1),
     "resnet layer2 128->128 3x3 8x8": (128, 8, 128, 3, 1, 1),
+    "resnet layer3 128->256 3x3 s2 8x8": (128, 8, 256, 3, 2, 1),
+    "resnet layer3 256->256 3x3 4x4": (256, 4, 256, 3, 1, 1),
+    "resnet layer3 down 128->256 1x1 s2": (128, 8, 256, 1, 2, 0),
+    "resnet layer4 512->512 3x3 2x2": (512, 2, 512, 3, 1, 1),
 }
 
 

@@ -37,6 +37,12 @@ class CompileError(RuntimeError):
 # Settings every etmetal package needs; a user config may not contradict them.
 _REQUIRED_CONFIGS = {"aot_inductor.link_libtorch": False}
 _SUPPORTED_WEIGHT_FORMATS = (None, "binary_blob")
+# Defaults a user config may change.
+# layout_optimization: Inductor's channels-last choice for convolution nets (its heuristic
+# weighs cuDNN timings) gains nothing here: libetmetal's convolution reads any strides and
+# returns a contiguous result, so the choice only adds copies, among them a permute of every
+# convolution weight at every run (resnet18 at 64x64 on the CPU device: a third of its time).
+_DEFAULT_CONFIGS = {"layout_optimization": False}
 
 
 def custom_op_c_shims() -> dict:
@@ -97,7 +103,7 @@ def with_current_overloads(shims: Mapping) -> dict:
 
 def build_inductor_configs(inductor_configs: Mapping[str, Any] | None,
                            external_weights: bool) -> dict[str, Any]:
-    configs: dict[str, Any] = {}
+    configs: dict[str, Any] = dict(_DEFAULT_CONFIGS)
     if external_weights:
         configs["aot_inductor.package_constants_in_so"] = False
         configs["aot_inductor.package_constants_on_disk_format"] = "binary_blob"

@@ -233,8 +233,9 @@ bool weight_rows_are_dense(const ConvParams& p) {
   return p.weight_strides[0] > 0;
 }
 
-// A problem with fewer than kGemmMinimumPixels output pixels in all and dense weight rows, into
-// a fresh contiguous output: the patch matrix (convolution_patches) and per group one batched
+// A problem with few output pixels (few_pixels_for_gemm: under 32, which each thread of
+// convolution_patches walks) and dense weight rows, into a fresh contiguous output: the patch
+// matrix (convolution_patches, a thread per reduction step and group) and per group one batched
 // product out[n] = patches[n] @ weight rows^T (+ bias) on the matrix-product kernels, which
 // read each weight row once where the direct kernel reads it once per output pixel.
 void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
@@ -248,7 +249,7 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
                                   operands.input.dtype);
   KernelLaunch launch(shader_kernel("convolution.metal", "convolution_patches_" + suffix));
   launch.tensor(0, *patches).tensor(1, operands.input).value(2, p);
-  launch.threads({uint64_t(depth), uint64_t(pixels), uint64_t(groups)},
+  launch.threads({uint64_t(depth), 1, uint64_t(groups)},
                  {std::min<uint64_t>(uint64_t(depth), 256), 1, 1});
   for (int64_t g = 0; g < groups; ++g) {
     const Tensor out = strided_view(operands.output, {p.batch, image_pixels, channels},
@@ -267,8 +268,19 @@ void encode_patch_product(const ConvParams& p, const ForwardOperands& operands, 
   }
 }
 
+// Whether `pixels` output pixels are too few for the implicit GEMM's 32-pixel blocks, so that the
+// patch matrix product does less work: below kGemmMinimumPixels always, below one block with a
+// block's worth of output channels (callgrind, tools/bench_conv_instructions.py, 1 worker,
+// instructions per call as GEMM and as product: 256 -> 256 channels 3x3 at 4x4 45 M and 8 M;
+// 64 -> 64 at 5x5 3.2 M and 1.5 M; 32 -> 32 at 4x4 0.8 M and 0.4 M; 16 -> 16 at 4x4 0.43 M
+// and 0.48 M, the product's second dispatch about its whole cost there).
+bool few_pixels_for_gemm(const ConvParams& p, uint64_t pixels) {
+  return pixels < kGemmMinimumPixels ||
+         (pixels < kGemmBlock && uint64_t(p.out_channels_per_group) >= kGemmBlock);
+}
+
 // Encodes forward convolution `p` with the first kernel that takes it: depthwise, pixel-block
-// implicit GEMM, flattened implicit GEMM, patch matrix product, direct.
+// implicit GEMM, patch matrix product (few pixels), flattened implicit GEMM, direct.
 void encode_forward(const ConvParams& p, const ForwardOperands& operands, const std::string& suffix) {
   const int64_t depth = reduction_depth(p);
   const bool reads = reads_input(p, operands);
@@ -322,6 +334,10 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
     launch.threadgroups({pixel_blocks, blocks(uint64_t(p.out_channels_per_group), 8 * channel_fragments),
                          group_planes},
                         {kTiledThreads, 1, 1});
+  } else if (reads && few_pixels_for_gemm(p, pixels) && p.out_channels_per_group >= kGemmMinimumChannels &&
+             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
+             weight_rows_are_dense(p)) {
+    encode_patch_product(p, operands, suffix);
   } else if (reads && pixels >= kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
              depth >= kGemmMinimumDepth && positions_fit_int32(p)) {
     const uint64_t pixel_blocks = blocks(pixels, kGemmBlock);
@@ -331,10 +347,6 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
         .threadgroup_memory(0, (kGemmBlock * kGemmDepth + kGemmDepth * kGemmWeightPitch) * sizeof(float));
     launch.threadgroups({blocks(uint64_t(p.out_channels_per_group), kGemmBlock), pixel_blocks, uint64_t(groups)},
                         {kGemmThreads, 1, 1});
-  } else if (reads && pixels < kGemmMinimumPixels && p.out_channels_per_group >= kGemmMinimumChannels &&
-             depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
-             weight_rows_are_dense(p)) {
-    encode_patch_product(p, operands, suffix);
   } else {
     encode_direct(p, operands, "convolution_" + suffix);
   }

@@ -96,6 +96,24 @@ class ChannelsLastInput(nn.Module):
         return image * 2 + image.mean(1, keepdim=True)
 
 
+class ConvBatchNorm(nn.Module):
+    """Convolutions with batch norms and a strided 1x1 shortcut: a network Inductor's
+    channels-last heuristic would convert (layout_optimization, which etmetal turns off)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Sequential(nn.Conv2d(8, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.second = nn.Sequential(nn.Conv2d(16, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32))
+        self.shortcut = nn.Conv2d(8, 32, 1, 2)
+        for norm in (self.first[1], self.second[1]):  # statistics other than the identity
+            with torch.no_grad():
+                norm.running_mean.uniform_(-0.5, 0.5)
+                norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.second(self.first(image)) + self.shortcut(image))
+
+
 @dataclass
 class Case:
     build: Callable[[], nn.Module]
@@ -139,6 +157,8 @@ CASES: dict[str, Case] = {
         ChannelsLastInput,
         lambda g: (torch.randn(2, 3, 4, 5, generator=g).contiguous(
             memory_format=torch.channels_last),)),
+    "conv_batchnorm": Case(ConvBatchNorm, lambda g: (torch.randn(1, 8, 16, 16, generator=g),),
+                           atol=1e-4, rtol=1e-4, slow=True),
     "embedding_argmax": Case(EmbeddingArgmax,
                              lambda g: (torch.randint(0, 100, (3, 7), generator=g),)),
 }

@@ -182,6 +182,12 @@ def test_external_weights_and_link_settings_reach_inductor():
     assert configs["max_autotune"] is False
 
 
+def test_layout_optimization_is_off_unless_asked_for():
+    assert build_inductor_configs(None, external_weights=False)["layout_optimization"] is False
+    configs = build_inductor_configs({"layout_optimization": True}, external_weights=False)
+    assert configs["layout_optimization"] is True
+
+
 def test_custom_op_c_shims_come_from_etmetal_ops(monkeypatch):
     op = torch.ops.aten.relu.default
     declaration = ["AOTITorchError aoti_torch_mps_example(AtenTensorHandle self)"]

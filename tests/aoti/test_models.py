@@ -1,5 +1,8 @@
 """Compiled models run through libetmetal on the default device, against torch eager on CPU."""
 
+import re
+import zipfile
+
 import pytest
 import torch
 
@@ -55,3 +58,16 @@ def test_inputs_get_the_strides_the_model_was_compiled_for(packages):
         assert runner.input_signature[0]["strides"] == list(image.stride())
         contiguous = image.contiguous()
         assert_outputs_close(runner(contiguous), compiled.expected((contiguous,)), 1e-5, 1e-5)
+
+
+@pytest.mark.slow
+def test_convolutions_take_their_weights_as_stored(packages):
+    # With Inductor's channels-last layout optimization every run copied each convolution
+    # weight into a permuted buffer first; etmetal compiles without it.
+    compiled = packages.get("conv_batchnorm")
+    with zipfile.ZipFile(compiled.path) as archive:
+        wrapper = next(archive.read(name).decode() for name in archive.namelist()
+                       if name.endswith(".wrapper.cpp"))
+    weights = re.findall(r"aoti_torch_mps_convolution\(\w+, (\w+),", wrapper)
+    assert len(weights) == 3
+    assert not [name for name in weights if re.fullmatch(r"buf\d+", name)], weights

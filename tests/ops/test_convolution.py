@@ -85,16 +85,19 @@ FORWARD_CASES = [
     ((2, 16, 40), (32, 16, 3), [1], [1], [1], 1),
     ((2, 6, 3, 30), (20, 6, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((1, 4, 40, 40), (16, 4, 5, 5), [4, 4], [0, 0], [3, 3], 1),
-    ((1, 24, 4, 4), (40, 24, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((2, 24, 4, 4), (40, 24, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((2, 20, 2, 3), (36, 10, 3, 3), [1, 1], [1, 1], [1, 1], 2),
-    ((1, 18, 8, 7), (34, 18, 3, 3), [2, 2], [1, 1], [1, 1], 1),
-    # Fewer than 8 output pixels: a patch matrix times the weight rows on the matrix-product
-    # kernels (2-D with groups, 1-D, 3-D with one output pixel), and the direct kernel for
-    # fewer than 16 output channels per group.
+    ((2, 18, 8, 7), (34, 18, 3, 3), [2, 2], [1, 1], [1, 1], 1),
+    # Fewer than 8 output pixels, or fewer than 32 with 32 output channels per group or more:
+    # a patch matrix times the weight rows on the matrix-product kernels (2-D with groups, 1-D,
+    # 3-D with one output pixel, 16 and 9 pixels), and the direct kernel for fewer than 16
+    # output channels per group.
     ((1, 20, 2, 2), (24, 20, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     ((2, 16, 1, 3), (32, 8, 3, 3), [1, 1], [1, 1], [1, 1], 2),
     ((1, 32, 5), (20, 32, 3), [2], [0], [1], 1),
     ((1, 8, 2, 2, 2), (16, 8, 2, 2, 2), [1, 1, 1], [0, 0, 0], [1, 1, 1], 1),
+    ((1, 24, 4, 4), (40, 24, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+    ((1, 16, 5, 6), (64, 8, 3, 3), [2, 2], [1, 1], [1, 1], 2),
     ((1, 4, 2, 2), (6, 4, 3, 3), [1, 1], [1, 1], [1, 1], 1),
     # Pixel-block implicit GEMM (>= 32 output pixels and >= 4 rows per plane), with partial blocks
     # in rows, columns, output channels and input channel chunks:
