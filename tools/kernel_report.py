@@ -434,6 +434,8 @@ CASES = [  # (op, shape label, factory, arguments)
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "decode 8x2048 @ (2048x2048).t() bf16", mm_case, (8, 2048, 2048, torch.bfloat16, True)),
+    ("mm", "decode 4x4096 @ 4096x1024 f32", mm_case, (4, 4096, 1024, F32)),
+    ("mm", "decode 15x2048 @ (2048x2048).t() f16", mm_case, (15, 2048, 2048, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
     ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
