@@ -258,6 +258,26 @@ def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
     return run, minimum
 
 
+def embedding_bag_case(rows, features, bags, per_bag, mode, dtype):
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(rows, features, generator=g).to(dtype)
+    indices = torch.randint(0, rows, (bags * per_bag,), generator=g)
+    offsets = torch.arange(0, bags * per_bag, per_bag)
+    dw, di, do = device(weight), device(indices), device(offsets)
+    outputs = bags * features
+    # The rows the indices name read once; output, offset2bag, bag_size (+ max indices)
+    minimum = (nbytes(indices, offsets) + indices.numel() * features * weight.element_size()
+               + outputs * weight.element_size() + nbytes(indices, offsets) + (outputs * 8 if mode == 2 else 0))
+
+    def run():
+        rets = returned(4)
+        etmetal_py.check(lib.aoti_torch_mps__embedding_bag(dw.handle, di.handle, do.handle, 0, mode, 0, ffi.NULL,
+                                                           0, -1, *rets))
+        return [Tensor(r[0]) for r in rets]
+
+    return run, minimum
+
+
 def cumsum_case(rows, width, dtype):
     x = (torch.randn(rows, width) * 100).to(dtype)
     dx = device(x)
@@ -413,6 +433,9 @@ CASES = [  # (op, shape label, factory, arguments)
     ("rms_norm", "1 x 4096 f32", rms_norm_case, (1, 4096, F32)),
     ("rms_norm", "8 x 4096 f16", rms_norm_case, (8, 4096, F16)),
     ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
+    ("embedding_bag", "1 bag of 4096, 4096x128 f32 mean", embedding_bag_case, (4096, 128, 1, 4096, 1, F32)),
+    ("embedding_bag", "64 bags of 64, 4096x128 f32 sum", embedding_bag_case, (4096, 128, 64, 64, 0, F32)),
+    ("embedding_bag", "8 bags of 512, 4096x64 f16 max", embedding_bag_case, (4096, 64, 8, 512, 2, F16)),
     ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
     ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
     ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
