@@ -304,6 +304,19 @@ def cumulative_extreme_case(rows, width, dtype, function):
     return run, minimum
 
 
+def cumprod_case(rows, width, dtype):
+    x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + nbytes(torch.cumprod(x[:, :1], 1)) * width  # integer inputs multiply to int64
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps_cumprod(dx.handle, 1, ffi.NULL, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def logcumsumexp_case(rows, width, dtype):
     x = torch.randn(rows, width).to(dtype)
     dx = device(x)
@@ -440,6 +453,9 @@ CASES = [  # (op, shape label, factory, arguments)
     ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
     ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
     ("cumsum", "8 x 4096 i64", cumsum_case, (8, 4096, torch.int64)),
+    ("cumprod", "1 x 32000 f32", cumprod_case, (1, 32000, F32)),
+    ("cumprod", "8 x 4096 f16", cumprod_case, (8, 4096, F16)),
+    ("cumprod", "4 x 8192 i64", cumprod_case, (4, 8192, torch.int64)),
     ("cummax", "1 x 32000 f32", cumulative_extreme_case, (1, 32000, F32, lib.aoti_torch_mps_cummax)),
     ("cummin", "8 x 4096 i64", cumulative_extreme_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cummin)),
     ("logcumsumexp", "1 x 32000 f32", logcumsumexp_case, (1, 32000, F32)),
