@@ -7,7 +7,8 @@ instead, with the process's CPU seconds per run (user + system: steadier than wa
 shared machine), in an uninstrumented process (counting slows kernels down).
 
 Launch shapes (ETMETAL_OP_SHAPES): ops whose best shape differs by device (cumulative ops and
-adaptive pooling of long lines / large windows, topk's group size) are counted in the GPU
+adaptive pooling of long lines / large windows, embedding_bag, products with fewer than 16 rows,
+topk's group size) are counted in the GPU
 shape, the one Metal runs, unless ETMETAL_OP_SHAPES says otherwise: the bytes and threads are
 the GPU's figures even though the CPU device counts them. --time times the device's own shape
 (the CPU device's: one thread per line); --time --compare-shapes times both, interleaved, and
@@ -278,14 +279,15 @@ def embedding_bag_case(rows, features, bags, per_bag, mode, dtype):
     return run, minimum
 
 
-def cumsum_case(rows, width, dtype):
-    x = (torch.randn(rows, width) * 100).to(dtype)
+def running_case(rows, width, dtype, function):
+    """cumsum or cumprod (function: the shim) along the rows; values near 1 keep products finite."""
+    x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
     dx = device(x)
-    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs sum to int64
+    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs give int64
 
     def run():
         r0 = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        etmetal_py.check(function(dx.handle, 1, ffi.NULL, r0))
         return [Tensor(r0[0])]
 
     return run, minimum
@@ -300,19 +302,6 @@ def cumulative_extreme_case(rows, width, dtype, function):
         r0, r1 = returned(2)
         etmetal_py.check(function(dx.handle, 1, r0, r1))
         return [Tensor(r0[0]), Tensor(r1[0])]
-
-    return run, minimum
-
-
-def cumprod_case(rows, width, dtype):
-    x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
-    dx = device(x)
-    minimum = nbytes(x) + nbytes(torch.cumprod(x[:, :1], 1)) * width  # integer inputs multiply to int64
-
-    def run():
-        r0 = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch_mps_cumprod(dx.handle, 1, ffi.NULL, r0))
-        return [Tensor(r0[0])]
 
     return run, minimum
 
@@ -449,13 +438,13 @@ CASES = [  # (op, shape label, factory, arguments)
     ("embedding_bag", "1 bag of 4096, 4096x128 f32 mean", embedding_bag_case, (4096, 128, 1, 4096, 1, F32)),
     ("embedding_bag", "64 bags of 64, 4096x128 f32 sum", embedding_bag_case, (4096, 128, 64, 64, 0, F32)),
     ("embedding_bag", "8 bags of 512, 4096x64 f16 max", embedding_bag_case, (4096, 64, 8, 512, 2, F16)),
-    ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
-    ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
-    ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
-    ("cumsum", "8 x 4096 i64", cumsum_case, (8, 4096, torch.int64)),
-    ("cumprod", "1 x 32000 f32", cumprod_case, (1, 32000, F32)),
-    ("cumprod", "8 x 4096 f16", cumprod_case, (8, 4096, F16)),
-    ("cumprod", "4 x 8192 i64", cumprod_case, (4, 8192, torch.int64)),
+    ("cumsum", "1 x 32000 f32 (sampling)", running_case, (1, 32000, F32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "64 x 4096 f32", running_case, (64, 4096, F32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "1 x 32000 i32 -> i64", running_case, (1, 32000, torch.int32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "8 x 4096 i64", running_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cumsum)),
+    ("cumprod", "1 x 32000 f32", running_case, (1, 32000, F32, lib.aoti_torch_mps_cumprod)),
+    ("cumprod", "8 x 4096 f16", running_case, (8, 4096, F16, lib.aoti_torch_mps_cumprod)),
+    ("cumprod", "4 x 8192 i64", running_case, (4, 8192, torch.int64, lib.aoti_torch_mps_cumprod)),
     ("cummax", "1 x 32000 f32", cumulative_extreme_case, (1, 32000, F32, lib.aoti_torch_mps_cummax)),
     ("cummin", "8 x 4096 i64", cumulative_extreme_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cummin)),
     ("logcumsumexp", "1 x 32000 f32", logcumsumexp_case, (1, 32000, F32)),
