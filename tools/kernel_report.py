@@ -279,6 +279,24 @@ def embedding_bag_case(rows, features, bags, per_bag, mode, dtype):
     return run, minimum
 
 
+def bilinear_case(batch, in1, in2, out_features, dtype):
+    """_trilinear as nn.Bilinear calls it: out[b, o] = sum_ij x1[b, i] w[o, i, j] x2[b, j]."""
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(batch, in1, generator=g).to(dtype), torch.randn(batch, in2, generator=g).to(dtype)
+    w = torch.randn(out_features, in1, in2, generator=g).to(dtype)
+    d1, d2, dw = device(x1), device(x2), device(w)
+    minimum = nbytes(x1, x2, w) + batch * out_features * x1.element_size()
+    lists = [ffi.new("int64_t[]", v) for v in ([1, 3], [0], [1, 2], [2, 3])]
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(lib.aoti_torch_mps__trilinear(d1.handle, dw.handle, d2.handle, lists[0], 2, lists[1], 1,
+                                                       lists[2], 2, lists[3], 2, 1, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
 def running_case(rows, width, dtype, function):
     """cumsum or cumprod (function: the shim) along the rows; values near 1 keep products finite."""
     x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
@@ -510,6 +528,7 @@ CASES = [  # (op, shape label, factory, arguments)
      (1, 64, 32, 16, 2, 2, 0, 0, 1, 1, F32, 3)),
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
+    ("trilinear", "bilinear 8 x (64, 64) -> 32 f32", bilinear_case, (8, 64, 64, 32, F32)),
     ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
     ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
     ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),
