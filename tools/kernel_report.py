@@ -506,6 +506,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv2d", "resnet 256->256 3x3 14x14 f32", conv_case, (1, 256, 256, 14, 3, 1, 1, F32)),
     ("conv2d", "resnet 512->512 3x3 7x7 f32", conv_case, (1, 512, 512, 7, 3, 1, 1, F32)),
     ("conv2d", "resnet 256->64 1x1 56x56 f32", conv_case, (1, 256, 64, 56, 1, 1, 1, F32)),
+    ("conv2d", "few pixels 512->512 3x3 2x2 f32", conv_case, (1, 512, 512, 2, 3, 1, 1, F32)),
     ("conv2d", "depthwise 96 5x5/2 112x112 f16", conv_case, (1, 96, 96, 112, 5, 2, 96, F16)),
     # (batch, C_in, C_out, size, kernel, stride, padding, output_padding, dilation, groups, dtype[, spatial, channels-last])
     ("conv_transpose", "unet up 256->128 2x2/2 32x32 f32", conv_transpose_case,
