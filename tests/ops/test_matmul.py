@@ -159,13 +159,11 @@ def test_panel_batched_products(dtype, monkeypatch, no_leaks):
     assert_matches(result, reference_addmm(self, a, b, -1.0, 0.5), dtype, K)
 
 
-# Few rows or few columns (< 16; the product is transposed when N < M), run with both launch
-# shapes. CPU shape: the matmul_gemv kernels, gemv_kdot when a and b are unit-stride along K
+# Few rows or few columns (< 16; the product is transposed when N < M). The device's own launch
+# shape; on the CPU device the matmul_gemv kernels: gemv_kdot when a and b are unit-stride along K
 # (x @ weight.t()), gemv_columns when b is unit-stride along N and N >= 32, else the
 # one-thread-per-output kernel; K below, at and past the 4-wide steps (tails of 1 to 3), N in
-# partial column strips. GPU shape: matmul_few_rows (any strides) once K >= 16 where the row
-# vector and row-dot kernels do not take the product; K in 64-deep steps with a tail (259),
-# columns in 64-wide blocks with a tail (130), up to 15 rows.
+# partial column strips. test_few_rows_products forces the GPU shape.
 SKINNY_SHAPES = [(1, 1, 33), (1, 2051, 67), (2, 6, 40), (3, 5, 32), (5, 37, 130), (8, 259, 47),
                  (15, 64, 33), (70, 45, 3), (300, 130, 1), (9, 2, 12)]
 
@@ -182,7 +180,11 @@ def skinny_operands(M, K, N, layout, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
 @pytest.mark.parametrize("M,K,N", SKINNY_SHAPES)
-def test_skinny_products(M, K, N, layout, dtype, no_leaks, launch_shape):
+def test_skinny_products(M, K, N, layout, dtype, no_leaks):
+    check_skinny_product(M, K, N, layout, dtype)
+
+
+def check_skinny_product(M, K, N, layout, dtype):
     x, weight = skinny_operands(M, K, N, layout, dtype)
     assert x.shape == (M, K) and weight.shape == (K, N)
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), x, weight)
@@ -191,6 +193,18 @@ def test_skinny_products(M, K, N, layout, dtype, no_leaks, launch_shape):
     result = run(lib.aoti_torch_mps_addmm_out, filled_like((M, N), dtype), bias, x, weight,
                  scalars=(0.5, -2.0))
     assert_matches(result, reference_addmm(bias, x, weight, 0.5, -2.0), dtype, K)
+
+
+# The GPU launch shape of those products: matmul_few_rows (any strides) once K >= 16 where the
+# row-vector and row-dot kernels do not take the product; K at one 64-deep step and in several
+# with a tail (259), columns in 64-wide blocks with a tail (130), 2 to 15 rows, transposed
+# (N < M), a single column from a strided operand.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
+@pytest.mark.parametrize("M,K,N", [(2, 16, 40), (5, 37, 130), (8, 259, 47), (15, 64, 33), (70, 45, 3), (300, 130, 1)])
+def test_few_rows_products(M, K, N, layout, dtype, monkeypatch, no_leaks):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+    check_skinny_product(M, K, N, layout, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
