@@ -1,12 +1,13 @@
 // cumprod, cummax / cummin and logcumsumexp along one dimension (ATen semantics): one thread
-// per line (the elements along the dimension), which runs through its line in order; cummax /
-// cummin and logcumsumexp take one threadgroup per line for long lines (the *_line kernels).
+// per line (the elements along the dimension), which runs through its line in order; with the
+// GPU launch shape, long lines take one threadgroup per line (the *_line kernels).
 //   cumprod       elements converted to the output dtype first (torch casts before it
 //                 multiplies); in order along the line, as torch multiplies: float16 and
 //                 bfloat16 outputs in float32, float32 outputs in a double-like product
-//                 (WideProduct), integer outputs in 64-bit wrapping products. A parallel scan
-//                 would reorder the products; in-order keeps torch's results where an
-//                 intermediate product overflows, underflows or meets a zero, inf or NaN.
+//                 (WideProduct), integer outputs in 64-bit wrapping products. The line
+//                 kernels scan in parallel and redo in order a line whose running product
+//                 comes near the accumulator's range (see cumprod_line_float), keeping
+//                 torch's results where an intermediate product overflows or underflows.
 //   cummax/min    running extreme and the index where it was last reached (ties move the
 //                 index forward); once a NaN appears it is the extreme from then on.
 //   logcumsumexp  running log(sum(exp)), accumulated in float32 as max + log1p(exp(min - max)).
@@ -77,11 +78,11 @@ inline float wide_value(WideProduct w) {
   return w.finite_nonzero ? ldexp(w.high + w.low, w.exponent) : w.special;
 }
 
+// The in-order products of one line: float16 / bfloat16 outputs in float32, float32 outputs in
+// a WideProduct.
 template <typename In, typename Out>
-kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
-                          constant CumulativeParams& p [[buffer(2)]],
-                          uint line [[thread_position_in_grid]]) {
-  const LineOffsets at = line_offsets(p.layout, line);
+inline void cumprod_line_in_float(device const In* input, device Out* output, constant CumulativeParams& p,
+                                  LineOffsets at) {
   float product = 1.0f;
   for (uint i = 0; i < p.layout.length; ++i) {
     product *= float(Out(input[at.input + long(i) * p.layout.input_stride]));
@@ -90,15 +91,27 @@ kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* outp
 }
 
 template <typename In>
-kernel void cumprod_wide(device const In* input [[buffer(0)]], device float* output [[buffer(1)]],
-                         constant CumulativeParams& p [[buffer(2)]],
-                         uint line [[thread_position_in_grid]]) {
-  const LineOffsets at = line_offsets(p.layout, line);
+inline void cumprod_line_wide(device const In* input, device float* output, constant CumulativeParams& p,
+                              LineOffsets at) {
   WideProduct product = wide_one();
   for (uint i = 0; i < p.layout.length; ++i) {
     multiply(product, float(input[at.input + long(i) * p.layout.input_stride]));
     output[at.values + long(i) * p.layout.values_stride] = wide_value(product);
   }
+}
+
+template <typename In, typename Out>
+kernel void cumprod_float(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
+                          constant CumulativeParams& p [[buffer(2)]],
+                          uint line [[thread_position_in_grid]]) {
+  cumprod_line_in_float(input, output, p, line_offsets(p.layout, line));
+}
+
+template <typename In>
+kernel void cumprod_wide(device const In* input [[buffer(0)]], device float* output [[buffer(1)]],
+                         constant CumulativeParams& p [[buffer(2)]],
+                         uint line [[thread_position_in_grid]]) {
+  cumprod_line_wide(input, output, p, line_offsets(p.layout, line));
 }
 
 template <typename T> inline bool is_nan_value(T v) { return false; }
@@ -329,15 +342,199 @@ kernel void logcumsumexp_line(device const T* input [[buffer(0)]], device T* out
   }
 }
 
+// cumprod's line kernels. Integer outputs: 64-bit wrapping products, which are associative, so
+// the block scan gives the in-order results exactly.
+struct WrappingProduct {
+  typedef ulong State;
+  static ulong combine(ulong before, ulong after) { return before * after; }
+};
+
+template <typename In, typename Out>
+kernel void cumprod_line_integer(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
+                                 constant CumulativeParams& p [[buffer(2)]],
+                                 uint line [[threadgroup_position_in_grid]],
+                                 uint tid [[thread_index_in_threadgroup]],
+                                 uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                 uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup ulong thread_totals[kLineThreads];
+  threadgroup ulong simdgroup_totals[kLineThreads / kSimdWidth];
+  const LineOffsets at = line_offsets(p.layout, line);
+  ulong carry = 1;
+  for (uint block = 0; block < p.layout.length; block += kLineBlock) {
+    const BlockShare share = block_share(block, p.layout.length, tid);
+    ulong local[kLineValues];
+    for (uint j = 0; j < kLineValues; ++j) {
+      if (j < share.count) {
+        const ulong element = as_type<ulong>(long(Out(input[at.input + long(share.begin + j) * p.layout.input_stride])));
+        local[j] = j == 0 ? element : local[j - 1] * element;
+      }
+    }
+    if (share.count > 0) thread_totals[tid] = local[share.count - 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const ulong lanes_before = scan_lanes<WrappingProduct>(thread_totals, share, carry, tid, lane);
+    if (last_active_lane(share, tid, lane)) {
+      const ulong own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? lanes_before * own : own;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    finish_block<WrappingProduct>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
+    for (uint j = 0; j < share.count; ++j)
+      output[at.values + long(share.begin + j) * p.layout.values_stride] = Out(as_type<long>(local[j]));
+  }
+}
+
+// Floating outputs: a product of elements as a sign, the kinds of special elements met (zero,
+// infinite, NaN) and the product of the finite nonzero ones' magnitudes, (high + low) *
+// 2^exponent (a float-float mantissa, high in [0.5, 1), and an unbounded exponent). Combining two
+// is associative up to the mantissa's rounding (about 2^-46), and what the special elements
+// make of a product does not depend on their order (any NaN, or a zero and an infinity: NaN;
+// else a zero: zero; else an infinity: infinity), so the block scan gives the in-order products
+// as long as no running product leaves the accumulator's range before a special element: in
+// order it would then stick at infinity or zero. A line where some prefix comes within one
+// binade of that range (float32's for float16 / bfloat16 outputs, where float32 also loses
+// precision to denormals; double's for float32 outputs, as WideProduct) is redone in order by
+// one thread after the scan, so its results are the thread-per-line kernels' exactly.
+constant constexpr uint kProductZero = 1;
+constant constexpr uint kProductInfinite = 2;
+constant constexpr uint kProductNan = 4;
+constant constexpr uint kProductNegative = 8;
+constant constexpr int kProductExponentLimit = 1 << 28;
+
+struct SplitProduct {
+  float high;
+  float low;
+  int exponent;
+  uint flags;  // kProduct*: the special elements met and the sign
+};
+
+inline SplitProduct split_product(float x) {
+  const uint sign = signbit(x) ? kProductNegative : 0u;
+  if (isnan(x)) return SplitProduct{0.5f, 0.0f, 1, kProductNan | sign};
+  if (x == 0.0f) return SplitProduct{0.5f, 0.0f, 1, kProductZero | sign};
+  if (isinf(x)) return SplitProduct{0.5f, 0.0f, 1, kProductInfinite | sign};
+  int exponent;
+  const float mantissa = frexp(fabs(x), exponent);
+  return SplitProduct{mantissa, 0.0f, exponent, sign};
+}
+
+struct SplitProductScan {
+  typedef SplitProduct State;
+  static SplitProduct combine(SplitProduct before, SplitProduct after) {
+    const float product = before.high * after.high;
+    const float low = fma(before.high, after.high, -product) + fma(before.high, after.low, before.low * after.high);
+    const float sum = product + low;
+    int shift;
+    const float high = frexp(sum, shift);
+    // Saturated far past both ranges (a line is redone in order long before), so it cannot wrap.
+    const int exponent = clamp(before.exponent + after.exponent + shift, -kProductExponentLimit, kProductExponentLimit);
+    return SplitProduct{high, ldexp(low - (sum - product), -shift), exponent,
+                        ((before.flags | after.flags) & ~kProductNegative) |
+                            ((before.flags ^ after.flags) & kProductNegative)};
+  }
+};
+
+inline float product_value(SplitProduct w) {
+  const float sign = (w.flags & kProductNegative) ? -1.0f : 1.0f;
+  if ((w.flags & kProductNan) || ((w.flags & kProductZero) && (w.flags & kProductInfinite))) return NAN;
+  if (w.flags & kProductZero) return sign * 0.0f;
+  if (w.flags & kProductInfinite) return sign * INFINITY;
+  return sign * ldexp(w.high + w.low, w.exponent);
+}
+
+// Whether the in-order product could have left the accumulator's range at this prefix (frexp
+// exponents: float32 normal in [-125, 128], double finite down to its denormals in [-1073, 1024]).
+template <typename Out> struct ProductRange {
+  static int low() { return -124; }
+  static int high() { return 127; }
+};
+template <> struct ProductRange<float> {
+  static int low() { return -1072; }
+  static int high() { return 1023; }
+};
+
+template <typename Out>
+inline bool near_range_edge(SplitProduct w) {
+  return (w.flags & (kProductZero | kProductInfinite | kProductNan)) == 0 &&
+         (w.exponent < ProductRange<Out>::low() || w.exponent > ProductRange<Out>::high());
+}
+
+template <typename In, typename Out>
+inline void cumprod_line_in_order(device const In* input, device Out* output, constant CumulativeParams& p,
+                                  LineOffsets at) {
+  cumprod_line_in_float(input, output, p, at);
+}
+
+template <typename In>
+inline void cumprod_line_in_order(device const In* input, device float* output, constant CumulativeParams& p,
+                                  LineOffsets at) {
+  cumprod_line_wide(input, output, p, at);
+}
+
+// The element as the in-order kernels take it: converted to a float16 / bfloat16 output's dtype
+// first, taken as float for a float32 output.
+template <typename Out, typename In> inline float product_term(In x) { return float(Out(x)); }
+
+template <typename In, typename Out>
+kernel void cumprod_line_float(device const In* input [[buffer(0)]], device Out* output [[buffer(1)]],
+                               constant CumulativeParams& p [[buffer(2)]],
+                               uint line [[threadgroup_position_in_grid]],
+                               uint tid [[thread_index_in_threadgroup]],
+                               uint simdgroup [[simdgroup_index_in_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]]) {
+  typedef SplitProductScan Op;
+  threadgroup SplitProduct thread_totals[kLineThreads];
+  threadgroup SplitProduct simdgroup_totals[kLineThreads / kSimdWidth];
+  threadgroup atomic_uint in_order;
+  const LineOffsets at = line_offsets(p.layout, line);
+  if (tid == 0) atomic_store_explicit(&in_order, 0u, memory_order_relaxed);
+  SplitProduct carry = split_product(1.0f);
+  bool near_edge = false;
+  for (uint block = 0; block < p.layout.length; block += kLineBlock) {
+    const BlockShare share = block_share(block, p.layout.length, tid);
+    SplitProduct local[kLineValues];
+    for (uint j = 0; j < kLineValues; ++j) {
+      if (j < share.count) {
+        const SplitProduct element =
+            split_product(product_term<Out>(input[at.input + long(share.begin + j) * p.layout.input_stride]));
+        local[j] = j == 0 ? element : Op::combine(local[j - 1], element);
+      }
+    }
+    if (share.count > 0) thread_totals[tid] = local[share.count - 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const SplitProduct lanes_before = scan_lanes<Op>(thread_totals, share, carry, tid, lane);
+    if (last_active_lane(share, tid, lane)) {
+      const SplitProduct own = local[share.count - 1];
+      simdgroup_totals[simdgroup] = lane > 0 ? Op::combine(lanes_before, own) : own;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    finish_block<Op>(local, share, lanes_before, carry, block == 0, simdgroup_totals, simdgroup, lane);
+    for (uint j = 0; j < share.count; ++j) {
+      near_edge = near_edge || near_range_edge<Out>(local[j]);
+      output[at.values + long(share.begin + j) * p.layout.values_stride] = Out(product_value(local[j]));
+    }
+  }
+  if (near_edge) atomic_fetch_or_explicit(&in_order, 1u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (tid == 0 && atomic_load_explicit(&in_order, memory_order_relaxed) != 0)
+    cumprod_line_in_order(input, output, p, at);
+}
+
+#define CUMPROD_LINE_FLOAT(In, IN, Out, OUT)                                             \
+  template [[host_name("cumprod_line_" #IN "_" #OUT)]] [[kernel]]                       \
+  decltype(cumprod_line_float<In, Out>) cumprod_line_float<In, Out>;
 #define CUMPROD_FLOAT(In, IN, Out, OUT)                                                  \
   template [[host_name("cumprod_" #IN "_" #OUT)]] [[kernel]]                            \
-  decltype(cumprod_float<In, Out>) cumprod_float<In, Out>;
+  decltype(cumprod_float<In, Out>) cumprod_float<In, Out>;                              \
+  CUMPROD_LINE_FLOAT(In, IN, Out, OUT)
 #define CUMPROD_INTEGER(In, IN, Out, OUT)                                                \
   template [[host_name("cumprod_" #IN "_" #OUT)]] [[kernel]]                            \
-  decltype(cumprod<In, Out>) cumprod<In, Out>;
+  decltype(cumprod<In, Out>) cumprod<In, Out>;                                          \
+  template [[host_name("cumprod_line_" #IN "_" #OUT)]] [[kernel]]                       \
+  decltype(cumprod_line_integer<In, Out>) cumprod_line_integer<In, Out>;
 #define CUMPROD_WIDE(In, IN)                                                             \
   template [[host_name("cumprod_" #IN "_float")]] [[kernel]]                             \
-  decltype(cumprod_wide<In>) cumprod_wide<In>;
+  decltype(cumprod_wide<In>) cumprod_wide<In>;                                           \
+  CUMPROD_LINE_FLOAT(In, IN, float, float)
 #define CUMPROD_FLOAT_INPUT(In, IN)                                                      \
   CUMPROD_WIDE(In, IN)                                                                   \
   CUMPROD_FLOAT(In, IN, half, half)                                                      \

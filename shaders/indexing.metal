@@ -334,11 +334,143 @@ kernel void embedding_bag(const device T* weight [[buffer(0)]], const device int
   if (p.mode == 2) write_integer(max_indices, long_indices, long(bag) * long(p.features) + feature, chosen);
 }
 
+// embedding_bag's GPU launch shape: a threadgroup per (block of 32 features, bag), its
+// simdgroups splitting the bag (each takes 32 consecutive entries of every chunk the group
+// stages), so that a long bag is not walked by one thread; the lanes are the features. Per chunk
+// the group loads the entries' rows and sample weights once into threadgroup memory (the
+// features of a block share them). The partial results of the simdgroups are combined in a
+// fixed order, so results do not depend on timing; the maximum is exact: a bag's result is its
+// first counted element when that is NaN (which nothing replaces in order), else the first
+// occurrence of the largest non-NaN element, the in-order kernel's rule (ties keep the first).
+constant constexpr uint kBagFeatures = 32;
+constant constexpr uint kBagMaxThreads = 256;
+
+struct BagPartial {
+  float sum;
+  float first_value;  // the first counted element
+  float best_value;   // the largest non-NaN element, first occurrence
+  int count;
+  long first_position;  // -1: none
+  long first_row;
+  long best_position;   // -1: none
+  long best_row;
+};
+
+inline void add_to_bag(thread BagPartial& part, float value, long position, long row) {
+  part.sum += value;
+  ++part.count;
+  if (part.first_position < 0) {
+    part.first_value = value, part.first_position = position, part.first_row = row;
+  }
+  if (!isnan(value) && (part.best_position < 0 || value > part.best_value)) {
+    part.best_value = value, part.best_position = position, part.best_row = row;
+  }
+}
+
+// `later` holds elements of other positions than `part`; the result does not depend on the order.
+inline void merge_bags(thread BagPartial& part, BagPartial later) {
+  part.sum += later.sum;
+  part.count += later.count;
+  if (later.first_position >= 0 && (part.first_position < 0 || later.first_position < part.first_position)) {
+    part.first_value = later.first_value, part.first_position = later.first_position;
+    part.first_row = later.first_row;
+  }
+  if (later.best_position >= 0 &&
+      (part.best_position < 0 || later.best_value > part.best_value ||
+       (later.best_value == part.best_value && later.best_position < part.best_position))) {
+    part.best_value = later.best_value, part.best_position = later.best_position, part.best_row = later.best_row;
+  }
+}
+
+template <typename T>
+kernel void embedding_bag_split(const device T* weight [[buffer(0)]], const device int* indices [[buffer(1)]],
+                                const device int* offsets [[buffer(2)]], const device T* sample_weights [[buffer(3)]],
+                                device T* out [[buffer(4)]], device int* offset2bag [[buffer(5)]],
+                                device int* bag_size [[buffer(6)]], device int* max_indices [[buffer(7)]],
+                                device atomic_int* fault [[buffer(8)]],
+                                constant EmbeddingBagParams& p [[buffer(9)]],
+                                uint2 group [[threadgroup_position_in_grid]],
+                                uint tid [[thread_index_in_threadgroup]],
+                                uint threads [[threads_per_threadgroup]],
+                                uint slice [[simdgroup_index_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup long bag_range[2];
+  threadgroup long staged_rows[kBagMaxThreads];
+  threadgroup float staged_scales[kBagMaxThreads];
+  threadgroup BagPartial partials[kBagMaxThreads];
+  const uint bag = group.y;
+  const uint feature = group.x * kBagFeatures + lane;
+  const bool first_block = group.x == 0;
+  const bool long_indices = p.long_indices != 0;
+  const bool last = bag + 1 == p.bags;
+  if (tid == 0) {
+    const long start = clamp(read_index(offsets, p.long_offsets, long(bag) * p.offset_stride), 0L, long(p.indices));
+    const long given_end = last && !p.bag_ends_given
+                               ? long(p.indices)
+                               : read_index(offsets, p.long_offsets, long(bag + 1) * p.offset_stride);
+    bag_range[0] = start;
+    bag_range[1] = clamp(given_end, start, long(p.indices));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const long start = bag_range[0], end = bag_range[1];
+  BagPartial part = {0.0f, 0.0f, 0.0f, 0, -1, 0, -1, 0};
+  for (long chunk = start; chunk < end; chunk += threads) {
+    const long i = chunk + tid;
+    if (i < end) {
+      staged_rows[tid] = read_index(indices, long_indices, i * p.index_stride);
+      staged_scales[tid] = p.has_sample_weights ? float(sample_weights[i * p.sample_weight_stride]) : 1.0f;
+      if (first_block) write_integer(offset2bag, long_indices, i, long(bag));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint j = 0; j < 32; ++j) {
+      const uint entry = slice * 32 + j;
+      const long position = chunk + entry;
+      if (position >= end) break;
+      const long row = staged_rows[entry];
+      if (row == p.padding_idx) continue;
+      if (row < 0 || row >= long(p.rows)) {
+        if (first_block && lane == 0) record_fault(fault, 0, row);
+        continue;
+      }
+      const float value = feature < p.features
+                              ? float(weight[row * p.weight_strides[0] + long(feature) * p.weight_strides[1]]) *
+                                    staged_scales[entry]
+                              : 0.0f;
+      add_to_bag(part, value, position, row);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  partials[tid] = part;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (slice != 0) return;
+  for (uint s = 1; s < threads / 32; ++s) merge_bags(part, partials[s * 32 + lane]);
+  if (first_block && lane == 0) {
+    write_integer(bag_size, long_indices, long(bag), part.count);
+    if (last && p.bag_ends_given) write_integer(bag_size, long_indices, long(bag) + 1, 0);
+  }
+  if (feature >= p.features) return;
+  float result = 0.0f;
+  long chosen = -1;
+  if (p.mode == 2 && part.count > 0) {
+    const bool first_is_nan = isnan(part.first_value);
+    result = first_is_nan ? part.first_value : part.best_value;
+    chosen = first_is_nan ? part.first_row : part.best_row;
+  } else if (part.count > 0) {
+    result = p.mode == 1 ? part.sum / float(part.count) : part.sum;
+  }
+  out[long(bag) * p.out_strides[0] + long(feature) * p.out_strides[1]] = T(result);
+  if (p.mode == 2) write_integer(max_indices, long_indices, long(bag) * long(p.features) + feature, chosen);
+}
+
 #define INSTANTIATE_EMBEDDING_BAG(T, name)                                                         \
   template [[host_name("embedding_bag_" #name)]] kernel void embedding_bag<T>(                    \
       const device T*, const device int*, const device int*, const device T*, device T*,          \
       device int*, device int*, device int*, device atomic_int*, constant EmbeddingBagParams&,    \
-      uint2);
+      uint2);                                                                                     \
+  template [[host_name("embedding_bag_split_" #name)]] kernel void embedding_bag_split<T>(        \
+      const device T*, const device int*, const device int*, const device T*, device T*,          \
+      device int*, device int*, device int*, device atomic_int*, constant EmbeddingBagParams&,    \
+      uint2, uint, uint, uint, uint);
 
 INSTANTIATE_EMBEDDING_BAG(float, float)
 INSTANTIATE_EMBEDDING_BAG(half, half)

@@ -7,7 +7,8 @@ instead, with the process's CPU seconds per run (user + system: steadier than wa
 shared machine), in an uninstrumented process (counting slows kernels down).
 
 Launch shapes (ETMETAL_OP_SHAPES): ops whose best shape differs by device (cumulative ops and
-adaptive pooling of long lines / large windows, topk's group size) are counted in the GPU
+adaptive pooling of long lines / large windows, embedding_bag, products with fewer than 16 rows,
+topk's group size) are counted in the GPU
 shape, the one Metal runs, unless ETMETAL_OP_SHAPES says otherwise: the bytes and threads are
 the GPU's figures even though the CPU device counts them. --time times the device's own shape
 (the CPU device's: one thread per line); --time --compare-shapes times both, interleaved, and
@@ -258,14 +259,53 @@ def gather_qmv_case(pairs, experts, k, n, group_size, dtype):
     return run, minimum
 
 
-def cumsum_case(rows, width, dtype):
-    x = (torch.randn(rows, width) * 100).to(dtype)
-    dx = device(x)
-    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs sum to int64
+def embedding_bag_case(rows, features, bags, per_bag, mode, dtype):
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(rows, features, generator=g).to(dtype)
+    indices = torch.randint(0, rows, (bags * per_bag,), generator=g)
+    offsets = torch.arange(0, bags * per_bag, per_bag)
+    dw, di, do = device(weight), device(indices), device(offsets)
+    outputs = bags * features
+    # The rows the indices name read once; output, offset2bag, bag_size (+ max indices)
+    minimum = (nbytes(indices, offsets) + indices.numel() * features * weight.element_size()
+               + outputs * weight.element_size() + nbytes(indices, offsets) + (outputs * 8 if mode == 2 else 0))
+
+    def run():
+        rets = returned(4)
+        etmetal_py.check(lib.aoti_torch_mps__embedding_bag(dw.handle, di.handle, do.handle, 0, mode, 0, ffi.NULL,
+                                                           0, -1, *rets))
+        return [Tensor(r[0]) for r in rets]
+
+    return run, minimum
+
+
+def bilinear_case(batch, in1, in2, out_features, dtype):
+    """_trilinear as nn.Bilinear calls it: out[b, o] = sum_ij x1[b, i] w[o, i, j] x2[b, j]."""
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(batch, in1, generator=g).to(dtype), torch.randn(batch, in2, generator=g).to(dtype)
+    w = torch.randn(out_features, in1, in2, generator=g).to(dtype)
+    d1, d2, dw = device(x1), device(x2), device(w)
+    minimum = nbytes(x1, x2, w) + batch * out_features * x1.element_size()
+    lists = [ffi.new("int64_t[]", v) for v in ([1, 3], [0], [1, 2], [2, 3])]
 
     def run():
         r0 = ffi.new("AtenTensorHandle*")
-        etmetal_py.check(lib.aoti_torch_mps_cumsum(dx.handle, 1, ffi.NULL, r0))
+        etmetal_py.check(lib.aoti_torch_mps__trilinear(d1.handle, dw.handle, d2.handle, lists[0], 2, lists[1], 1,
+                                                       lists[2], 2, lists[3], 2, 1, r0))
+        return [Tensor(r0[0])]
+
+    return run, minimum
+
+
+def running_case(rows, width, dtype, function):
+    """cumsum or cumprod (function: the shim) along the rows; values near 1 keep products finite."""
+    x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
+    dx = device(x)
+    minimum = nbytes(x) + nbytes(torch.cumsum(x[:, :1], 1)) * width  # integer inputs give int64
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(function(dx.handle, 1, ffi.NULL, r0))
         return [Tensor(r0[0])]
 
     return run, minimum
@@ -413,10 +453,16 @@ CASES = [  # (op, shape label, factory, arguments)
     ("rms_norm", "1 x 4096 f32", rms_norm_case, (1, 4096, F32)),
     ("rms_norm", "8 x 4096 f16", rms_norm_case, (8, 4096, F16)),
     ("rms_norm", "256 x 4096 f32 (prefill)", rms_norm_case, (256, 4096, F32)),
-    ("cumsum", "1 x 32000 f32 (sampling)", cumsum_case, (1, 32000, F32)),
-    ("cumsum", "64 x 4096 f32", cumsum_case, (64, 4096, F32)),
-    ("cumsum", "1 x 32000 i32 -> i64", cumsum_case, (1, 32000, torch.int32)),
-    ("cumsum", "8 x 4096 i64", cumsum_case, (8, 4096, torch.int64)),
+    ("embedding_bag", "1 bag of 4096, 4096x128 f32 mean", embedding_bag_case, (4096, 128, 1, 4096, 1, F32)),
+    ("embedding_bag", "64 bags of 64, 4096x128 f32 sum", embedding_bag_case, (4096, 128, 64, 64, 0, F32)),
+    ("embedding_bag", "8 bags of 512, 4096x64 f16 max", embedding_bag_case, (4096, 64, 8, 512, 2, F16)),
+    ("cumsum", "1 x 32000 f32 (sampling)", running_case, (1, 32000, F32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "64 x 4096 f32", running_case, (64, 4096, F32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "1 x 32000 i32 -> i64", running_case, (1, 32000, torch.int32, lib.aoti_torch_mps_cumsum)),
+    ("cumsum", "8 x 4096 i64", running_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cumsum)),
+    ("cumprod", "1 x 32000 f32", running_case, (1, 32000, F32, lib.aoti_torch_mps_cumprod)),
+    ("cumprod", "8 x 4096 f16", running_case, (8, 4096, F16, lib.aoti_torch_mps_cumprod)),
+    ("cumprod", "4 x 8192 i64", running_case, (4, 8192, torch.int64, lib.aoti_torch_mps_cumprod)),
     ("cummax", "1 x 32000 f32", cumulative_extreme_case, (1, 32000, F32, lib.aoti_torch_mps_cummax)),
     ("cummin", "8 x 4096 i64", cumulative_extreme_case, (8, 4096, torch.int64, lib.aoti_torch_mps_cummin)),
     ("logcumsumexp", "1 x 32000 f32", logcumsumexp_case, (1, 32000, F32)),
@@ -434,6 +480,8 @@ CASES = [  # (op, shape label, factory, arguments)
     ("mm", "decode 1x4096 @ 4096x1024 f32", mm_case, (1, 4096, 1024, F32)),
     ("mm", "decode 1x4096 @ (1024x4096).t() f16", mm_case, (1, 4096, 1024, F16, True)),
     ("mm", "decode 8x2048 @ (2048x2048).t() bf16", mm_case, (8, 2048, 2048, torch.bfloat16, True)),
+    ("mm", "decode 4x4096 @ 4096x1024 f32", mm_case, (4, 4096, 1024, F32)),
+    ("mm", "decode 15x2048 @ (2048x2048).t() f16", mm_case, (15, 2048, 2048, F16, True)),
     ("mm", "prefill 128x1024 @ 1024x1024 f32", mm_case, (128, 1024, 1024, F32)),
     ("histc", "1M f32 100 bins, data range", histc_case, (1 << 20, 100, 0.0, 0.0, F32)),
     ("histc", "1M f32 100 bins in [-2, 2]", histc_case, (1 << 20, 100, -2.0, 2.0, F32)),
@@ -458,6 +506,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv2d", "resnet 256->256 3x3 14x14 f32", conv_case, (1, 256, 256, 14, 3, 1, 1, F32)),
     ("conv2d", "resnet 512->512 3x3 7x7 f32", conv_case, (1, 512, 512, 7, 3, 1, 1, F32)),
     ("conv2d", "resnet 256->64 1x1 56x56 f32", conv_case, (1, 256, 64, 56, 1, 1, 1, F32)),
+    ("conv2d", "few pixels 512->512 3x3 2x2 f32", conv_case, (1, 512, 512, 2, 3, 1, 1, F32)),
     ("conv2d", "depthwise 96 5x5/2 112x112 f16", conv_case, (1, 96, 96, 112, 5, 2, 96, F16)),
     # (batch, C_in, C_out, size, kernel, stride, padding, output_padding, dilation, groups, dtype[, spatial, channels-last])
     ("conv_transpose", "unet up 256->128 2x2/2 32x32 f32", conv_transpose_case,
@@ -480,6 +529,7 @@ CASES = [  # (op, shape label, factory, arguments)
      (1, 64, 32, 16, 2, 2, 0, 0, 1, 1, F32, 3)),
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
+    ("trilinear", "bilinear 8 x (64, 64) -> 32 f32", bilinear_case, (8, 64, 64, 32, F32)),
     ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
     ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
     ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),

@@ -16,8 +16,8 @@ namespace {
 
 constexpr const char* kShaderFile = "cumulative.metal";
 // With the GPU launch shape, lines of at least this many elements take the *_line kernels of
-// cummax / cummin and logcumsumexp (a threadgroup of kCumulativeLineThreads per line) instead of
-// one thread per line.
+// cumprod, cummax / cummin and logcumsumexp (a threadgroup of kCumulativeLineThreads per line)
+// instead of one thread per line.
 constexpr uint32_t kLineMinimum = 1024;
 
 // Line layout of self and of contiguous results of self's shape; false when there is no
@@ -63,10 +63,8 @@ std::unique_ptr<Tensor> cumprod(const Tensor& self, int64_t dim, std::optional<i
   CumulativeParams p{};
   auto output = like(self, out_dtype);
   if (!plan(op, self, dim, p)) return output;
-  KernelLaunch launch(shader_kernel(
-      kShaderFile, std::string("cumprod_") + input_name + "_" + msl_element_type_name(out_dtype)));
-  const device::Size3 grid{p.lines, 1, 1};
-  launch.tensor(0, self).tensor(1, *output).value(2, p).threads(grid, default_group(grid, launch));
+  dispatch_lines(op, std::string(input_name) + "_" + msl_element_type_name(out_dtype), p,
+                 [&](KernelLaunch& launch) { launch.tensor(0, self).tensor(1, *output).value(2, p); });
   return output;
 }
 

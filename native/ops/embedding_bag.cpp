@@ -14,6 +14,12 @@
 namespace etm::ops {
 namespace {
 
+// embedding_bag_split (shaders/indexing.metal): features per threadgroup (the lanes), at most
+// kBagMaxSlices simdgroups splitting each bag, one per kEntriesPerSlice entries of an average bag.
+constexpr uint64_t kBagFeatures = 32;
+constexpr uint64_t kBagMaxSlices = 8;
+constexpr uint64_t kEntriesPerSlice = 32;
+
 bool is_index_dtype(int32_t dtype) {
   return dtype == static_cast<int32_t>(DType::int64) || dtype == static_cast<int32_t>(DType::int32);
 }
@@ -93,7 +99,13 @@ EmbeddingBagOutputs embedding_bag(const Tensor& weight, const Tensor& indices, c
   std::shared_ptr<Tensor> fault = new_fault_record();
   // Operands without storage (no indices, no features) are never read: any buffer will do.
   const Tensor& any = *result.bag_size;
-  KernelLaunch launch(shader_kernel("indexing.metal", std::string("embedding_bag_") + suffix));
+  // The GPU shape splits each bag over the simdgroups of a threadgroup (long bags are not walked
+  // by one thread); the CPU device's one thread per (feature, bag) is fastest there.
+  const uint64_t slices = std::clamp<uint64_t>(p.indices / (p.bags * kEntriesPerSlice), 1, kBagMaxSlices);
+  const std::string name = std::string("embedding_bag_split_") + suffix;
+  const bool split = launch_shape() == LaunchShape::gpu &&
+                     shader_kernel("indexing.metal", name).max_threads_per_group() >= 32 * slices;
+  KernelLaunch launch(shader_kernel("indexing.metal", split ? name : std::string("embedding_bag_") + suffix));
   launch.tensor(0, weight.numel() ? weight : any)
       .tensor(1, indices.numel() ? indices : any)
       .tensor(2, offsets)
@@ -110,6 +122,11 @@ EmbeddingBagOutputs embedding_bag(const Tensor& weight, const Tensor& indices, c
     if (seen.number < 0) return {};
     return concat(op, ": index ", seen.value, " is out of range for a weight of ", rows, " rows");
   });
+  if (split) {
+    launch.threadgroups({std::max<uint64_t>((p.features + kBagFeatures - 1) / kBagFeatures, 1), p.bags, 1},
+                        {32 * slices, 1, 1});
+    return result;
+  }
   const device::Size3 grid{std::max<uint64_t>(p.features, 1), p.bags, 1};
   launch.threads(grid, default_group(grid, launch));
   return result;

@@ -40,6 +40,10 @@ constexpr int64_t kRowDotMinimumDepth = 64;
 constexpr uint64_t kGemvDotColumns = 4;
 constexpr uint64_t kGemvStripColumns = 32;
 constexpr uint64_t kGemvGroupThreads = 64;
+// matmul_few_rows (the GPU launch shape of those products): output columns per threadgroup of
+// kFewRowsThreads.
+constexpr uint64_t kFewRowsColumns = 64;
+constexpr uint64_t kFewRowsThreads = 256;
 // Multiply-adds a gemv thread group should do at least: enough that the per-group cost stays
 // small, few enough that a product with few strips still spreads over the CPU device's workers.
 constexpr uint64_t kGemvGroupWork = 32768;
@@ -116,8 +120,6 @@ KernelFunction& tiled_kernel(const std::string& name, int64_t M, int64_t N, int6
                                        {"aligned_depth", uint64_t(K) % step == 0}}));
 }
 
-bool on_cpu_device() { return std::string(Runtime::get().device().kind()) == "cpu"; }
-
 // The same product transposed: out^T = b^T @ a^T, rows and columns exchanged (a and b are then
 // bound in each other's place).
 MatmulParams transposed_product(const MatmulParams& p) {
@@ -130,7 +132,7 @@ MatmulParams transposed_product(const MatmulParams& p) {
   return t;
 }
 
-// On the CPU device, a product with few rows (or, transposed, few columns) runs on the
+// With the CPU launch shape, a product with few rows (or, transposed, few columns) runs on the
 // matmul_gemv kernels when its operands have the unit strides one of them needs. Returns false
 // (nothing encoded) otherwise.
 bool dispatch_gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& addend,
@@ -151,6 +153,34 @@ bool dispatch_gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Te
   const uint64_t group_strips = std::clamp<uint64_t>((kGemvGroupWork + strip_work - 1) / strip_work, 1,
                                                      std::min(strips, kGemvGroupThreads / rows));
   launch.threads({rows, strips, uint64_t(p.batch)}, {rows, group_strips, 1});
+  return true;
+}
+
+// M == 1 with b unit-stride along K or N: matmul_vector_kdot / matmul_vector_columns.
+bool takes_vector_kernel(const MatmulParams& p) {
+  return p.rows == 1 && p.depth >= kRowDotMinimumDepth && (p.b_strides[1] == 1 || p.b_strides[2] == 1);
+}
+
+// N == 1 with both operands unit-stride along K: matmul_rowdot.
+bool takes_rowdot_kernel(const MatmulParams& p) {
+  return p.columns == 1 && p.depth >= kRowDotMinimumDepth && p.a_strides[2] == 1 && p.b_strides[1] == 1;
+}
+
+// With the GPU launch shape, a product with fewer than 16 rows (or, transposed, columns) and a K
+// of at least kTiledMinimum runs on matmul_few_rows, any strides, unless a row vector or column
+// kernel takes it. Returns false (nothing encoded) otherwise.
+bool dispatch_few_rows(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& addend,
+                       const MatmulParams& params, const std::string& suffix) {
+  if (params.depth < kTiledMinimum || takes_vector_kernel(params) || takes_rowdot_kernel(params)) return false;
+  const bool transposed = params.columns < params.rows;
+  const MatmulParams p = transposed ? transposed_product(params) : params;
+  if (p.rows >= kTiledMinimum) return false;
+  KernelFunction& kernel = shader_kernel("matmul.metal", "matmul_few_rows_" + suffix);
+  if (kernel.max_threads_per_group() < kFewRowsThreads) return false;
+  KernelLaunch launch(kernel);
+  launch.tensor(0, out).tensor(1, transposed ? b : a).tensor(2, transposed ? a : b).tensor(3, addend).value(4, p);
+  launch.threadgroups({(uint64_t(p.columns) + kFewRowsColumns - 1) / kFewRowsColumns, uint64_t(p.batch), 1},
+                      {kFewRowsThreads, 1, 1});
   return true;
 }
 
@@ -203,7 +233,7 @@ void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t 
                         {kTiledThreads, 1, 1});
     return;
   }
-  if (M == 1 && K >= kRowDotMinimumDepth && (params.b_strides[1] == 1 || params.b_strides[2] == 1)) {
+  if (takes_vector_kernel(params)) {
     // Row vector times matrix: the vector staged once per threadgroup.
     const bool kdot = params.b_strides[1] == 1;
     KernelLaunch launch(
@@ -214,7 +244,7 @@ void dispatch_matmul(Bind&& bind, const std::string& suffix, int64_t M, int64_t 
                         {32 * kVectorSimdgroups, 1, 1});
     return;
   }
-  if (N == 1 && K >= kRowDotMinimumDepth && params.a_strides[2] == 1 && params.b_strides[1] == 1) {
+  if (takes_rowdot_kernel(params)) {
     KernelLaunch launch(shader_kernel("matmul.metal", "matmul_rowdot_" + suffix));
     bind(launch);
     const uint64_t outputs = uint64_t(M) * uint64_t(N);
@@ -286,8 +316,9 @@ void encode_matmul(const char* op, const Tensor& out, const Tensor& a, const Ten
   const std::string suffix = msl_float_type_name(out.dtype);
   const uint64_t batch = static_cast<uint64_t>(params.batch);
 
-  if (K > 0 && std::min(M, N) < kTiledMinimum && on_cpu_device() &&
-      dispatch_gemv(out, a_bound, b_bound, addend_bound, params, suffix))
+  if (K > 0 && std::min(M, N) < kTiledMinimum &&
+      (launch_shape() == LaunchShape::cpu ? dispatch_gemv(out, a_bound, b_bound, addend_bound, params, suffix)
+                                          : dispatch_few_rows(out, a_bound, b_bound, addend_bound, params, suffix)))
     return;
   if (K > 0 && std::min(M, N) >= kTiledMinimum && launch_shape() == LaunchShape::cpu &&
       dispatch_panels(out, a_bound, b_bound, addend_bound, params, suffix))

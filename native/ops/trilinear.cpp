@@ -13,6 +13,10 @@
 namespace etm::ops {
 namespace {
 
+// From this many summed terms per output on, the GPU shape runs trilinear_simd.
+constexpr int64_t kSimdgroupTerms = 64;
+constexpr uint64_t kGroupSimdgroups = 4;  // per threadgroup of trilinear_simd
+
 // Marks the dimensions `dims` names among `rank` (each wrapped once, as torch's dim_list_to_bitset).
 std::vector<bool> dim_set(const char* op, const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<bool> set(static_cast<size_t>(rank), false);
@@ -89,8 +93,17 @@ std::unique_ptr<Tensor> trilinear(const Tensor& i1, const Tensor& i2, const Tens
   int64_t terms = 1;
   for (uint32_t d = 0; d < p.sum_dims; ++d) terms *= p.sum_sizes[d];
   checked_u32(op, terms, "number of summed terms");
-  KernelLaunch launch(shader_kernel("trilinear.metal", std::string("trilinear_") + type));
+  // The GPU shape gives each output of many terms a simdgroup (a thread per output would walk
+  // them all); on the CPU device a thread per output is fastest.
+  const bool by_simdgroup = terms >= kSimdgroupTerms && launch_shape() == LaunchShape::gpu;
+  KernelLaunch launch(
+      shader_kernel("trilinear.metal", std::string(by_simdgroup ? "trilinear_simd_" : "trilinear_") + type));
   launch.tensor(0, i1).tensor(1, i2).tensor(2, i3).tensor(3, *out).value(4, p);
+  if (by_simdgroup) {
+    const uint64_t outputs = static_cast<uint64_t>(out->numel());
+    launch.threadgroups({(outputs + kGroupSimdgroups - 1) / kGroupSimdgroups, 1, 1}, {32 * kGroupSimdgroups, 1, 1});
+    return out;
+  }
   const device::Size3 grid{static_cast<uint64_t>(out->numel()), 1, 1};
   launch.threads(grid, default_group(grid, launch));
   return out;

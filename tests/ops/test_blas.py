@@ -8,7 +8,7 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, assert_close_scaled, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, assert_close_scaled, launch_shape, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -87,7 +87,7 @@ def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-def test_trilinear_matches_torch(dtype):
+def test_trilinear_matches_torch(dtype, launch_shape):
     generator = torch.Generator().manual_seed(2)
     x1 = torch.randn(4, 3, generator=generator).to(dtype)
     x2 = torch.randn(4, 5, generator=generator).to(dtype)
@@ -111,6 +111,21 @@ def test_trilinear_matches_torch(dtype):
     code, r0 = trilinear(x1, weight, x2[:1], [1, 3], [0], [1, 2], [2, 3])
     assert code == 0, etmetal_py.last_error()
     expected = torch.bilinear(x1.float(), x2[:1].expand(4, 5).float(), weight.float())
+    assert_close_scaled(Tensor(r0[0]).torch(), expected, tolerance(dtype) * 4)
+
+
+# Many summed terms per output (nn.Bilinear of 40 x 50 features: 2000): with the GPU launch shape
+# a simdgroup per output, its lanes splitting the terms; 4 simdgroups per threadgroup, 7 x 3
+# outputs leave the last group part empty; an operand strided.
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_trilinear_of_many_terms_matches_torch(dtype, launch_shape):
+    generator = torch.Generator().manual_seed(3)
+    x1 = torch.randn(7, 40, generator=generator).to(dtype)
+    x2 = torch.randn(50, 7, generator=generator).to(dtype).t()
+    weight = torch.randn(3, 40, 50, generator=generator).to(dtype)
+    code, r0 = trilinear(x1, weight, x2, [1, 3], [0], [1, 2], [2, 3])
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.bilinear(x1.double(), x2.double(), weight.double())
     assert_close_scaled(Tensor(r0[0]).torch(), expected, tolerance(dtype) * 4)
 
 

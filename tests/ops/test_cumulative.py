@@ -186,6 +186,49 @@ def test_cummax_cummin_long_lines_extremes_after_the_first_block(launch_shape):
         assert torch.equal(indices, expected.indices)
 
 
+# cumprod's line kernels: float outputs scan (sign, special elements met, float-float mantissa,
+# exponent) and redo in order a line whose running product comes near the accumulator's range
+# (float32 for float16 / bfloat16 outputs, double for float32): results as torch's, which
+# multiplies in order; integer outputs scan 64-bit wrapping products (exact).
+def long_special_lines(dtype, length):
+    """Lines of `length` whose products meet zeros, infinities, NaNs and -0.0 after the first
+    block, and ones that leave the accumulator's range (then sticking at inf or 0 in order)
+    and would come back in a reordered product."""
+    big, small = {torch.float32: (1e38, 1e-38), torch.float16: (2.0 ** 15, 2.0 ** -14)}.get(dtype, (1e30, 1e-30))
+    lines = torch.ones(7, length)
+    lines[0, 5000], lines[0, 6000], lines[0, 7000] = -0.0, 3.0, float("inf")  # zero, then inf: NaN
+    lines[1, 4100], lines[1, 8000] = float("-inf"), -2.0
+    lines[2, 100], lines[2, 4500] = float("nan"), 0.0
+    lines[3, 1000:1040], lines[3, 1040:1080] = big, small  # overflows in order, stays inf
+    lines[4, 1000:1040], lines[4, 1040:1080] = small, big  # underflows in order, stays 0
+    lines[5, 1000:1040], lines[5, 1040], lines[5, 1041:1081] = big, 0.0, small  # inf * 0: NaN
+    lines[6] = 1 + (torch.rand(length, generator=torch.Generator().manual_seed(8)) - 0.5) * 0.01
+    return lines.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_cumprod_of_long_lines_matches_torch(dtype, launch_shape):
+    lines = long_special_lines(dtype, 9000)
+    for x, dim in ((lines, 1), (lines.t(), 0), (lines[:, 3:], 1)):
+        (out,) = outputs(*cumprod(x, dim))
+        expected = torch.cumprod(x, dim)
+        exact = ~expected.isfinite() | (expected == 0)
+        assert torch.equal(out[exact].nan_to_num(), expected[exact].nan_to_num())
+        assert torch.equal(out[exact].signbit() | out[exact].isnan(), expected[exact].signbit() | expected[exact].isnan())
+        # The random line: float32 the double product rounded (but for rare last-bit ties); the
+        # scan rounds float16 / bfloat16 products of a more precise product than torch's float32
+        # one: at most one unit in the last place apart.
+        ulp = {torch.float32: 2.4e-7, torch.float16: 9.8e-4, torch.bfloat16: 7.9e-3}[dtype]
+        torch.testing.assert_close(out[~exact].double(), expected[~exact].double(), rtol=ulp, atol=0)
+    ints = torch.randint(-3, 4, (2, 5000), generator=torch.Generator().manual_seed(9))
+    for out_dtype in (None, torch.int32):
+        (out,) = outputs(*cumprod(ints, 1, out_dtype))
+        assert torch.equal(out, torch.cumprod(ints, 1, dtype=out_dtype))
+    flags = torch.rand(3, 2000, generator=torch.Generator().manual_seed(10)) > 0.001
+    (out,) = outputs(*cumprod(flags, 1))
+    assert torch.equal(out, torch.cumprod(flags, 1))
+
+
 @pytest.mark.parametrize("dtype", slow_but(FLOATS, torch.float32), ids=str)
 def test_logcumsumexp_of_long_lines_matches_float64(dtype, launch_shape):
     generator = torch.Generator().manual_seed(7)

@@ -12,7 +12,7 @@ import torch
 
 import etmetal_py
 from etmetal_py import Tensor, ffi, lib
-from ops_testing import as_device, no_leaks_in_module, poisoning_failure  # noqa: F401
+from ops_testing import as_device, launch_shape, no_leaks_in_module, poisoning_failure  # noqa: F401
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8, torch.bool]
@@ -349,7 +349,7 @@ def embedding_bag(*args, **kwargs):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
-def test_embedding_bag_matches_torch(dtype, mode):
+def test_embedding_bag_matches_torch(dtype, mode, launch_shape):
     weight = sample(dtype, (12, 6), 20)
     indices = torch.randint(0, 12, (15,), generator=torch.Generator().manual_seed(21))
     indices[3] = 4                                        # padding_idx 4 appears
@@ -373,7 +373,49 @@ def test_embedding_bag_matches_torch(dtype, mode):
                 assert torch.equal(max_indices[1], torch.full((6,), -1))
 
 
-def test_embedding_bag_weights_int32_strided_and_bad_input():
+# Long bags (the GPU shape splits each over eight simdgroups, in chunks of 256 entries; the
+# features in blocks of 32 with a tail), an empty bag, padding entries and per-sample weights,
+# int32 and int64 indices; max against torch, with ties between equal rows of weight (the first
+# occurrence wins) and NaNs, which torch's and the in-order (CPU shape) kernel's rule decide:
+# a NaN first element is the bag's result, later NaNs are passed over.
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
+def test_embedding_bag_long_bags(mode, index_dtype, launch_shape):
+    generator = torch.Generator().manual_seed(31)
+    weight = torch.randn(50, 70, generator=generator)
+    weight[7] = weight[3]                                  # ties between rows 3 and 7
+    indices = torch.randint(0, 50, (3000,), generator=generator, dtype=index_dtype)
+    indices[1400:1500] = 3
+    indices[1600:1700] = 7
+    indices[::97] = 5                                      # padding_idx 5
+    offsets = torch.tensor([0, 1, 1, 1300, 2999], dtype=index_dtype)
+    scale = torch.rand(3000, generator=generator) if mode == 0 else None
+    for padding_idx in (-1, 5):
+        out, offset2bag, bag_size, max_indices = embedding_bag(weight, indices, offsets, mode,
+                                                               per_sample_weights=scale, padding_idx=padding_idx)
+        expected = torch.ops.aten._embedding_bag(weight, indices, offsets, False, mode, False, scale, False,
+                                                 padding_idx)
+        torch.testing.assert_close(out, expected[0], rtol=1e-5, atol=1e-4)
+        bag_of_entry = torch.repeat_interleave(torch.arange(5), torch.tensor([1, 0, 1299, 1699, 1]))
+        assert torch.equal(offset2bag, bag_of_entry.to(index_dtype))
+        if mode != 0:
+            assert torch.equal(bag_size, expected[2])
+        if mode == 2:                                      # bags with nothing counted: -1 (torch: 0)
+            filled = bag_size > 0
+            assert torch.equal(max_indices[filled], expected[3][filled])
+            assert torch.equal(max_indices[~filled], torch.full_like(max_indices[~filled], -1))
+    if mode == 2:
+        with_nans = weight.clone()
+        with_nans[indices[1300], :10] = float("nan")       # the first element of bag 3
+        with_nans[indices[2000], 20:30] = float("nan")     # later elements of bag 3
+        out, _, bag_size, max_indices = embedding_bag(with_nans, indices, offsets, mode)
+        expected = torch.ops.aten._embedding_bag(with_nans, indices, offsets, False, mode, False, None, False, -1)
+        torch.testing.assert_close(out, expected[0], equal_nan=True)
+        filled = bag_size > 0
+        assert torch.equal(max_indices[filled], expected[3][filled])
+
+
+def test_embedding_bag_weights_int32_strided_and_bad_input(launch_shape):
     weight = torch.randn(6, 10).t()                        # [10, 6], strided
     indices = torch.tensor([1, 9, 3, 3, 0], dtype=torch.int32)
     offsets = torch.tensor([0, 2], dtype=torch.int32)

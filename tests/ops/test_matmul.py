@@ -6,8 +6,9 @@ the scale sqrt(K) of a random-normal dot product: float32 1e-5, float16 1e-2, bf
 
 The shapes are chosen to reach each kernel of shaders/matmul.metal: the one-thread-per-output
 kernel (small or odd shapes, K == 0, M == 1 against a row-major matrix), the simdgroup
-row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), on the CPU device
-the matmul_gemv kernels (fewer than 16 rows or columns: the test_skinny_* cases), and the 32x32,
+row-dot kernel (M == 1 or N == 1 with unit-stride K, e.g. x @ weight.t()), for fewer than 16
+rows or columns (the test_skinny_* cases) matmul_few_rows (GPU shape) and the matmul_gemv kernels
+(CPU shape), and the 32x32,
 64x64, 128x64 and 64x128 simdgroup-matrix tiled kernels, with tails in every dimension (the
 last two double-buffer 16-deep K steps: one step, an odd number and a K tail are covered). The
 tiled kernels are specialised by function constants (aligned_blocks: M and N whole blocks;
@@ -158,10 +159,11 @@ def test_panel_batched_products(dtype, monkeypatch, no_leaks):
     assert_matches(result, reference_addmm(self, a, b, -1.0, 0.5), dtype, K)
 
 
-# Few rows or few columns (< 16): on the CPU device the matmul_gemv kernels (the product is
-# transposed when N < M): gemv_kdot when a and b are unit-stride along K (x @ weight.t()),
-# gemv_columns when b is unit-stride along N and N >= 32, else the one-thread-per-output kernel.
-# K: below, at and past the 4-wide steps (tails of 1 to 3); N: partial column strips.
+# Few rows or few columns (< 16; the product is transposed when N < M). The device's own launch
+# shape; on the CPU device the matmul_gemv kernels: gemv_kdot when a and b are unit-stride along K
+# (x @ weight.t()), gemv_columns when b is unit-stride along N and N >= 32, else the
+# one-thread-per-output kernel; K below, at and past the 4-wide steps (tails of 1 to 3), N in
+# partial column strips. test_few_rows_products forces the GPU shape.
 SKINNY_SHAPES = [(1, 1, 33), (1, 2051, 67), (2, 6, 40), (3, 5, 32), (5, 37, 130), (8, 259, 47),
                  (15, 64, 33), (70, 45, 3), (300, 130, 1), (9, 2, 12)]
 
@@ -179,6 +181,10 @@ def skinny_operands(M, K, N, layout, dtype):
 @pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
 @pytest.mark.parametrize("M,K,N", SKINNY_SHAPES)
 def test_skinny_products(M, K, N, layout, dtype, no_leaks):
+    check_skinny_product(M, K, N, layout, dtype)
+
+
+def check_skinny_product(M, K, N, layout, dtype):
     x, weight = skinny_operands(M, K, N, layout, dtype)
     assert x.shape == (M, K) and weight.shape == (K, N)
     result = run(lib.aoti_torch_mps_mm_out, filled_like((M, N), dtype), x, weight)
@@ -189,9 +195,21 @@ def test_skinny_products(M, K, N, layout, dtype, no_leaks):
     assert_matches(result, reference_addmm(bias, x, weight, 0.5, -2.0), dtype, K)
 
 
+# The GPU launch shape of those products: matmul_few_rows (any strides) once K >= 16 where the
+# row-vector and row-dot kernels do not take the product; K at one 64-deep step and in several
+# with a tail (259), columns in 64-wide blocks with a tail (130), 2 to 15 rows, transposed
+# (N < M), a single column from a strided operand.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
+@pytest.mark.parametrize("M,K,N", [(2, 16, 40), (5, 37, 130), (8, 259, 47), (15, 64, 33), (70, 45, 3), (300, 130, 1)])
+def test_few_rows_products(M, K, N, layout, dtype, monkeypatch, no_leaks):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+    check_skinny_product(M, K, N, layout, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,M,K,N", [(3, 4, 70, 33), (2, 1, 129, 40), (4, 40, 21, 2)])
-def test_skinny_batched_products(B, M, K, N, dtype, no_leaks):
+def test_skinny_batched_products(B, M, K, N, dtype, no_leaks, launch_shape):
     a = random(B, M, K + 1, dtype=dtype)[:, :, 1:]
     along_k = random(B, N, K, dtype=dtype).transpose(1, 2)
     along_n = random(B, K, N, dtype=dtype)
