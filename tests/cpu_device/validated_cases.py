@@ -3,7 +3,9 @@ flag selects how kernels are compiled, so it must be set before the library load
 bug's report is computed by hand from the kernel; the clean kernels must produce none. A few
 cases run by default (each kernel compiles instrumented, seconds apiece); the rest are slow."""
 
+import ctypes
 import os
+import platform
 import re
 
 import numpy as np
@@ -549,3 +551,61 @@ def test_stores_of_the_value_held_are_no_race(library):
     store = at("flag = t % 2 == 0;", "flag_per_thread")
     assert lines == [race(thread(k, 0, k), "writes", flag, thread(k - 1, 0, k - 1), "wrote", store, size=1)
                      for k in range(1, 9)] + ["(55 more not shown)"]
+
+
+FAULTING_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+int deep(int n, volatile thread int* sink) {
+  volatile int frame[64];
+  frame[n % 64] = n;
+  *sink += frame[(n * 7) % 64];
+  return n == 0 ? 0 : deep(n - 1, sink) + frame[0];
+}
+kernel void overflow_the_stack(device int* out, constant int& depth, uint i [[thread_position_in_grid]]) {
+  volatile int sink = 0;
+  out[i] = deep(depth, &sink);
+}
+kernel void double_into(device const float* x, device float* y, uint i [[thread_position_in_grid]]) {
+  y[i] = 2.0f * x[i];
+}
+"""
+
+
+def function_and_its_count(library, name):
+    """The kernel's function, and its object's count of running dispatches (None on hosts where
+    the checks keep their state in a thread-local and need no count)."""
+    def loaded():
+        with open("/proc/self/maps") as maps:
+            return {line.split()[-1] for line in maps if line.rstrip().endswith(".so")}
+    before = loaded()
+    function = library.function(name)
+    if platform.machine() != "x86_64":
+        return function, None
+    (path,) = loaded() - before  # the kernel's object (one per kernel)
+    object_file = ctypes.CDLL(path)  # dlopen hands out the object already loaded
+    object_file.etm_kernel_running_dispatches.restype = ctypes.POINTER(ctypes.c_uint32)
+    return function, object_file.etm_kernel_running_dispatches().contents
+
+
+@pytest.mark.slow
+def test_a_fault_in_a_checked_kernel_leaves_the_checks_working():
+    """A fault abandons the kernel's entry point without returning through it; the object's
+    count of running dispatches, which says when its checks may trust their state register,
+    must come back to 0 all the same, and the next dispatches must run checked and right."""
+    with compiled(FAULTING_SOURCE) as library:
+        overflow, overflow_running = function_and_its_count(library, "overflow_the_stack")
+        double_into, double_running = function_and_its_count(library, "double_into")
+        message = failure(lambda: overflow(np.zeros(1, np.int32), np.int32(10 ** 7), threads=1))
+        assert "'overflow_the_stack': stack overflow in threadgroup (0, 0, 0)" in message, message
+        assert overflow_running is None or overflow_running.value == 0
+        x, y = np.arange(10, dtype=np.float32), np.zeros(10, np.float32)
+        double_into(x, y, threads=10)
+        np.testing.assert_array_equal(y, 2 * x)
+        # Still checked: one element past x, read by the last thread.
+        message = failure(lambda: double_into(x[:9], y, threads=10, group=10))
+        assert problems(message, "double_into", 1) == [
+            thread(9, 0, 9) + " reads 4 bytes at byte offset 36 of buffer 0, out of bounds (36 bytes bound)" +
+            " at library.metal:16"]
+        assert double_running is None or double_running.value == 0

@@ -427,20 +427,22 @@ struct FaultHandlers {
         shortest = std::min(shortest, timeout_ms);
         const uint64_t serial = watched >> 1;
         // (A timeout of a later dispatch of the entry only names a serial that no thread runs.)
-        if ((watched & 1) && now - seen[i].since >= std::chrono::milliseconds(timeout_ms) &&
-            std::find(expired.begin(), expired.end(), serial) == expired.end())
-          expired.push_back(serial);
+        if ((watched & 1) && now - seen[i].since >= std::chrono::milliseconds(timeout_ms)) expired.push_back(serial);
       }
+      // Sorted and unique, so that each entry's test below is a binary search (up to kMaxScopes
+      // threads may run expired dispatches).
+      std::sort(expired.begin(), expired.end());
+      expired.erase(std::unique(expired.begin(), expired.end()), expired.end());
       // Stop every thread that still runs an expired dispatch, again at each poll until it ends.
       running.clear();
       for (size_t i = 0; i < count && !expired.empty(); ++i) {
         const uint64_t watched = g_entries[i].watched.load(std::memory_order_acquire);
         const uint64_t serial = watched >> 1;
-        if (!(watched & 1) || std::find(expired.begin(), expired.end(), serial) == expired.end()) continue;
+        if (!(watched & 1) || !std::binary_search(expired.begin(), expired.end(), serial)) continue;
         g_entries[i].interrupt.store(serial, std::memory_order_release);
         const long thread = g_entries[i].thread.load(std::memory_order_acquire);
         if (thread) syscall(SYS_tgkill, getpid(), thread, interrupt_signal());
-        if (std::find(running.begin(), running.end(), serial) == running.end()) running.push_back(serial);
+        running.push_back(serial);  // sorted and made unique at the next poll
       }
       expired.swap(running);
       // Publishes what it polls for (UINT64_MAX: nothing armed and nothing moved since the last

@@ -86,6 +86,9 @@ class KernelObject {
       for (uint32_t i = 0; object->static_ranges_known_ && i < count; ++i)
         object->static_ranges_.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
     }
+    auto running_dispatches = reinterpret_cast<etm_cpu_running_dispatches_entry>(
+        ::dlsym(object->handle_, "etm_kernel_running_dispatches"));
+    if (running_dispatches) object->running_dispatches_ = running_dispatches();
     // The compiler's value of a kernel's max_total_threads_per_threadgroup expression (0: none).
     const auto* max_threads = static_cast<const uint32_t*>(::dlsym(object->handle_, ("etm_kernel_max_threads_" + n).c_str()));
     object->max_threads_ = max_threads ? *max_threads : 0;
@@ -145,6 +148,8 @@ class KernelObject {
   }
   uint32_t max_threads() const { return max_threads_; }
   const std::vector<uint64_t>& argument_sizes() const { return argument_sizes_; }
+  // The object's count of running dispatches (etm_cpu_kernel_abi.h); null unless it has one.
+  uint32_t* running_dispatches() const { return running_dispatches_; }
 
  private:
   KernelObject() = default;
@@ -158,6 +163,7 @@ class KernelObject {
   std::vector<std::pair<uint64_t, uint64_t>> static_ranges_;
   bool static_ranges_known_ = false;
   uint32_t max_threads_ = 0;
+  uint32_t* running_dispatches_ = nullptr;
   std::vector<uint64_t> argument_sizes_;
 };
 
@@ -309,7 +315,12 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.timeout_ms = timeout_ms_;
     dispatch.validation = validation.get();
     if (!validation && !counting) return execute_dispatch(dispatch);  // returned in place: no copy
+    // Raised around the whole dispatch, not by each entry point: a fault abandons entry points
+    // without returning through them, never this call.
+    uint32_t* running = object_->running_dispatches();
+    if (running) __atomic_fetch_add(running, 1, __ATOMIC_RELAXED);
     Status status = execute_dispatch(dispatch);
+    if (running) __atomic_fetch_sub(running, 1, __ATOMIC_RELAXED);
     if (validation) status = validation->outcome(status);
     if (status.ok() && counting) {
       counting->record(kernel_.name, grid.volume(), groups[0] * groups[1] * groups[2]);

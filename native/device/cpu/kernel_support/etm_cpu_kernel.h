@@ -60,13 +60,13 @@ struct ValidationState {
 // in the ABI: code outside the object keeps it intact, a fiber switch saves it per fiber). A
 // thread-local costs a __tls_get_addr call per access in a shared object. Code of the object
 // that runs outside an entry point (static initialisers, at load) finds r15 holding whatever its
-// caller left: the hooks look only while some thread runs an entry point of the object
-// (running_entries), and entry points set r15 before their first checked access. An entry
-// abandoned by a fault stays counted; that is harmless, as nothing of the object runs outside
-// its entry points after the load (the executor's questions below are unchecked, and kernel
-// objects register no static destructors).
+// caller left: the hooks look only while a dispatch of the object runs (running_dispatches,
+// which the executor raises around each dispatch through etm_kernel_running_dispatches, so
+// that a fault that abandons entry points leaves it balanced), and entry points set r15 before
+// their first checked access. Nothing of the object runs outside its entry points during a
+// dispatch (the executor's questions below are unchecked; static initialisers ran at load).
 #if ETM_CPU_VALIDATION_STATE_IN_R15
-inline uint32_t running_entries = 0;
+inline uint32_t running_dispatches = 0;
 // Through asm, not a global register variable: g++ drops the stores to one declared in the
 // precompiled header.
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state_register() {
@@ -79,7 +79,7 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline void set_validat
   __asm__ volatile("mov %0, %%r15" : : "r"(state));
 }
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, always_inline)) inline ValidationState* validation_state() {
-  return __atomic_load_n(&running_entries, __ATOMIC_RELAXED) ? validation_state_register() : nullptr;
+  return __atomic_load_n(&running_dispatches, __ATOMIC_RELAXED) ? validation_state_register() : nullptr;
 }
 #else
 inline thread_local ValidationState validation_state_storage = {nullptr, nullptr, nullptr, 0, ETM_CPU_THREAD_UNKNOWN,
@@ -128,7 +128,6 @@ __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void enter_group(const e
 #if ETM_CPU_VALIDATION_STATE_IN_R15
   scope->saved = validation_state_register();
   set_validation_state_register(&scope->state);
-  __atomic_fetch_add(&running_entries, 1, __ATOMIC_RELAXED);
   ValidationState& state = scope->state;
   state.pending_atomic = 0;
 #else
@@ -155,7 +154,6 @@ inline void enter_group(const etm_cpu_launch*, const etm_cpu_group* group, group
 // Called last by every kernel entry that returns: the caller's r15 back.
 #if ETM_CPU_VALIDATION_STATE_IN_R15
 __attribute__((ETM_CPU_NOT_INSTRUMENTED, noipa)) inline void leave_group(group_scope* scope) {
-  __atomic_fetch_sub(&running_entries, 1, __ATOMIC_RELAXED);
   set_validation_state_register(scope->saved);
 }
 #else
@@ -274,5 +272,11 @@ extern "C" ETM_CPU_KERNEL_EXPORT __attribute__((ETM_CPU_NOT_INSTRUMENTED)) uint3
   *ranges = etm_cpu_kernel::static_threadgroup_ranges;
   const uint32_t count = etm_cpu_kernel::static_threadgroup_variable_count;
   return count <= etm_cpu_kernel::kMaxRecordedThreadgroupVariables ? count : UINT32_MAX;
+}
+#endif
+
+#if ETM_CPU_VALIDATION_STATE_IN_R15
+extern "C" ETM_CPU_KERNEL_EXPORT __attribute__((ETM_CPU_NOT_INSTRUMENTED)) uint32_t* etm_kernel_running_dispatches(void) {
+  return &etm_cpu_kernel::running_dispatches;
 }
 #endif

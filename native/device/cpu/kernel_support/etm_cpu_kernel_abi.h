@@ -109,12 +109,17 @@ typedef struct etm_cpu_group {
 //       (only with access checks) the [begin, end) arena offsets of its static threadgroup
 //       variables, as pairs; returns the number of variables, or UINT32_MAX when too many
 //       were recorded
+//   uint32_t* etm_kernel_running_dispatches(void)
+//       (only with access checks whose state lives in r15) the object's count of running
+//       dispatches: the executor adds 1 (atomically) while it runs one, so that the checks
+//       trust r15 only then
 typedef void (*etm_cpu_loop_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_thread_entry)(const etm_cpu_launch*, const etm_cpu_group*, uint32_t);
 typedef int (*etm_cpu_regions_entry)(const etm_cpu_launch*, const etm_cpu_group*);
 typedef void (*etm_cpu_argument_sizes_entry)(uint64_t*);
 typedef uint64_t (*etm_cpu_static_threadgroup_bytes_entry)(void);
 typedef uint32_t (*etm_cpu_static_threadgroup_ranges_entry)(const uint64_t**);
+typedef uint32_t* (*etm_cpu_running_dispatches_entry)(void);
 
 #ifdef __cplusplus
 }
