@@ -210,6 +210,36 @@ kernel void stepped_parity(device int* out [[buffer(0)]], uint lid [[thread_inde
     out[block * 4 + lid] = int(slots[parity][(lid + 1) % 4] * 2 + parity);
   }
 }
+
+// Regions whose only statement is an `if` on a thread's lane or index (after answers of simd_
+// reductions) run for the threads it selects: one lane of each simdgroup (the partial last one
+// too), one lane of each quad, one thread of the group, with returned lanes inactive. A
+// statement after such an if runs for every thread; a local named like the attribute, declared
+// before it in its region, selects nothing.
+kernel void selected_threads(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                             constant uint& n [[buffer(2)]],
+                             uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]],
+                             ushort lane [[thread_index_in_simdgroup]], uint quad_lane [[thread_index_in_quadgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float partial[2];
+  const float x = in[gid];
+  const float s = simd_sum(x);
+  if (lane == 5) partial[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lid == 37u) out[gid * 4 + 2] = partial[0] + partial[1];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (gid >= n) return;
+  const float t = simd_sum(x + 1.0f);
+  if (lane == 0) out[gid * 4 + 3] = t;
+  out[gid * 4 + 3] += 1.0f;
+  {
+    const float v = simd_sum(x);
+    const uint lane = lid % 3;
+    if (lane == 0) out[gid * 4] = v;
+  }
+  const float m = simd_max(x);
+  if (3 == quad_lane) out[gid * 4 + 1] = m;
+}
 """
 
 
@@ -286,6 +316,36 @@ def test_the_chosen_path_and_the_reason_are_logged(msl, monkeypatch, capfd):
     err = capfd.readouterr().err
     assert "kernel 'stepped_parity' runs as fibers: line" in err
     assert "the header of a loop around a barrier changes the per-thread variable 'parity'" in err
+
+
+def test_regions_selected_by_lane_or_index(msl, path, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(SOURCE).kernel("selected_threads")
+    if path == "regions":
+        assert "kernel 'selected_threads' runs as barrier regions" in capfd.readouterr().err
+    size, groups = 40, 3  # a full simdgroup and 8 lanes per group
+    n = size * 2 + 30  # the last group's threads from 30 on return: lanes 30, 31 and all of the second
+    x = np.random.default_rng(12).integers(-9, 10, size * groups).astype(np.float32)
+    out = Tensor.empty([size * groups * 4])
+    out.write(np.full(size * groups * 4, -1.0, np.float32))
+    kernel.run({0: out, 1: device_array(x), 2: device_array(np.array([n], np.uint32))}, size * groups, size)
+    got = out.numpy().reshape(-1, 4)
+    expected = np.full((size * groups, 4), -1.0, np.float32)
+    for gid in range(size * groups):
+        lid = gid % size
+        first = gid - lid + lid // 32 * 32
+        simdgroup = range(first, min(first + 32, gid - lid + size))
+        active = [x[i] for i in simdgroup if i < n]
+        if lid == 37:
+            expected[gid, 2] = x[gid - lid:gid - lid + size].sum()
+        if gid >= n:
+            continue
+        if lid % 3 == 0:
+            expected[gid, 0] = sum(active)
+        if lid % 4 == 3:
+            expected[gid, 1] = max(active)
+        expected[gid, 3] = sum(active) + len(active) + 1 if lid % 32 == 0 else 0.0
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_a_loop_header_stepping_per_thread_variables(msl, path):

@@ -183,6 +183,9 @@ class RegionWriter {
                                         p.attribute_value + "; (void)" + p.name + "; ";
         if (p.per_thread) {
           thread_attributes += declaration;
+          if (p.attribute == "thread_index_in_simdgroup" || p.attribute == "thread_index_in_quadgroup" ||
+              p.attribute == "thread_index_in_threadgroup")
+            selecting_attributes_[p.name] = p.attribute;
           scopes_.back().push_back({p.name, "", true, false, "", false});
         } else {
           uniform_attributes += declaration;
@@ -216,7 +219,7 @@ class RegionWriter {
     out = "\n#if !ETM_CPU_NO_REGIONS\n#line " + std::to_string(t_.line(open)) + "\n" + s_.template_header +
           "ETM_REGION_FUNCTION inline int " + s_.function_name + "(" + parameters +
           "const etm_cpu_launch* etm__launch, const etm_cpu_group* etm__group) { "
-          "(void)etm__launch; ETM_CPU_LOCAL_GROUP(etm__group) const uint32_t etm__count = etm__group->thread_count; "
+          "(void)etm__launch; ETM_REGION_LOCAL_GROUP(etm__group) const uint32_t etm__count = etm__group->thread_count; "
           "const uint32_t etm__sx = etm__group->size[0], etm__sy = etm__group->size[1]; (void)etm__sy; " +
           uniform_attributes + prologue_ + sites_ + "\n" + member_types_ + "struct etm__frame { " + members_ +
           "}; if (sizeof(etm__frame) * etm__count > etm_regions::kMaxFrameBytes) return 1; " +
@@ -933,6 +936,8 @@ class RegionWriter {
     region_returns_ = false;
     region_has_code_ = false;
     region_code_ = aliases() + "{ ";
+    answers_end_ = region_code_.size();
+    selected_end_ = SIZE_MAX;
   }
 
   void close_region() {
@@ -944,7 +949,12 @@ class RegionWriter {
     region_reset_.clear();
     const std::string thread =
         "etm_cpu_kernel::enter_thread(etm__index); " + thread_code_ + region_code_ + "\n}";
-    if (masks_.empty()) {
+    if (selected_end_ == region_code_.size()) {
+      // Only the threads the region's `if` selects run anything: the loop visits their lanes.
+      body_ += selected_bases_ + " for (uint64_t etm__lanes = (" + live_lanes() + ") & " + selected_lanes_ +
+               "; etm__lanes != 0; etm__lanes &= etm__lanes - 1) { const uint32_t etm__index = etm__base + "
+               "uint32_t(__builtin_ctzll(etm__lanes)); " + thread;
+    } else if (masks_.empty()) {
       // In a kernel without `return` no thread is ever done: the loop tests nothing, which lets
       // the compiler vectorise it.
       body_ += "for (uint32_t etm__index = 0; etm__index < etm__count; ++etm__index) { " +
@@ -999,9 +1009,64 @@ class RegionWriter {
     }
     open_region();
     if (!declaration(begin, end)) {
+      std::string bases, lanes;
+      const bool selecting = region_code_.size() == answers_end_ && selects_lanes(begin, end, &bases, &lanes);
       if (reason_.empty()) region_text(begin, end, &region_code_);
       region_has_code_ = true;
+      if (selecting) {
+        selected_end_ = region_code_.size();
+        selected_bases_ = bases;
+        selected_lanes_ = lanes;
+      }
     }
+  }
+
+  // `if (lane == K) statement` without else, lane a thread attribute that names one thread of
+  // each simdgroup (thread_index_in_simdgroup), of each quad or of the group
+  // (thread_index_in_threadgroup): in *bases the loop (or if) over the simdgroups that hold
+  // them, setting etm__base, and in *lanes an expression of their bits among lanes
+  // [etm__base, etm__base + 32). A region that holds nothing else (but declarations answered by
+  // simd_ reductions, which read and change nothing) runs for those threads only.
+  bool selects_lanes(size_t begin, size_t end, std::string* bases, std::string* lanes) const {
+    if (!t_.is(begin, "if") || !t_.is(begin + 1, "(")) return false;
+    const size_t close = t_.partner(begin + 1);
+    if (close != begin + 5 || !t_.is(begin + 3, "==")) return false;
+    for (size_t k = close + 1; k < end; ++k)
+      if (t_.is(k, "else")) return false;
+    const size_t name = t_.identifier(begin + 2) ? begin + 2 : begin + 4;
+    const size_t literal = name == begin + 2 ? begin + 4 : begin + 2;
+    if (!t_.identifier(name) || t_.kind(literal) != TokenKind::number) return false;
+    const auto attribute = selecting_attributes_.find(t_.spell(name));
+    if (attribute == selecting_attributes_.end() || !names_parameter(attribute->first)) return false;
+    std::string digits = t_.spell(literal);
+    if (!digits.empty() && (digits.back() == 'u' || digits.back() == 'U')) digits.pop_back();
+    if (digits.empty() || digits.size() > 4 || (digits.size() > 1 && digits[0] == '0')) return false;
+    for (char c : digits)
+      if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    const unsigned value = unsigned(std::stoul(digits));
+    *bases = "for (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u)";
+    if (attribute->second == "thread_index_in_simdgroup") {
+      if (value >= 32) return false;
+      *lanes = "(uint64_t(1) << " + std::to_string(value) + ")";
+    } else if (attribute->second == "thread_index_in_quadgroup") {
+      if (value >= 4) return false;
+      *lanes = "(uint64_t(0x11111111u) << " + std::to_string(value) + ")";
+    } else {
+      if (value >= 1024) return false;
+      const std::string base = std::to_string(value & ~31u) + "u";
+      *bases = "for (uint32_t etm__base = " + base + "; etm__base <= " + base +
+               " && etm__base < etm__count; etm__base += 32u)";
+      *lanes = "(uint64_t(1) << " + std::to_string(value % 32u) + ")";
+    }
+    return true;
+  }
+
+  // Does `name` here still name the kernel's parameter (no inner declaration hides it)?
+  bool names_parameter(const std::string& name) const {
+    for (size_t s = scopes_.size(); s-- > 1;)
+      for (const Name& n : scopes_[s])
+        if (n.name == name) return false;
+    return true;
   }
 
   bool has_pointer_declarator(size_t begin, size_t end) const {
@@ -1109,8 +1174,11 @@ class RegionWriter {
           initialiser.clear();
           if (!region_text(j, stop, &initialiser)) return true;
         }
+        const bool answer = region_code_.size() == answers_end_ && j < stop && t_.is(j, "=") &&
+                            answered_by_reduction(j + 1, stop);
         region_code_ += member_type + " " + declared + initialiser + "\n; (void)" + declared + "; ";
         region_has_code_ = true;
+        if (answer) answers_end_ = region_code_.size();
         scopes_.back().push_back({declared, "", true, false, member_type});
         part = stop + 1;
         if (t_.is(stop, ";")) break;
@@ -1151,6 +1219,13 @@ class RegionWriter {
       if (t_.is(stop, ";")) break;
     }
     return true;
+  }
+
+  // Is [begin, end) one simd_ reduction's call, answered from its site (a read, no effect)?
+  bool answered_by_reduction(size_t begin, size_t end) const {
+    const auto replaced = replacements_.find(begin);
+    return replaced != replacements_.end() && replaced->second.first == end &&
+           replaced->second.second.rfind("etm_regions::simd_reduction<", 0) == 0;
   }
 
   // Does the statement [begin, end) end the region it would run in? Those that synchronise do,
@@ -1338,6 +1413,13 @@ class RegionWriter {
   std::string sites_;         // the collectives' lane arrays and the predicate masks
   std::vector<std::string> masks_;
   std::map<size_t, std::pair<size_t, std::string>> replacements_;  // token -> (end, code)
+  // Per-thread attributes an `if (name == K)` can select threads by: name -> attribute.
+  std::map<std::string, std::string> selecting_attributes_;
+  // The open region's code up to answers_end_ only declares locals answered by simd_
+  // reductions; when it ends at selected_end_, with an `if` selecting selected_lanes_.
+  size_t answers_end_ = 0;
+  size_t selected_end_ = SIZE_MAX;
+  std::string selected_bases_, selected_lanes_;
   unsigned next_site_ = 0;
 };
 

@@ -27,6 +27,7 @@ struct RegionParameter {
   // Thread attributes: the spelled type and the value's expression over the wrapper's locals
   // (etm__x/y/z, etm__index, etm__group, etm__launch); per_thread when threads differ in it.
   bool is_attribute = false;
+  std::string attribute;  // its MSL name (thread_index_in_simdgroup ...)
   std::string attribute_type;
   std::string attribute_value;
   bool per_thread = false;

@@ -939,6 +939,7 @@ class Translator {
       r.name = p.name;
       if (a.kind == KernelArgumentKind::thread_attribute) {
         r.is_attribute = true;
+        r.attribute = a.attribute;
         r.attribute_type = p.type;
         r.per_thread = is_per_thread_attribute(a.attribute);
         if (!check_attribute_type(p, a.attribute, &why)) {

@@ -38,6 +38,28 @@
 #endif
 #define ETM_REGION_UNCHECKED ETM_REGION_UNCHECKED_ELSE()
 
+// The largest group the executor runs (cpu_executor.h's kMaxThreadsPerThreadgroup), and the
+// last origin of a group whose thread positions cannot pass UINT32_MAX.
+namespace etm_regions {
+inline constexpr uint32_t kMaxGroupThreads = 1024;
+inline constexpr uint32_t kLastSafeOrigin = UINT32_MAX - kMaxGroupThreads;
+}  // namespace etm_regions
+
+// The region function reads the group's values from a copy of its own, which no store in the
+// kernel can change (they stay in registers), and declines (to fibers) a group in the last
+// kMaxGroupThreads positions of a grid dimension, which no real grid reaches. Past those tests
+// the compiler knows that `origin + thread` does not wrap, so `in[gid]` with a 32-bit gid in a
+// loop over the threads reads consecutive elements: the loop vectorises instead of gathering
+// element by element. One test per value: g++ combines `a > c || b > c` into one test from
+// which it no longer knows either bound.
+#define ETM_REGION_LOCAL_GROUP(group)                                                \
+  const etm_cpu_group group##_copy = *(group);                                       \
+  group = &group##_copy;                                                             \
+  if (group##_copy.origin[0] > etm_regions::kLastSafeOrigin) return 1;               \
+  if (group##_copy.origin[1] > etm_regions::kLastSafeOrigin) return 1;               \
+  if (group##_copy.origin[2] > etm_regions::kLastSafeOrigin) return 1;               \
+  if (group##_copy.thread_count > etm_regions::kMaxGroupThreads) return 1;
+
 namespace etm_regions {
 using metal::ulong2;
 
@@ -425,11 +447,74 @@ struct collective {
   }
 };
 
+// The columns of the 8x8 float matrix whose rows are rows[0..7], in place: 24 shuffles.
+inline void transpose_rows(row_vector rows[8]) {
+  typedef int selector __attribute__((vector_size(32)));
+  row_vector pairs[8], quads[8];
+  // pairs[2i] = a0 b0 a1 b1 | a4 b4 a5 b5, pairs[2i + 1] = a2 b2 a3 b3 | a6 b6 a7 b7 (a, b rows 2i, 2i + 1)
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    pairs[2 * i] = __builtin_shuffle(rows[2 * i], rows[2 * i + 1], selector{0, 8, 1, 9, 4, 12, 5, 13});
+    pairs[2 * i + 1] = __builtin_shuffle(rows[2 * i], rows[2 * i + 1], selector{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  // quads[4h + k] = column k of rows 4h..4h+3 | column k + 4 of them (k < 4)
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j) {
+      const row_vector low = pairs[4 * h + j], high = pairs[4 * h + 2 + j];
+      quads[4 * h + 2 * j] = __builtin_shuffle(low, high, selector{0, 1, 8, 9, 4, 5, 12, 13});
+      quads[4 * h + 2 * j + 1] = __builtin_shuffle(low, high, selector{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    rows[k] = __builtin_shuffle(quads[k], quads[4 + k], selector{0, 1, 2, 3, 8, 9, 10, 11});
+    rows[k + 4] = __builtin_shuffle(quads[k], quads[4 + k], selector{4, 5, 6, 7, 12, 13, 14, 15});
+  }
+}
+
+// simd_sum / simd_product of 8 full float simdgroups side by side in one row vector (element b
+// simdgroup groups[b]'s): lanes combined in order, 8 at a time read as rows and transposed
+// into columns, which IEEE vector arithmetic combines exactly as the scalar chains would.
+template <class Combine> inline constexpr bool kVectorFloatCombine =
+    std::is_same_v<Combine, etm_msl::plus<float>> || std::is_same_v<Combine, etm_msl::times<float>>;
+
+template <class Combine>
+ETM_REGION_UNCHECKED_ELSE(inline) void reduce_eight_float_simdgroups(collective& c, const uint32_t* groups) {
+  row_vector results;
+#pragma GCC unroll 4
+  for (uint32_t first = 0; first < 32; first += 8) {
+    row_vector columns[8];
+#pragma GCC unroll 8
+    for (uint32_t b = 0; b < 8; ++b)
+      __builtin_memcpy(&columns[b], c.slots + (size_t(groups[b]) * 32u + first) * sizeof(float), sizeof(row_vector));
+    transpose_rows(columns);
+#pragma GCC unroll 8
+    for (uint32_t lane = 0; lane < 8; ++lane) {
+      if (first + lane == 0) {
+        results = columns[0];
+      } else if constexpr (std::is_same_v<Combine, etm_msl::plus<float>>) {
+        results = results + columns[lane];
+      } else {
+        results = results * columns[lane];
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (uint32_t b = 0; b < 8; ++b)
+    __builtin_memcpy(c.reductions + size_t(groups[b]) * kCollectiveSlotBytes, &results[b], sizeof(float));
+}
+
 // The reductions of Width full simdgroups (repeats allowed), each combining lanes 0..31 in
 // order, as reduce_lanes does. The Width chains of dependent operations run side by side in
-// registers instead of one after another.
+// registers instead of one after another (float sums and products of eight as row vectors).
 template <class T, uint32_t Width, class Combine>
 ETM_REGION_UNCHECKED_ELSE(inline) void reduce_full_simdgroups(collective& c, const uint32_t* groups, Combine combine) {
+  if constexpr (Width == 8 && std::is_same_v<T, float> && kVectorFloatCombine<Combine>) {
+    reduce_eight_float_simdgroups<Combine>(c, groups);
+    return;
+  }
   // Inlined: an unchecked function's calls to a checked one stay calls, and checked.
   auto operand = [&](uint32_t b, uint32_t lane) __attribute__((always_inline)) {
     T value;
