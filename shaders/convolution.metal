@@ -3,7 +3,8 @@
 // host's order of preference: a depthwise kernel staging each channel's input window once (one
 // input channel per group); an implicit GEMM on simdgroup matrices over 2-D blocks of output
 // pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
-// 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
+// 4 rows; in the CPU launch shape the same blocks with register strips of sums instead of
+// simdgroup matrices); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
 // channels per group and reduction depth); fewer output pixels than that, a patch matrix and
 // one product per group on the matrix-product kernels (the weight read once) where the weight's
 // per-channel blocks are dense; else a direct kernel with one thread per output element.
