@@ -3,7 +3,8 @@
 // host's order of preference: a depthwise kernel staging each channel's input window once (one
 // input channel per group); an implicit GEMM on simdgroup matrices over 2-D blocks of output
 // pixels with the input window staged once per channel chunk (planes of at least 32 pixels and
-// 4 rows); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
+// 4 rows; in the CPU launch shape the same blocks with register strips of sums instead of
+// simdgroup matrices); an implicit GEMM over runs of 32 flattened output pixels (enough pixels, output
 // channels per group and reduction depth); fewer output pixels than that, a patch matrix and
 // one product per group on the matrix-product kernels (the weight read once) where the weight's
 // per-channel blocks are dense; else a direct kernel with one thread per output element.
@@ -317,14 +318,39 @@ kernel void convolution_patches(device T* patches [[buffer(0)]],
 // (kh, kw) of eight neighbouring output pixels is an 8 x 8 simdgroup matrix at a fixed stride
 // in that window: each input value is read from device memory once per chunk instead of once
 // per tap, and each weight once per pixel block instead of once per 32 pixels.
-// Eight simdgroups, each two output rows of the block. Launched in the CPU device's shape
-// (ConvParams::cpu_shape; the host also gives groups of up to 16 output channels 16-channel
-// blocks there), the weights are staged as runs of one (tap, channel) pair's output channels
-// and the results leave threadgroup memory as runs of one channel's pixels: the same sums in the
-// same order, in fewer instructions on a CPU.
+// Eight simdgroups, each two output rows of the block. The CPU device's launch shape runs the
+// same blocks as convolution_strips.
 constant constexpr uint kTiledRows = 16;
 constant constexpr uint kTiledChunk = 8;
 constant constexpr uint kTiledThreads = 256;
+
+// Stages the input window of one chunk of input channels and one kernel depth tap, [row][column]
+// [channel] with the channels innermost, zero in the padding and past the chunk's channels.
+// Thread `thread_index` of `threads` takes every threads-th window position, every channel of the
+// chunk at each: one division per position instead of three per element.
+template <typename T>
+inline void stage_window(threadgroup float* window, const device T* input, constant ConvParams& p, long plane_base,
+                         bool plane_inside, long first_ih, long first_iw, long window_columns, uint chunk_channels,
+                         uint thread_index, uint threads) {
+  const long window_rows = (kTiledRows - 1) * p.stride[1] + (p.kernel_sizes[1] - 1) * p.dilation[1] + 1;
+  for (long position = thread_index; position < window_rows * window_columns; position += threads) {
+    const long row = position / window_columns;
+    const long column = position - row * window_columns;
+    const long ih = first_ih + row;
+    const long iw = first_iw + column;
+    const bool inside = plane_inside && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2];
+    const long offset = plane_base + ih * p.input_strides[3] + iw * p.input_strides[4];
+    threadgroup float* target = window + position * kTiledChunk;
+    if (inside && chunk_channels == kTiledChunk) {
+      // A whole chunk: a loop of constant length, unrolled.
+      for (uint c = 0; c < kTiledChunk; ++c) target[c] = float(input[offset + c * p.input_strides[1]]);
+      continue;
+    }
+    const uint loaded = inside ? chunk_channels : 0;
+    for (uint c = 0; c < loaded; ++c) target[c] = float(input[offset + c * p.input_strides[1]]);
+    for (uint c = loaded; c < kTiledChunk; ++c) target[c] = 0.0f;
+  }
+}
 
 template <typename T, uint ColumnFragments, uint ChannelFragments>
 kernel void convolution_tiled(device T* output [[buffer(0)]],
@@ -377,7 +403,6 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
   // output channel's weights, and how many of its output channels the group has.
   const long first_ih = oh0 * p.stride[1] - p.padding[1];
   const long first_iw = ow0 * p.stride[2] - p.padding[2];
-  const long window_positions = window_rows * window_columns;
   const long input_base = n * p.input_strides[0] + first_in_channel * p.input_strides[1];
   const long weight_base = p.weight_offset + group * p.weight_group_stride + column0 * p.weight_strides[0];
   const long block_channels = p.out_channels_per_group - column0;
@@ -390,46 +415,21 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
       const bool plane_inside = id >= 0 && id < p.input_sizes[0];
       const long plane_base = input_base + c0 * p.input_strides[1] + id * p.input_strides[2];
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      // A thread stages whole window positions, every channel of the chunk at each: one
-      // division per position instead of three per element.
-      for (long position = thread_index; position < window_positions; position += kTiledThreads) {
-        const long row = position / window_columns;
-        const long column = position - row * window_columns;
-        const long ih = first_ih + row;
-        const long iw = first_iw + column;
-        const bool inside = plane_inside && ih >= 0 && ih < p.input_sizes[1] && iw >= 0 && iw < p.input_sizes[2];
-        const long offset = plane_base + ih * p.input_strides[3] + iw * p.input_strides[4];
-        const uint loaded = inside ? chunk_channels : 0;
-        threadgroup float* target = window + position * kTiledChunk;
-        for (uint c = 0; c < loaded; ++c) target[c] = float(input[offset + c * p.input_strides[1]]);
-        for (uint c = loaded; c < kTiledChunk; ++c) target[c] = 0.0f;
-      }
+      stage_window(window, input, p, plane_base, plane_inside, first_ih, first_iw, window_columns, chunk_channels,
+                   thread_index, kTiledThreads);
       for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
         const long row_base = weight_base + c0 * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3];
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (p.cpu_shape) {
-          // A thread stages one (kw, channel) pair's output channels: a run of the tile.
-          for (uint pair = thread_index; pair < row_weights / kChannels; pair += kTiledThreads) {
-            const uint c = pair % kTiledChunk;
-            const uint kw = pair / kTiledChunk;
-            threadgroup float* target = weight_tile + pair * kChannels;
-            const long offset = row_base + c * p.weight_strides[1] + kw * p.weight_strides[4];
-            const uint filled = !plane_inside || c >= chunk_channels ? 0 : block_channels < kChannels ? uint(block_channels) : kChannels;
-            for (uint out = 0; out < filled; ++out) target[out] = float(weight[offset + out * p.weight_strides[0]]);
-            for (uint out = filled; out < kChannels; ++out) target[out] = 0.0f;
+        for (uint i = thread_index; i < row_weights; i += kTiledThreads) {
+          const uint out = i % kChannels;
+          const uint c = (i / kChannels) % kTiledChunk;
+          const uint kw = i / (kChannels * kTiledChunk);
+          float value = 0.0f;
+          if (plane_inside && c < chunk_channels && out < block_channels) {
+            value = float(weight[row_base + out * p.weight_strides[0] + c * p.weight_strides[1] +
+                                 kw * p.weight_strides[4]]);
           }
-        } else {
-          for (uint i = thread_index; i < row_weights; i += kTiledThreads) {
-            const uint out = i % kChannels;
-            const uint c = (i / kChannels) % kTiledChunk;
-            const uint kw = i / (kChannels * kTiledChunk);
-            float value = 0.0f;
-            if (plane_inside && c < chunk_channels && out < block_channels) {
-              value = float(weight[row_base + out * p.weight_strides[0] + c * p.weight_strides[1] +
-                                   kw * p.weight_strides[4]]);
-            }
-            weight_tile[i] = value;
-          }
+          weight_tile[i] = value;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -463,68 +463,168 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
   const long output_base = n * p.output_strides[0] + (first_out_channel + column0) * p.output_strides[1] +
                            od * p.output_strides[2];
   const long bias_base = (first_out_channel + column0) * p.bias_stride;
-  if (p.cpu_shape) {
-    // One channel fragment j at a time, each simdgroup stores its 2 x ColumnFragments result
-    // fragments into its part of threadgroup memory (row copies on the CPU device: the window
-    // is at least 16 x 8 * ColumnFragments x kTiledChunk floats, room for all eight
-    // simdgroups' parts); then each thread writes runs of one channel's consecutive pixels,
-    // reading the fragment's column. Each result element costs a few instructions, where a
-    // thread storing its own two elements of each fragment costs tens on the CPU device.
-    constexpr uint kFragments = 2 * ColumnFragments;  // per simdgroup and channel fragment
-    constexpr uint kRuns = 8 * kFragments * 8;        // (simdgroup, fragment, channel)
-    const bool has_bias = p.has_bias;
-    for (uint j = 0; j < ChannelFragments; ++j) {
-      threadgroup_barrier(mem_flags::mem_threadgroup);
-      for (uint i = 0; i < 2; ++i) {
-        for (uint f = 0; f < ColumnFragments; ++f) {
-          simdgroup_store(accumulators[i][f][j], tiles + 64 * (kFragments * simdgroup + ColumnFragments * i + f), 8,
-                          ulong2(0, 0));
+  // Each simdgroup writes its fragments through its own 8 x 8 scratch in threadgroup memory.
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup float* scratch = tiles + 64 * simdgroup;
+  for (uint i = 0; i < 2; ++i) {
+    for (uint f = 0; f < ColumnFragments; ++f) {
+      for (uint j = 0; j < ChannelFragments; ++j) {
+        simdgroup_store(accumulators[i][f][j], scratch, 8, ulong2(0, 0));
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint e = lane; e < 64; e += 32) {
+          const long oh = oh0 + 2 * simdgroup + i;
+          const long ow = ow0 + 8 * f + e % 8;
+          const uint column = 8 * j + e / 8;  // of the block
+          if (oh < p.output_sizes[1] && ow < p.output_sizes[2] && column < block_channels) {
+            float sum = scratch[(e % 8) * 8 + e / 8];
+            if (p.has_bias) sum += float(bias[bias_base + column * p.bias_stride]);
+            output[output_base + column * p.output_strides[1] + oh * p.output_strides[3] +
+                   ow * p.output_strides[4]] = T(sum);
+          }
         }
-      }
-      threadgroup_barrier(mem_flags::mem_threadgroup);
-      for (uint run = thread_index; run < kRuns; run += kTiledThreads) {
-        const uint c = run % 8;
-        const uint fragment = (run / 8) % kFragments;
-        const uint run_simdgroup = run / (8 * kFragments);
-        const long oh = oh0 + 2 * run_simdgroup + fragment / ColumnFragments;
-        const long ow = ow0 + 8 * (fragment % ColumnFragments);
-        const uint column = 8 * j + c;  // of the block
-        const long pixels_left = p.output_sizes[2] - ow;
-        if (oh >= p.output_sizes[1] || pixels_left <= 0 || column >= block_channels) continue;
-        const uint count = pixels_left < 8 ? uint(pixels_left) : 8;
-        threadgroup const float* source = tiles + 64 * (kFragments * run_simdgroup + fragment) + c;
-        device T* target = output + output_base + column * p.output_strides[1] + oh * p.output_strides[3] +
-                           ow * p.output_strides[4];
-        const float channel_bias = has_bias ? float(bias[bias_base + column * p.bias_stride]) : 0.0f;
-        for (uint r = 0; r < count; ++r) {
-          const float sum = source[8 * r];
-          target[r * p.output_strides[4]] = T(has_bias ? sum + channel_bias : sum);
-        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);
       }
     }
-  } else {
-    // Each simdgroup writes its fragments through its own 8 x 8 scratch in threadgroup memory.
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    threadgroup float* scratch = tiles + 64 * simdgroup;
-    for (uint i = 0; i < 2; ++i) {
-      for (uint f = 0; f < ColumnFragments; ++f) {
-        for (uint j = 0; j < ChannelFragments; ++j) {
-          simdgroup_store(accumulators[i][f][j], scratch, 8, ulong2(0, 0));
-          simdgroup_barrier(mem_flags::mem_threadgroup);
-          for (uint e = lane; e < 64; e += 32) {
-            const long oh = oh0 + 2 * simdgroup + i;
-            const long ow = ow0 + 8 * f + e % 8;
-            const uint column = 8 * j + e / 8;  // of the block
-            if (oh < p.output_sizes[1] && ow < p.output_sizes[2] && column < block_channels) {
-              float sum = scratch[(e % 8) * 8 + e / 8];
-              if (p.has_bias) sum += float(bias[bias_base + column * p.bias_stride]);
-              output[output_base + column * p.output_strides[1] + oh * p.output_strides[3] +
-                     ow * p.output_strides[4]] = T(sum);
-            }
-          }
-          simdgroup_barrier(mem_flags::mem_threadgroup);
-        }
+  }
+}
+
+// The CPU device's shape of the pixel-block implicit GEMM (launch_shape() == cpu): the blocks,
+// staged input window and staged kernel rows of convolution_tiled, but a thread computes a strip
+// of kStripPixels consecutive output pixels of one row for kStripChannels output channels with
+// its sums in registers: per tap and input channel, one row of kStripChannels weights times each
+// of the strip's input values, the outer-product form of a CPU matrix-multiply micro-kernel (as
+// matmul_panels; with AVX-512 a strip's sums are eight 16-wide registers). A simdgroup matrix
+// product on the CPU device loads and stores its accumulator and broadcasts every element of its
+// left operand for 8 x 8 x 8 products. Each output sums its products in convolution_tiled's
+// order (channel chunk, kd, kh, kw, channel), so both shapes give the same bits. Between kernel
+// rows a strip's sums wait in the thread's array. kThreads (the host's threadgroup size) is
+// one thread per strip of the block.
+constant constexpr uint kStripPixels = 8;
+constant constexpr uint kStripChannels = 16;
+
+// strip[px][channel] += window_row[px * pixel_step + kw * tap_step + c] *
+//   weights[(kw * kTiledChunk + c) * weight_pitch + channel], over the kernel row's taps kw and the
+// chunk's first `channels` channels c in that order (past them window and weights are zero: the
+// products skipped are +0, which change no sum but the sign of a -0 one). The sums are copied
+// into a local array, the loops over the strip unrolled whole, and the loop over channels has a
+// bound g++ cannot see (with a constant one it vectorised across channels instead, gathering the
+// strip's values), so the sums stay in vector registers.
+inline void accumulate_strip(thread float* strip, const threadgroup float* window_row, long pixel_step,
+                             long tap_step, const threadgroup float* weights, long weight_pitch, long taps,
+                             uint channels) {
+  float sums[kStripPixels][kStripChannels];
+#pragma GCC unroll 8
+  for (uint px = 0; px < kStripPixels; ++px) {
+#pragma GCC unroll 16
+    for (uint channel = 0; channel < kStripChannels; ++channel) sums[px][channel] = strip[px * kStripChannels + channel];
+  }
+  for (long kw = 0; kw < taps; ++kw) {
+    const threadgroup float* values = window_row + kw * tap_step;
+    const threadgroup float* weight_row = weights + kw * long(kTiledChunk) * weight_pitch;
+    for (uint c = 0; c < channels; ++c, ++values, weight_row += weight_pitch) {
+#pragma GCC unroll 8
+      for (uint px = 0; px < kStripPixels; ++px) {
+        const float x = values[px * pixel_step];
+#pragma GCC unroll 16
+        for (uint channel = 0; channel < kStripChannels; ++channel) sums[px][channel] += x * weight_row[channel];
       }
+    }
+  }
+#pragma GCC unroll 8
+  for (uint px = 0; px < kStripPixels; ++px) {
+#pragma GCC unroll 16
+    for (uint channel = 0; channel < kStripChannels; ++channel) strip[px * kStripChannels + channel] = sums[px][channel];
+  }
+}
+
+template <typename T, uint ColumnFragments, uint ChannelFragments>
+kernel void convolution_strips(device T* output [[buffer(0)]],
+                               const device T* input [[buffer(1)]],
+                               const device T* weight [[buffer(2)]],
+                               const device T* bias [[buffer(3)]],
+                               constant ConvParams& p [[buffer(4)]],
+                               threadgroup float* tiles [[threadgroup(0)]],
+                               uint3 group_position [[threadgroup_position_in_grid]],
+                               uint thread_index [[thread_index_in_threadgroup]]) {
+  constexpr uint kColumns = 8 * ColumnFragments;
+  constexpr uint kChannels = 8 * ChannelFragments;
+  constexpr uint kThreads = kTiledRows * ColumnFragments * (kChannels / kStripChannels);
+  const long groups = p.out_channels / p.out_channels_per_group;
+  const long blocks_across = (p.output_sizes[2] + kColumns - 1) / kColumns;
+  const long oh0 = long(group_position.x / blocks_across) * kTiledRows;
+  const long ow0 = long(group_position.x % blocks_across) * kColumns;
+  const long column0 = long(group_position.y) * kChannels;
+  const long group = group_position.z % groups;
+  const long od = (group_position.z / groups) % p.output_sizes[0];
+  const long n = group_position.z / (groups * p.output_sizes[0]);
+  const long window_rows = (kTiledRows - 1) * p.stride[1] + (p.kernel_sizes[1] - 1) * p.dilation[1] + 1;
+  const long window_columns = (kColumns - 1) * p.stride[2] + (p.kernel_sizes[2] - 1) * p.dilation[2] + 1;
+  const uint row_pairs = uint(p.kernel_sizes[2]) * kTiledChunk;  // (kw, channel) pairs of a kernel row
+  // The window [row][column][channel], then one kernel row's weights [kw][channel][out channel].
+  threadgroup float* window = tiles;
+  threadgroup float* weight_tile = tiles + window_rows * window_columns * kTiledChunk;
+
+  // The thread's strip: its row, first column and first output channel in the block.
+  const uint strip_row = thread_index % kTiledRows;
+  const uint strip_column = kStripPixels * ((thread_index / kTiledRows) % ColumnFragments);
+  const uint strip_channel = kStripChannels * (thread_index / (kTiledRows * ColumnFragments));
+  float strip[kStripPixels * kStripChannels];
+  for (uint i = 0; i < kStripPixels * kStripChannels; ++i) strip[i] = 0.0f;
+
+  const long first_ih = oh0 * p.stride[1] - p.padding[1];
+  const long first_iw = ow0 * p.stride[2] - p.padding[2];
+  const long input_base = n * p.input_strides[0] + group * p.in_channels_per_group * p.input_strides[1];
+  const long weight_base = p.weight_offset + group * p.weight_group_stride + column0 * p.weight_strides[0];
+  const long block_channels = p.out_channels_per_group - column0;
+  const uint weight_runs = block_channels < kChannels ? uint(block_channels) : kChannels;
+
+  for (long c0 = 0; c0 < p.in_channels_per_group; c0 += kTiledChunk) {
+    const long channels_left = p.in_channels_per_group - c0;
+    const uint chunk_channels = channels_left < kTiledChunk ? uint(channels_left) : kTiledChunk;
+    for (long kd = 0; kd < p.kernel_sizes[0]; ++kd) {
+      const long id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
+      const bool plane_inside = id >= 0 && id < p.input_sizes[0];
+      const long plane_base = input_base + c0 * p.input_strides[1] + id * p.input_strides[2];
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      stage_window(window, input, p, plane_base, plane_inside, first_ih, first_iw, window_columns, chunk_channels,
+                   thread_index, kThreads);
+      for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
+        const long row_base = weight_base + c0 * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        // A thread stages one (kw, channel) pair's output channels: a run of the tile.
+        for (uint pair = thread_index; pair < row_pairs; pair += kThreads) {
+          const uint c = pair % kTiledChunk;
+          const uint kw = pair / kTiledChunk;
+          threadgroup float* target = weight_tile + pair * kChannels;
+          const long offset = row_base + c * p.weight_strides[1] + kw * p.weight_strides[4];
+          const uint filled = plane_inside && c < chunk_channels ? weight_runs : 0;
+          for (uint out = 0; out < filled; ++out) target[out] = float(weight[offset + out * p.weight_strides[0]]);
+          for (uint out = filled; out < kChannels; ++out) target[out] = 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        accumulate_strip(strip,
+                         window + ((strip_row * p.stride[1] + kh * p.dilation[1]) * window_columns +
+                                   strip_column * p.stride[2]) * kTiledChunk,
+                         p.stride[2] * kTiledChunk, p.dilation[2] * kTiledChunk, weight_tile + strip_channel,
+                         kChannels, p.kernel_sizes[2], chunk_channels);
+      }
+    }
+  }
+
+  // The strip's results, bias added last, one output channel's run of pixels at a time.
+  const long oh = oh0 + strip_row;
+  const long ow = ow0 + strip_column;
+  const long pixels_left = p.output_sizes[2] - ow;
+  if (oh >= p.output_sizes[1] || pixels_left <= 0) return;
+  const uint pixels = pixels_left < kStripPixels ? uint(pixels_left) : kStripPixels;
+  const long first_channel = group * p.out_channels_per_group + column0 + strip_channel;
+  device T* target = output + n * p.output_strides[0] + first_channel * p.output_strides[1] + od * p.output_strides[2] +
+                     oh * p.output_strides[3] + ow * p.output_strides[4];
+  for (uint channel = 0; channel < kStripChannels && long(strip_channel + channel) < block_channels; ++channel) {
+    const float channel_bias = p.has_bias ? float(bias[(first_channel + channel) * p.bias_stride]) : 0.0f;
+    for (uint px = 0; px < pixels; ++px) {
+      const float sum = strip[px * kStripChannels + channel];
+      target[channel * p.output_strides[1] + px * p.output_strides[4]] = T(p.has_bias ? sum + channel_bias : sum);
     }
   }
 }
@@ -723,12 +823,17 @@ kernel void convolution_transposed_gemm(device T* output [[buffer(0)]],
   }
 }
 
-// convolution_tiled_<columns>x<channels>_<dtype>: the block's pixel columns and output channels.
+// convolution_tiled_ and convolution_strips_<columns>x<channels>_<dtype>: the block's pixel columns
+// and output channels.
 #define INSTANTIATE_CONVOLUTION_TILED(T, SUFFIX, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS)                    \
   template [[host_name("convolution_tiled_" #COLUMN_FRAGMENTS "x" #CHANNEL_FRAGMENTS "_" #SUFFIX)]]    \
   kernel void convolution_tiled<T, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS>(                               \
       device T*, const device T*, const device T*, const device T*, constant ConvParams&,               \
-      threadgroup float*, uint3, uint, uint, uint);
+      threadgroup float*, uint3, uint, uint, uint);                                                    \
+  template [[host_name("convolution_strips_" #COLUMN_FRAGMENTS "x" #CHANNEL_FRAGMENTS "_" #SUFFIX)]]   \
+  kernel void convolution_strips<T, COLUMN_FRAGMENTS, CHANNEL_FRAGMENTS>(                              \
+      device T*, const device T*, const device T*, const device T*, constant ConvParams&,               \
+      threadgroup float*, uint3, uint);
 
 #define INSTANTIATE_CONVOLUTION(T, SUFFIX)                                                        \
   template [[host_name("convolution_" #SUFFIX)]] kernel void convolution<T, false>(               \

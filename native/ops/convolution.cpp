@@ -30,11 +30,14 @@ constexpr uint64_t kGemmMinimumPixels = 8;
 constexpr int64_t kGemmMinimumChannels = 16;
 constexpr int64_t kGemmMinimumDepth = 16;
 
-// The pixel-block kernels' geometry (convolution_tiled and convolution_depthwise) and the
-// threadgroup memory their staged input window and weights must fit in.
+// The pixel-block kernels' geometry (convolution_tiled, convolution_strips and
+// convolution_depthwise) and the threadgroup memory their staged input window and weights must
+// fit in. convolution_strips (the CPU launch shape) runs a thread per strip of 8 pixels of a row
+// and 16 output channels.
 constexpr uint64_t kTiledRows = 16;
 constexpr uint64_t kTiledChunk = 8;
 constexpr uint64_t kTiledThreads = 256;
+constexpr uint64_t kStripChannels = 16;
 constexpr uint64_t kTiledScratchFloats = 64 * (kTiledThreads / 32);
 // Planes with fewer output pixels or rows (1-D problems among them) leave most of the
 // 16-row pixel block empty: the flattened implicit GEMM wastes less there.
@@ -291,9 +294,9 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
   const std::vector<int64_t> output_sizes = {p.batch, p.out_channels, p.output_sizes[0], p.output_sizes[1],
                                              p.output_sizes[2]};
   uint64_t column_fragments = p.output_sizes[2] > 8 ? 2 : 1;
-  // On the CPU device a simdgroup matrix product costs the same whether its channels exist or
-  // not: groups of up to 16 output channels take 16-channel blocks there (a GPU's 32-channel
-  // blocks keep its simdgroups busier).
+  // On the CPU device a strip of 16 channels costs the same whether its channels exist or not:
+  // groups of up to 16 output channels take 16-channel blocks there (a GPU's 32-channel blocks
+  // keep its simdgroups busier).
   uint64_t channel_fragments = p.out_channels_per_group > 32                                   ? 8
                                : p.out_channels_per_group > 16 || launch_shape() == LaunchShape::gpu ? 4
                                                                                                    : 2;
@@ -304,8 +307,12 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
   const uint64_t tiled_bytes = reads ? tiled_memory(p, column_fragments, channel_fragments) : 0;
 
   // The block kernels need their full threadgroup (a GPU may allow fewer threads to a pipeline).
-  const std::string tiled_name = "convolution_tiled_" + std::to_string(column_fragments) + "x" +
-                                 std::to_string(channel_fragments) + "_" + suffix;
+  const bool strips = launch_shape() == LaunchShape::cpu;
+  const std::string tiled_name = std::string(strips ? "convolution_strips_" : "convolution_tiled_") +
+                                 std::to_string(column_fragments) + "x" + std::to_string(channel_fragments) + "_" +
+                                 suffix;
+  const uint64_t tiled_threads =
+      strips ? kTiledRows * column_fragments * (8 * channel_fragments / kStripChannels) : kTiledThreads;
   const std::string depthwise_name = "convolution_depthwise_" + suffix;
   auto takes_threads = [](const std::string& name, uint64_t threads) {
     return shader_kernel("convolution.metal", name).max_threads_per_group() >= threads;
@@ -321,19 +328,17 @@ void encode_forward(const ConvParams& p, const ForwardOperands& operands, const 
     bind(launch, p, operands).threadgroup_memory(0, depthwise_memory(p));
     launch.threadgroups({pixel_blocks, 1, channel_planes}, {kDepthwiseColumns, kDepthwiseRows, 1});
   } else if (reads && plane >= kTiledMinimumPlane && p.output_sizes[1] >= kTiledMinimumRows &&
-             tiled_bytes <= kThreadgroupMemoryLimit && takes_threads(tiled_name, kTiledThreads)) {
+             tiled_bytes <= kThreadgroupMemoryLimit && takes_threads(tiled_name, tiled_threads)) {
     const uint64_t pixel_blocks = blocks(uint64_t(p.output_sizes[1]), kTiledRows) *
                                   blocks(uint64_t(p.output_sizes[2]), 8 * column_fragments);
     const uint64_t group_planes = planes * uint64_t(groups);
     ETM_REQUIRE(pixel_blocks <= UINT32_MAX && group_planes <= UINT32_MAX, kOp, ": the output of shape ",
                 shape_text(output_sizes), " exceeds the dispatch limit");
-    ConvParams tiled = p;
-    tiled.cpu_shape = launch_shape() == LaunchShape::cpu;
     KernelLaunch launch(shader_kernel("convolution.metal", tiled_name));
-    bind(launch, tiled, operands).threadgroup_memory(0, tiled_bytes);
+    bind(launch, p, operands).threadgroup_memory(0, tiled_bytes);
     launch.threadgroups({pixel_blocks, blocks(uint64_t(p.out_channels_per_group), 8 * channel_fragments),
                          group_planes},
-                        {kTiledThreads, 1, 1});
+                        {tiled_threads, 1, 1});
   } else if (reads && few_pixels_for_gemm(p, pixels) && p.out_channels_per_group >= kGemmMinimumChannels &&
              depth >= kGemmMinimumDepth && operands.output_offset == 0 && operands.output.is_contiguous() &&
              weight_rows_are_dense(p)) {

@@ -31,11 +31,8 @@ struct ConvParams {
   int64 output_strides[5];
   int64 bias_stride;
   int32 has_bias;
-  // convolution_tiled launched in the CPU device's shape (launch_shape()): the same blocks,
-  // staged and stored in the orders that cost a CPU fewest instructions.
-  int32 cpu_shape;
 };
-ETM_PARAMS_LAYOUT(ConvParams, 328, cpu_shape, 324);
+ETM_PARAMS_LAYOUT(ConvParams, 328, has_bias, 320);
 
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops

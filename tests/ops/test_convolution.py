@@ -191,9 +191,11 @@ sys.stdout.write(result.torch().numpy().tobytes().hex())
 
 @pytest.mark.parametrize("shape", ["gpu", "cpu"])
 def test_pixel_blocks_same_bits_on_fibers_and_barrier_regions(shape):
-    # The CPU device runs convolution_tiled as barrier regions; on fibers (one context per
-    # thread, the reference semantics) it must give the same bits, in either launch shape. The
-    # path is chosen when the library loads, so each runs in a process of its own.
+    # The CPU device runs the pixel-block kernels (convolution_tiled, convolution_strips in the CPU
+    # shape) as barrier regions; on fibers (one context per thread, the reference semantics) they
+    # must give the same bits. The path is chosen when the library loads, so each runs in a
+    # process of its own.
+    kernel = "convolution_tiled_2x4_float" if shape == "gpu" else "convolution_strips_2x4_float"
     results = {}
     for path in ("regions", "fibers"):
         env = dict(os.environ, ETMETAL_OP_SHAPES=shape, ETMETAL_CPU_EXECUTION=path, ETMETAL_LOG="debug")
@@ -202,7 +204,7 @@ def test_pixel_blocks_same_bits_on_fibers_and_barrier_regions(shape):
                              cwd=here.parents[1], capture_output=True, text=True)
         assert run.returncode == 0, run.stderr[-3000:]
         expected_path = "barrier regions" if path == "regions" else "fibers"
-        assert f"kernel 'convolution_tiled_2x4_float' runs as {expected_path}" in run.stderr, run.stderr[-3000:]
+        assert f"kernel '{kernel}' runs as {expected_path}" in run.stderr, run.stderr[-3000:]
         results[path] = run.stdout
     assert results["regions"] == results["fibers"]
 
