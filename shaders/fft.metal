@@ -6,7 +6,8 @@
 //   fft_pass     one thread per (element, line), once per factor p of n (Stockham autosort,
 //                decimation in time): combines p sub-transforms of length L into one of length
 //                L * p, reading one work buffer and writing the other. p is any factor, so any
-//                n works; a large prime factor p costs n * p operations per line.
+//                n works; a large prime factor p costs n * p operations per line, so such
+//                lengths go through a chirp-z transform instead (fft_chirp_*, below).
 //   fft_store_*  one thread per (element, line): the first elements of each line, scaled, into
 //                the destination (complex, or the real part).
 // Twiddle factors come from precise::cospi / sinpi of an exact integer phase (q * k mod L') / L'.
@@ -14,6 +15,10 @@
 using namespace metal;
 
 #include "params/fft.h"
+
+inline float2 complex_multiply(float2 a, float2 b) {
+  return float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
 
 struct LineOffsets {
   long source;
@@ -90,4 +95,56 @@ kernel void fft_store_real(const device float2* work [[buffer(0)]], device float
                            constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
   const long at = line_offsets(p, position.y).destination + long(position.x) * p.destination_stride;
   destination[at] = work[ulong(position.y) * p.length + position.x].x * p.scale;
+}
+
+// Chirp-z (Bluestein) transform of length n: with 2 j k = j^2 + k^2 - (k - j)^2 and
+// c_k = exp(sign i pi k^2 / n), X_k = c_k sum_j (x_j c_j) conj(c_(k - j)): a convolution, done
+// circularly at a power-of-two length m >= 2n - 1 by power-of-two passes. The host runs
+// fft_chirp_filter and a forward transform of it once, then per line fft_chirp_spread, a forward
+// transform, fft_chirp_convolve, an inverse transform and fft_chirp_gather.
+
+// c_k. k^2 is reduced mod 2n in integers (c has period 2n in k^2) and then into (-n, n], so the
+// phase keeps float32's precision for any k, where a float k * k would lose it from k ~ 4096.
+inline float2 chirp(uint k, constant FftChirp& p) {
+  const ulong period = 2ul * p.length;
+  long residue = long((ulong(k) * k) % period);
+  if (residue > long(p.length)) residue -= long(period);
+  const float turns = float(residue) / float(p.length);
+  return float2(precise::cospi(turns), p.sign * precise::sinpi(turns));
+}
+
+// The convolution's filter, one line of m: conj(c_t) at t and at m - t for t < n, 0 between.
+kernel void fft_chirp_filter(device float2* filter [[buffer(0)]], constant FftChirp& p [[buffer(1)]],
+                             uint t [[thread_position_in_grid]]) {
+  const uint distance = min(t, p.padded - t);
+  if (distance >= p.length) {
+    filter[t] = float2(0.0f);
+    return;
+  }
+  const float2 c = chirp(distance, p);
+  filter[t] = float2(c.x, -c.y);
+}
+
+// Line after line of n elements (work) -> line after line of m: x_t c_t, zero from n on.
+kernel void fft_chirp_spread(const device float2* work [[buffer(0)]], device float2* padded [[buffer(1)]],
+                             constant FftChirp& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const uint t = position.x;
+  const float2 value = t < p.length ? complex_multiply(work[ulong(position.y) * p.length + t], chirp(t, p))
+                                    : float2(0.0f);
+  padded[ulong(position.y) * p.padded + t] = value;
+}
+
+// Every line's spectrum times the filter's, in place.
+kernel void fft_chirp_convolve(device float2* padded [[buffer(0)]], const device float2* filter [[buffer(1)]],
+                               constant FftChirp& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const ulong at = ulong(position.y) * p.padded + position.x;
+  padded[at] = complex_multiply(padded[at], filter[position.x]);
+}
+
+// The first n elements of each convolved line, times c_k and the scale, back into lines of n.
+kernel void fft_chirp_gather(const device float2* padded [[buffer(0)]], device float2* work [[buffer(1)]],
+                             constant FftChirp& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const uint k = position.x;
+  const float2 value = complex_multiply(padded[ulong(position.y) * p.padded + k], chirp(k, p));
+  work[ulong(position.y) * p.length + k] = value * p.scale;
 }

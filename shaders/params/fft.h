@@ -35,6 +35,16 @@ struct FftPass {
 };
 ETM_PARAMS_LAYOUT(FftPass, 16, sign, 12);
 
+// The pointwise steps of a chirp-z (Bluestein) transform of length n through circular
+// convolutions of length m >= 2n - 1 (fft_chirp_*).
+struct FftChirp {
+  uint32 length;  // n
+  uint32 padded;  // m, a power of two
+  float sign;     // as FftPass's
+  float scale;    // applied by fft_chirp_gather: 1 / m, undoing the unscaled inverse transform
+};
+ETM_PARAMS_LAYOUT(FftChirp, 16, scale, 12);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif
