@@ -552,6 +552,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
     ("trilinear", "bilinear 8 x (64, 64) -> 32 f32", bilinear_case, (8, 64, 64, 32, F32)),
+    ("trilinear", "bilinear 32 x (256, 128) -> 64 f16", bilinear_case, (32, 256, 128, 64, F16)),
     ("fft", "rfft 8 x 4096 (power of two)", fft_case, ("r2c", 8, 4096)),
     ("fft", "rfft 8 x 1031 (prime)", fft_case, ("r2c", 8, 1031)),
     ("fft", "fft 4 x 2053 (prime)", fft_case, ("c2c", 4, 2053)),
