@@ -3,11 +3,14 @@
 // transformed dimension) takes:
 //   fft_load_*   one thread per (element, line): the line into a contiguous complex work buffer
 //                (real input as (x, 0); a one-sided Hermitian spectrum extended to n elements).
-//   fft_pass     one thread per (element, line), once per factor p of n (Stockham autosort,
-//                decimation in time): combines p sub-transforms of length L into one of length
-//                L * p, reading one work buffer and writing the other. p is any factor, so any
-//                n works; a large prime factor p costs n * p operations per line, so such
-//                lengths go through a chirp-z transform instead (fft_chirp_*, below).
+//   a pass     once per factor p of n (Stockham autosort, decimation in time): combines p
+//                sub-transforms of length L into one of length L * p, reading one work buffer
+//                and writing the other. fft_butterfly_2 / _4 (p = 2, 4): one thread per
+//                (butterfly, line), p - 1 twiddles and a p-point transform whose roots are
+//                +-1 and +-i. fft_pass (any other p, so any n works): one thread per
+//                (element, line) summing p terms; a large prime factor p costs n * p
+//                operations per line, so such lengths go through a chirp-z transform instead
+//                (fft_chirp_*, below).
 //   fft_store_*  one thread per (element, line): the first elements of each line, scaled, into
 //                the destination (complex, or the real part).
 // Twiddle factors come from precise::cospi / sinpi of an exact integer phase (q * k mod L') / L'.
@@ -84,6 +87,47 @@ kernel void fft_pass(const device float2* input [[buffer(0)]], device float2* ou
   }
   output[ulong(position.y) * p.length + position.x] = sum;
 }
+
+// fft_pass's stage for p = Radix (2 or 4), a thread per butterfly: for k < L and j' < m, the
+// inputs Y[j' + m q, k] times w^(q k), through a Radix-point transform, give Y'[j', k + L r]
+// for every r (w^(q L r) = exp(sign 2 pi i q r / Radix)).
+template <uint Radix>
+kernel void fft_butterfly(const device float2* input [[buffer(0)]], device float2* output [[buffer(1)]],
+                          constant FftPass& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
+  const uint combined = p.span * Radix;  // L'
+  const uint m = p.length / combined;
+  const uint k = position.x / m;
+  const uint j = position.x % m;
+  const device float2* line = input + ulong(position.y) * p.length;
+  const uint base = k * (m * Radix) + j;
+  float2 t[Radix];
+  t[0] = line[base];
+  for (uint q = 1; q < Radix; ++q) {
+    const float turns = 2.0f * float(q * k) / float(combined);  // q k < L'
+    t[q] = complex_multiply(line[base + q * m], float2(precise::cospi(turns), p.sign * precise::sinpi(turns)));
+  }
+  device float2* out = output + ulong(position.y) * p.length + j;
+  const uint step = p.span * m;  // from r to r + 1
+  if (Radix == 2) {
+    out[k * m] = t[0] + t[1];
+    out[k * m + step] = t[0] - t[1];
+    return;
+  }
+  const float2 even_sum = t[0] + t[2];
+  const float2 even_difference = t[0] - t[2];
+  const float2 odd_sum = t[1] + t[3];
+  const float2 odd_difference = t[1] - t[3];
+  const float2 rotated = p.sign * float2(-odd_difference.y, odd_difference.x);  // times sign * i
+  out[k * m] = even_sum + odd_sum;
+  out[k * m + step] = even_difference + rotated;
+  out[k * m + 2 * step] = even_sum - odd_sum;
+  out[k * m + 3 * step] = even_difference - rotated;
+}
+
+template [[host_name("fft_butterfly_2")]] kernel void fft_butterfly<2>(const device float2*, device float2*,
+                                                                      constant FftPass&, uint2);
+template [[host_name("fft_butterfly_4")]] kernel void fft_butterfly<4>(const device float2*, device float2*,
+                                                                      constant FftPass&, uint2);
 
 kernel void fft_store_complex(const device float2* work [[buffer(0)]], device float2* destination [[buffer(1)]],
                               constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {

@@ -57,12 +57,15 @@ struct LineTransform {
 
 enum class Load { real, complex, hermitian };
 
-// Device-memory accesses of the passes of a length-n transform per line: each of the n outputs
-// of a pass of radix p reads p inputs (each with its own twiddle, so this counts the work
-// too) and is written once.
+// Whether a pass of `radix` runs a thread per butterfly (fft_butterfly_*) rather than per output.
+bool has_butterfly(uint32_t radix) { return radix == 2 || radix == 4; }
+
+// Device-memory accesses of the passes of a length-n transform per line: a pass of radix 2 or
+// 4 reads and writes each element once (a thread per butterfly); one of another radix p reads
+// p inputs per output (each with its own twiddle, so this counts the work too) and writes it.
 uint64_t pass_accesses(uint64_t n) {
   uint64_t accesses = 0;
-  for (uint32_t radix : radices(static_cast<uint32_t>(n))) accesses += n * (radix + 1);
+  for (uint32_t radix : radices(static_cast<uint32_t>(n))) accesses += n * (has_butterfly(radix) ? 2 : radix + 1);
   return accesses;
 }
 
@@ -77,9 +80,9 @@ uint64_t chirp_length(uint64_t n) {
 // power-of-two transforms of m >= 2n - 1 and the pointwise steps (spread: n reads, m writes;
 // convolve: 2m reads, m writes; gather: m reads, n writes; the filter, once per call, is left
 // out) against n's own passes (n * (p + 1) for a prime factor p). It picks the chirp for no
-// length below 109; for the primes from 109 on but 131 to 157 (just past 128, where m
-// doubles); and for every length with a prime factor from 1024 on, whose pass would have each
-// thread walk p >= 1024 inputs, where a thread of the chirp's passes reads at most 4.
+// length below 53; for the primes 53 to 61 and from 79 on (67 to 73, just past 64, where m
+// doubles, keep their passes); and for every length with a prime factor from 1024 on, whose
+// pass would have each thread walk p >= 1024 inputs, where a thread of the chirp's passes reads 4.
 bool chirp_z_is_cheaper(uint32_t n) {
   if (n < 5) return false;
   const uint64_t m = chirp_length(n);
@@ -89,12 +92,14 @@ bool chirp_z_is_cheaper(uint32_t n) {
 // Runs the passes of a transform of `length` over `lines` lines held line after line in
 // buffers[current], each pass writing the other buffer; returns the buffer holding the result.
 int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t lines, bool forward) {
-  const device::Size3 grid{length, lines, 1};
   FftPass pass{length, 1, 0, forward ? -1.0f : 1.0f};
   for (uint32_t radix : radices(length)) {
     pass.radix = radix;
-    KernelLaunch launch(shader_kernel(kShaderFile, "fft_pass"));
+    const bool butterfly = has_butterfly(radix);
+    KernelLaunch launch(shader_kernel(kShaderFile, !butterfly ? "fft_pass" : radix == 2 ? "fft_butterfly_2"
+                                                                                         : "fft_butterfly_4"));
     launch.tensor(0, *buffers[current]).tensor(1, *buffers[1 - current]).value(2, pass);
+    const device::Size3 grid{butterfly ? length / radix : length, lines, 1};
     launch.threads(grid, default_group(grid, launch));
     pass.span *= radix;
     current = 1 - current;

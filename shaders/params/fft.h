@@ -26,7 +26,7 @@ struct FftLines {
 };
 ETM_PARAMS_LAYOUT(FftLines, 192, scale, 188);
 
-// One Stockham pass (fft_pass).
+// One Stockham pass (fft_pass, fft_butterfly_2, fft_butterfly_4).
 struct FftPass {
   uint32 length;  // n
   uint32 span;    // L: length of the sub-transforms already done
