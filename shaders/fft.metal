@@ -5,9 +5,9 @@
 //                (real input as (x, 0); a one-sided Hermitian spectrum extended to n elements).
 //   a pass     once per factor p of n (Stockham autosort, decimation in time): combines p
 //                sub-transforms of length L into one of length L * p, reading one work buffer
-//                and writing the other. fft_butterfly_2 / _4 (p = 2, 4): one thread per
-//                (butterfly, line), p - 1 twiddles and a p-point transform whose roots are
-//                +-1 and +-i. fft_pass (any other p, so any n works): one thread per
+//                and writing the other. fft_butterfly_2 / _4 / _16 (p = 2, 4, 16): one
+//                thread per (butterfly, line), p - 1 twiddles and a p-point transform in
+//                registers. fft_pass (any other p, so any n works): one thread per
 //                (element, line) summing p terms; a large prime factor p costs n * p
 //                operations per line, so such lengths go through a chirp-z transform instead
 //                (fft_chirp_*, below).
@@ -88,9 +88,24 @@ kernel void fft_pass(const device float2* input [[buffer(0)]], device float2* ou
   output[ulong(position.y) * p.length + position.x] = sum;
 }
 
-// fft_pass's stage for p = Radix (2 or 4), a thread per butterfly: for k < L and j' < m, the
-// inputs Y[j' + m q, k] times w^(q k), through a Radix-point transform, give Y'[j', k + L r]
-// for every r (w^(q L r) = exp(sign 2 pi i q r / Radix)).
+// The 4-point transform of (a, b, c, d) in place: roots +-1 and sign * i.
+inline void transform4(thread float2& a, thread float2& b, thread float2& c, thread float2& d, float sign) {
+  const float2 even_sum = a + c;
+  const float2 even_difference = a - c;
+  const float2 odd_sum = b + d;
+  const float2 odd_difference = b - d;
+  const float2 rotated = sign * float2(-odd_difference.y, odd_difference.x);
+  a = even_sum + odd_sum;
+  b = even_difference + rotated;
+  c = even_sum - odd_sum;
+  d = even_difference - rotated;
+}
+
+// fft_pass's stage for p = Radix (2, 4 or 16), a thread per butterfly: for k < L and j' < m,
+// the inputs Y[j' + m q, k] times w^(q k), through a Radix-point transform, give
+// Y'[j', k + L r] for every r (w^(q L r) = exp(sign 2 pi i q r / Radix)). The 16-point
+// transform is 4 x 4: 4-point transforms over q = q0 + 4 q1 along q1, the roots
+// exp(sign 2 pi i q0 r0 / 16), then 4-point transforms along q0 give r = r0 + 4 r1.
 template <uint Radix>
 kernel void fft_butterfly(const device float2* input [[buffer(0)]], device float2* output [[buffer(1)]],
                           constant FftPass& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
@@ -106,28 +121,42 @@ kernel void fft_butterfly(const device float2* input [[buffer(0)]], device float
     const float turns = 2.0f * float(q * k) / float(combined);  // q k < L'
     t[q] = complex_multiply(line[base + q * m], float2(precise::cospi(turns), p.sign * precise::sinpi(turns)));
   }
-  device float2* out = output + ulong(position.y) * p.length + j;
+  device float2* out = output + ulong(position.y) * p.length + k * m + j;
   const uint step = p.span * m;  // from r to r + 1
   if (Radix == 2) {
-    out[k * m] = t[0] + t[1];
-    out[k * m + step] = t[0] - t[1];
+    out[0] = t[0] + t[1];
+    out[step] = t[0] - t[1];
     return;
   }
-  const float2 even_sum = t[0] + t[2];
-  const float2 even_difference = t[0] - t[2];
-  const float2 odd_sum = t[1] + t[3];
-  const float2 odd_difference = t[1] - t[3];
-  const float2 rotated = p.sign * float2(-odd_difference.y, odd_difference.x);  // times sign * i
-  out[k * m] = even_sum + odd_sum;
-  out[k * m + step] = even_difference + rotated;
-  out[k * m + 2 * step] = even_sum - odd_sum;
-  out[k * m + 3 * step] = even_difference - rotated;
+  if (Radix == 4) {
+    transform4(t[0], t[1], t[2], t[3], p.sign);
+    for (uint r = 0; r < 4; ++r) out[r * step] = t[r];
+    return;
+  }
+  for (uint q0 = 0; q0 < 4; ++q0) transform4(t[q0], t[q0 + 4], t[q0 + 8], t[q0 + 12], p.sign);  // t[q0 + 4 r0]
+  // cos and sin of pi e / 8 for e = q0 r0 <= 9 (float32 roundings of the exact values).
+  const float cosines[10] = {1.0f, 0.9238795325f, 0.7071067812f, 0.3826834324f, 0.0f,
+                             -0.3826834324f, -0.7071067812f, -0.9238795325f, -1.0f, -0.9238795325f};
+  const float sines[10] = {0.0f, 0.3826834324f, 0.7071067812f, 0.9238795325f, 1.0f,
+                           0.9238795325f, 0.7071067812f, 0.3826834324f, 0.0f, -0.3826834324f};
+  for (uint q0 = 1; q0 < 4; ++q0) {
+    for (uint r0 = 1; r0 < 4; ++r0) {
+      const uint e = q0 * r0;
+      t[q0 + 4 * r0] = complex_multiply(t[q0 + 4 * r0], float2(cosines[e], p.sign * sines[e]));
+    }
+  }
+  for (uint r0 = 0; r0 < 4; ++r0) {
+    transform4(t[4 * r0], t[4 * r0 + 1], t[4 * r0 + 2], t[4 * r0 + 3], p.sign);  // t[4 r0 + r1]: r = r0 + 4 r1
+    for (uint r1 = 0; r1 < 4; ++r1) out[(r0 + 4 * r1) * step] = t[4 * r0 + r1];
+  }
 }
 
 template [[host_name("fft_butterfly_2")]] kernel void fft_butterfly<2>(const device float2*, device float2*,
                                                                       constant FftPass&, uint2);
 template [[host_name("fft_butterfly_4")]] kernel void fft_butterfly<4>(const device float2*, device float2*,
                                                                       constant FftPass&, uint2);
+template [[host_name("fft_butterfly_16")]] kernel void fft_butterfly<16>(const device float2*, device float2*,
+                                                                        constant FftPass&, uint2);
 
 kernel void fft_store_complex(const device float2* work [[buffer(0)]], device float2* destination [[buffer(1)]],
                               constant FftLines& p [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {

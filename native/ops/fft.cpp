@@ -24,10 +24,14 @@ constexpr int kMaxDims = static_cast<int>(kFftOuterDims);
 const auto kFloat32 = static_cast<int32_t>(DType::float32);
 const auto kComplex64 = static_cast<int32_t>(DType::complex64);
 
-// The factors the passes combine, 4s first (as cheap per element as two radix-2 passes, in
-// one dispatch), then primes in increasing order.
+// The factors the passes combine: 16s first (two radix-4 stages in registers, in one
+// dispatch: half the passes' memory traffic), then 4s, then primes in increasing order.
 std::vector<uint32_t> radices(uint32_t n) {
   std::vector<uint32_t> factors;
+  while (n % 16 == 0) {
+    factors.push_back(16);
+    n /= 16;
+  }
   while (n % 4 == 0) {
     factors.push_back(4);
     n /= 4;
@@ -58,10 +62,10 @@ struct LineTransform {
 enum class Load { real, complex, hermitian };
 
 // Whether a pass of `radix` runs a thread per butterfly (fft_butterfly_*) rather than per output.
-bool has_butterfly(uint32_t radix) { return radix == 2 || radix == 4; }
+bool has_butterfly(uint32_t radix) { return radix == 2 || radix == 4 || radix == 16; }
 
-// Device-memory accesses of the passes of a length-n transform per line: a pass of radix 2 or
-// 4 reads and writes each element once (a thread per butterfly); one of another radix p reads
+// Device-memory accesses of the passes of a length-n transform per line: a pass of radix 2, 4
+// or 16 reads and writes each element once (a thread per butterfly); one of another radix p reads
 // p inputs per output (each with its own twiddle, so this counts the work too) and writes it.
 uint64_t pass_accesses(uint64_t n) {
   uint64_t accesses = 0;
@@ -80,9 +84,9 @@ uint64_t chirp_length(uint64_t n) {
 // power-of-two transforms of m >= 2n - 1 and the pointwise steps (spread: n reads, m writes;
 // convolve: 2m reads, m writes; gather: m reads, n writes; the filter, once per call, is left
 // out) against n's own passes (n * (p + 1) for a prime factor p). It picks the chirp for no
-// length below 53; for the primes 53 to 61 and from 79 on (67 to 73, just past 64, where m
-// doubles, keep their passes); and for every length with a prime factor from 1024 on, whose
-// pass would have each thread walk p >= 1024 inputs, where a thread of the chirp's passes reads 4.
+// length below 31; for the primes 31 and from 53 on (37 to 47, where m = 128 takes a third
+// pass, keep their own); and for every length with a prime factor from 1024 on, whose pass
+// would have each thread walk p >= 1024 inputs, where a thread of the chirp's passes reads 16.
 bool chirp_z_is_cheaper(uint32_t n) {
   if (n < 5) return false;
   const uint64_t m = chirp_length(n);
@@ -96,8 +100,8 @@ int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t 
   for (uint32_t radix : radices(length)) {
     pass.radix = radix;
     const bool butterfly = has_butterfly(radix);
-    KernelLaunch launch(shader_kernel(kShaderFile, !butterfly ? "fft_pass" : radix == 2 ? "fft_butterfly_2"
-                                                                                         : "fft_butterfly_4"));
+    const std::string kernel = butterfly ? "fft_butterfly_" + std::to_string(radix) : "fft_pass";
+    KernelLaunch launch(shader_kernel(kShaderFile, kernel));
     launch.tensor(0, *buffers[current]).tensor(1, *buffers[1 - current]).value(2, pass);
     const device::Size3 grid{butterfly ? length / radix : length, lines, 1};
     launch.threads(grid, default_group(grid, launch));
