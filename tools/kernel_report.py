@@ -297,6 +297,28 @@ def bilinear_case(batch, in1, in2, out_features, dtype):
     return run, minimum
 
 
+def fft_case(kind, lines, n):
+    """_fft_r2c (one-sided), _fft_c2c (forward) or _fft_c2r of `lines` signals of length n."""
+    g = torch.Generator().manual_seed(0)
+    if kind == "c2r":
+        x = torch.randn(lines, n // 2 + 1, dtype=torch.complex64, generator=g)
+        out = torch.empty(lines, n)
+    else:
+        x = torch.randn(lines, n, generator=g, dtype=torch.float32 if kind == "r2c" else torch.complex64)
+        out = torch.empty(lines, n // 2 + 1 if kind == "r2c" else n, dtype=torch.complex64)
+    dx = device(x)
+    dims = ffi.new("int64_t[]", [1])
+    function, flag = {"r2c": (lib.aoti_torch_mps__fft_r2c, 1), "c2c": (lib.aoti_torch_mps__fft_c2c, 1),
+                      "c2r": (lib.aoti_torch_mps__fft_c2r, n)}[kind]
+
+    def run():
+        r0 = ffi.new("AtenTensorHandle*")
+        etmetal_py.check(function(dx.handle, dims, 1, 0, flag, r0))
+        return [Tensor(r0[0])]
+
+    return run, nbytes(x, out)
+
+
 def running_case(rows, width, dtype, function):
     """cumsum or cumprod (function: the shim) along the rows; values near 1 keep products finite."""
     x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
@@ -530,6 +552,15 @@ CASES = [  # (op, shape label, factory, arguments)
     ("conv_transpose", "3-D 32->32 3x3x3/2 p1 op1 16^3 f16", conv_transpose_case,
      (1, 32, 32, 16, 3, 2, 1, 1, 1, 1, F16, 3)),
     ("trilinear", "bilinear 8 x (64, 64) -> 32 f32", bilinear_case, (8, 64, 64, 32, F32)),
+    ("trilinear", "bilinear 32 x (256, 128) -> 64 f16", bilinear_case, (32, 256, 128, 64, F16)),
+    ("fft", "rfft 8 x 4096 (power of two)", fft_case, ("r2c", 8, 4096)),
+    ("fft", "rfft 8 x 1031 (prime)", fft_case, ("r2c", 8, 1031)),
+    ("fft", "fft 4 x 2053 (prime)", fft_case, ("c2c", 4, 2053)),
+    ("fft", "fft 1 x 4099 (prime)", fft_case, ("c2c", 1, 4099)),
+    ("fft", "rfft 8 x 2062 (2 x 1031)", fft_case, ("r2c", 8, 2062)),
+    ("fft", "irfft 8 x 1031 (prime)", fft_case, ("c2r", 8, 1031)),
+    ("fft", "fft 16 x 97 (prime)", fft_case, ("c2c", 16, 97)),
+    ("fft", "fft 16 x 360 (2^3 3^2 5)", fft_case, ("c2c", 16, 360)),
     ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
     ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
     ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),

@@ -210,15 +210,6 @@ void encode_direct(const ConvParams& p, const ForwardOperands& operands, const s
   launch.threads({grid_x, grid_y, grid_z}, {group_x, group_y, 1});
 }
 
-// A view of `base`'s storage with other sizes and strides, `offset` elements further on.
-Tensor strided_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
-  Tensor view = base;
-  view.sizes = std::move(sizes);
-  view.strides = std::move(strides);
-  view.storage_offset += offset;
-  return view;
-}
-
 // Whether each output channel's weights (input channel and taps of one group) form one dense
 // block: then they are one row of a matrix product, read in the order they lie.
 bool weight_rows_are_dense(const ConvParams& p) {

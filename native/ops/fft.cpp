@@ -24,10 +24,14 @@ constexpr int kMaxDims = static_cast<int>(kFftOuterDims);
 const auto kFloat32 = static_cast<int32_t>(DType::float32);
 const auto kComplex64 = static_cast<int32_t>(DType::complex64);
 
-// The factors the passes combine, 4s first (as cheap per element as two radix-2 passes, in
-// one dispatch), then primes in increasing order.
+// The factors the passes combine: 16s first (two radix-4 stages in registers, in one
+// dispatch: half the passes' memory traffic), then 4s, then primes in increasing order.
 std::vector<uint32_t> radices(uint32_t n) {
   std::vector<uint32_t> factors;
+  while (n % 16 == 0) {
+    factors.push_back(16);
+    n /= 16;
+  }
   while (n % 4 == 0) {
     factors.push_back(4);
     n /= 4;
@@ -57,6 +61,97 @@ struct LineTransform {
 
 enum class Load { real, complex, hermitian };
 
+// Whether a pass of `radix` runs a thread per butterfly (fft_butterfly_*) rather than per output.
+bool has_butterfly(uint32_t radix) { return radix == 2 || radix == 4 || radix == 16; }
+
+// Device-memory accesses of the passes of a length-n transform per line: a pass of radix 2, 4
+// or 16 reads and writes each element once (a thread per butterfly); one of another radix p reads
+// p inputs per output (each with its own twiddle, so this counts the work too) and writes it.
+uint64_t pass_accesses(uint64_t n) {
+  uint64_t accesses = 0;
+  for (uint32_t radix : radices(static_cast<uint32_t>(n))) accesses += n * (has_butterfly(radix) ? 2 : radix + 1);
+  return accesses;
+}
+
+// The power-of-two length of a chirp-z transform of length n's convolutions.
+uint64_t chirp_length(uint64_t n) {
+  uint64_t m = 1;
+  while (m < 2 * n - 1) m *= 2;
+  return m;
+}
+
+// Whether a length-n transform takes fewer accesses per line as a chirp-z transform: two
+// power-of-two transforms of m >= 2n - 1 and the pointwise steps (spread: n reads, m writes;
+// convolve: 2m reads, m writes; gather: m reads, n writes; the filter, once per call, is left
+// out) against n's own passes (n * (p + 1) for a prime factor p). It picks the chirp for no
+// length below 31; for the primes 31 and from 53 on (37 to 47, where m = 128 takes a third
+// pass, keep their own); and for every length with a prime factor from 1024 on, whose pass
+// would have each thread walk p >= 1024 inputs, where a thread of the chirp's passes reads 16.
+bool chirp_z_is_cheaper(uint32_t n) {
+  if (n < 5) return false;
+  const uint64_t m = chirp_length(n);
+  return 2 * pass_accesses(m) + 5 * m + 2 * uint64_t{n} < pass_accesses(n);
+}
+
+// Runs the passes of a transform of `length` over `lines` lines held line after line in
+// buffers[current], each pass writing the other buffer; returns the buffer holding the result.
+int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t lines, bool forward) {
+  FftPass pass{length, 1, 0, forward ? -1.0f : 1.0f};
+  for (uint32_t radix : radices(length)) {
+    pass.radix = radix;
+    const bool butterfly = has_butterfly(radix);
+    const std::string kernel = butterfly ? "fft_butterfly_" + std::to_string(radix) : "fft_pass";
+    KernelLaunch launch(shader_kernel(kShaderFile, kernel));
+    launch.tensor(0, *buffers[current]).tensor(1, *buffers[1 - current]).value(2, pass);
+    const device::Size3 grid{butterfly ? length / radix : length, lines, 1};
+    launch.threads(grid, default_group(grid, launch));
+    pass.span *= radix;
+    current = 1 - current;
+  }
+  return current;
+}
+
+// A chirp-z transform of the `lines` lines of `work` (n each) in place, through two
+// power-of-two transforms of m per line and one of the filter (fft.metal: fft_chirp_*).
+void chirp_z_transform(const char* op, Tensor& work, uint32_t n, uint32_t lines, bool forward) {
+  const uint32_t m = checked_u32(op, chirp_length(n), "padded signal length");
+  const int64_t padded_elements = static_cast<int64_t>(lines) * m;
+  checked_u32(op, padded_elements, "number of padded elements");
+  FftChirp chirp{n, m, forward ? -1.0f : 1.0f, 1.0f / static_cast<float>(m)};
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> filter[2] = {runtime.empty_tensor({m}, {1}, kComplex64),
+                                       runtime.empty_tensor({m}, {1}, kComplex64)};
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_filter"));
+    launch.tensor(0, *filter[0]).value(1, chirp);
+    const device::Size3 grid{m, 1, 1};
+    launch.threads(grid, default_group(grid, launch));
+  }
+  Tensor* const filter_buffers[2] = {filter[0].get(), filter[1].get()};
+  const Tensor& filter_spectrum = *filter_buffers[run_passes(filter_buffers, 0, m, 1, true)];
+
+  std::shared_ptr<Tensor> padded[2] = {runtime.empty_tensor({padded_elements}, {1}, kComplex64),
+                                       runtime.empty_tensor({padded_elements}, {1}, kComplex64)};
+  Tensor* const padded_buffers[2] = {padded[0].get(), padded[1].get()};
+  const device::Size3 padded_grid{m, lines, 1};
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_spread"));
+    launch.tensor(0, work).tensor(1, *padded[0]).value(2, chirp);
+    launch.threads(padded_grid, default_group(padded_grid, launch));
+  }
+  int current = run_passes(padded_buffers, 0, m, lines, true);
+  {
+    KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_convolve"));
+    launch.tensor(0, *padded_buffers[current]).tensor(1, filter_spectrum).value(2, chirp);
+    launch.threads(padded_grid, default_group(padded_grid, launch));
+  }
+  current = run_passes(padded_buffers, current, m, lines, false);
+  KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_gather"));
+  launch.tensor(0, *padded_buffers[current]).tensor(1, work).value(2, chirp);
+  const device::Size3 grid{n, lines, 1};
+  launch.threads(grid, default_group(grid, launch));
+}
+
 void transform_lines(const char* op, const LineTransform& t, Load load) {
   const Tensor& source = *t.source;
   const Tensor& destination = *t.destination;
@@ -77,8 +172,7 @@ void transform_lines(const char* op, const LineTransform& t, Load load) {
 
   Runtime& runtime = Runtime::get();
   const std::vector<int64_t> work_sizes{line_count * t.length};
-  std::shared_ptr<Tensor> work[2] = {runtime.empty_tensor(work_sizes, {1}, kComplex64),
-                                     runtime.empty_tensor(work_sizes, {1}, kComplex64)};
+  std::shared_ptr<Tensor> work[2] = {runtime.empty_tensor(work_sizes, {1}, kComplex64), nullptr};
   const device::Size3 grid{lines.length, line_total, 1};
   const char* load_kernel = load == Load::real ? "fft_load_real"
                             : load == Load::complex ? "fft_load_complex"
@@ -89,14 +183,12 @@ void transform_lines(const char* op, const LineTransform& t, Load load) {
     launch.threads(grid, default_group(grid, launch));
   }
   int current = 0;
-  FftPass pass{lines.length, 1, 0, t.forward ? -1.0f : 1.0f};
-  for (uint32_t radix : radices(lines.length)) {
-    pass.radix = radix;
-    KernelLaunch launch(shader_kernel(kShaderFile, "fft_pass"));
-    launch.tensor(0, *work[current]).tensor(1, *work[1 - current]).value(2, pass);
-    launch.threads(grid, default_group(grid, launch));
-    pass.span *= radix;
-    current = 1 - current;
+  if (chirp_z_is_cheaper(lines.length)) {
+    chirp_z_transform(op, *work[0], lines.length, line_total, t.forward);
+  } else {
+    work[1] = runtime.empty_tensor(work_sizes, {1}, kComplex64);
+    Tensor* const work_buffers[2] = {work[0].get(), work[1].get()};
+    current = run_passes(work_buffers, 0, lines.length, line_total, t.forward);
   }
   const bool real_output = destination.dtype == kFloat32;
   KernelLaunch launch(shader_kernel(kShaderFile, real_output ? "fft_store_real" : "fft_store_complex"));

@@ -10,14 +10,6 @@
 namespace etm::ops {
 namespace {
 
-// `t` with other sizes and strides over the same storage.
-Tensor view_of(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
-  Tensor view = t;
-  view.sizes = std::move(sizes);
-  view.strides = std::move(strides);
-  return view;
-}
-
 void require_operands(const char* op, std::initializer_list<const Tensor*> operands) {
   for (const Tensor* t : operands) require_mps(op, "operand", *t);
   const int32_t dtype = (*operands.begin())->dtype;
@@ -42,10 +34,10 @@ std::unique_ptr<Tensor> addmv(const Tensor& self, const Tensor& mat, const Tenso
               mat.sizes[1], "), vec (", vec.sizes[0], ")");
   auto out = Runtime::get().empty_tensor({rows}, {1}, self.dtype);
   if (rows == 0) return out;
-  const Tensor column = view_of(vec, {vec.sizes[0], 1}, {vec.strides[0], 1});
+  const Tensor column = strided_view(vec, {vec.sizes[0], 1}, {vec.strides[0], 1});
   const bool vector_self = self.dim() == 1;
-  const Tensor addend = view_of(self, {vector_self ? self.sizes[0] : 1, 1}, {vector_self ? self.strides[0] : 0, 0});
-  addmm_out(view_of(*out, {rows, 1}, {1, 1}), addend, mat, column, beta, alpha);
+  const Tensor addend = strided_view(self, {vector_self ? self.sizes[0] : 1, 1}, {vector_self ? self.strides[0] : 0, 0});
+  addmm_out(strided_view(*out, {rows, 1}, {1, 1}), addend, mat, column, beta, alpha);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "device/settings.h"
 #include "runtime/dtype.h"
@@ -39,6 +40,14 @@ std::string shape_text(const std::vector<int64_t>& sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) text << (i ? ", " : "") << sizes[i];
   text << ']';
   return text.str();
+}
+
+Tensor strided_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
+  Tensor view = base;
+  view.sizes = std::move(sizes);
+  view.strides = std::move(strides);
+  view.storage_offset += offset;
+  return view;
 }
 
 uint32_t checked_u32(const char* op, int64_t value, const char* what) {

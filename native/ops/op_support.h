@@ -31,6 +31,11 @@ const char* msl_element_type_name(int32_t dtype);
 // "[2, 3, 4]".
 std::string shape_text(const std::vector<int64_t>& sizes);
 
+// A view of `base`'s storage with other sizes and strides, `offset` elements further on (no
+// checks: the caller keeps it within base's storage).
+Tensor strided_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                    int64_t offset = 0);
+
 // `value` as a kernel's uint32 parameter; throws "<op>: <what> <value> exceeds the kernels'
 // 32-bit range" unless it fits.
 uint32_t checked_u32(const char* op, int64_t value, const char* what);

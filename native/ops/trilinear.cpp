@@ -1,8 +1,10 @@
 #include "ops/trilinear.h"
 
 #include <string>
+#include <utility>
 
 #include "ops/kernel_launch.h"
+#include "ops/matmul.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
 #include "params/trilinear.h"
@@ -13,8 +15,9 @@
 namespace etm::ops {
 namespace {
 
-// From this many summed terms per output on, the GPU shape runs trilinear_simd.
-constexpr int64_t kSimdgroupTerms = 64;
+// From this many summed terms per output on, nn.Bilinear's form runs as two matrix products
+// (both shapes) and any other form, in the GPU shape, as trilinear_simd.
+constexpr int64_t kManyTerms = 64;
 constexpr uint64_t kGroupSimdgroups = 4;  // per threadgroup of trilinear_simd
 
 // Marks the dimensions `dims` names among `rank` (each wrapped once, as torch's dim_list_to_bitset).
@@ -48,6 +51,42 @@ Unsqueezed unsqueeze_at(const char* op, const Tensor& t, const std::vector<int64
     own += expanded[d] ? 0 : 1;
   }
   return result;
+}
+
+// Whether out[b, o] = sum_ij i1[b, i] i2[o, i, j] i3[b, j], nn.Bilinear's form: kept slots
+// (b, o) and summed slots (i, j), where i1 is constant along o and j, i2 along b, and i3 along o
+// and i (zero strides: expanded, broadcast or not varying).
+bool is_bilinear_form(const TrilinearParams& p) {
+  return p.kept_dims == 2 && p.sum_dims == 2 && p.kept_strides[0][1] == 0 && p.sum_strides[0][1] == 0 &&
+         p.kept_strides[1][0] == 0 && p.kept_strides[2][1] == 0 && p.sum_strides[2][0] == 0;
+}
+
+// nn.Bilinear's form as two batched products (matmul.h), so the weight is read once per tile
+// of the product rather than once per output. The longer of i and j is summed first: with i,
+// tmp[o, b, j] = sum_i i1[b, i] i2[o, i, j] (a product per o), then out[b, o] = sum_j
+// tmp[o, b, j] i3[b, j] (a matrix-vector product per b). The intermediate is of the inputs'
+// dtype, as an eager bilinear's is.
+void bilinear_products(const Tensor& i1, const Tensor& i2, const Tensor& i3, const TrilinearParams& p,
+                       const Tensor& out) {
+  struct Side {  // i1 with summed slot i, or i3 with j
+    const Tensor* x;
+    int64_t size;
+    int64_t batch_stride;
+    int64_t feature_stride;
+    int64_t weight_stride;  // i2's along the slot
+  };
+  Side first{&i1, p.sum_sizes[0], p.kept_strides[0][0], p.sum_strides[0][0], p.sum_strides[1][0]};
+  Side second{&i3, p.sum_sizes[1], p.kept_strides[2][0], p.sum_strides[2][1], p.sum_strides[1][1]};
+  if (first.size < second.size) std::swap(first, second);
+  const int64_t batch = p.kept_sizes[0], outputs = p.kept_sizes[1];
+  const std::vector<int64_t> tmp_sizes{outputs, batch, second.size};
+  auto tmp = Runtime::get().empty_tensor(tmp_sizes, contiguous_strides(tmp_sizes), out.dtype);
+  bmm_out(*tmp, strided_view(*first.x, {outputs, batch, first.size}, {0, first.batch_stride, first.feature_stride}),
+          strided_view(i2, {outputs, first.size, second.size},
+                       {p.kept_strides[1][1], first.weight_stride, second.weight_stride}));
+  bmm_out(strided_view(out, {batch, outputs, 1}, {outputs, 1, 1}),
+          strided_view(*tmp, {batch, outputs, second.size}, {second.size, batch * second.size, 1}),
+          strided_view(*second.x, {batch, second.size, 1}, {second.batch_stride, second.feature_stride, 0}));
 }
 
 }  // namespace
@@ -93,9 +132,13 @@ std::unique_ptr<Tensor> trilinear(const Tensor& i1, const Tensor& i2, const Tens
   int64_t terms = 1;
   for (uint32_t d = 0; d < p.sum_dims; ++d) terms *= p.sum_sizes[d];
   checked_u32(op, terms, "number of summed terms");
+  if (terms >= kManyTerms && is_bilinear_form(p)) {
+    bilinear_products(i1, i2, i3, p, *out);
+    return out;
+  }
   // The GPU shape gives each output of many terms a simdgroup (a thread per output would walk
   // them all); on the CPU device a thread per output is fastest.
-  const bool by_simdgroup = terms >= kSimdgroupTerms && launch_shape() == LaunchShape::gpu;
+  const bool by_simdgroup = terms >= kManyTerms && launch_shape() == LaunchShape::gpu;
   KernelLaunch launch(
       shader_kernel("trilinear.metal", std::string(by_simdgroup ? "trilinear_simd_" : "trilinear_") + type));
   launch.tensor(0, i1).tensor(1, i2).tensor(2, i3).tensor(3, *out).value(4, p);

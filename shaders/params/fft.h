@@ -26,7 +26,7 @@ struct FftLines {
 };
 ETM_PARAMS_LAYOUT(FftLines, 192, scale, 188);
 
-// One Stockham pass (fft_pass).
+// One Stockham pass (fft_pass, fft_butterfly_2, fft_butterfly_4).
 struct FftPass {
   uint32 length;  // n
   uint32 span;    // L: length of the sub-transforms already done
@@ -34,6 +34,16 @@ struct FftPass {
   float sign;     // -1 forward (exp(-2 pi i / n)), +1 inverse
 };
 ETM_PARAMS_LAYOUT(FftPass, 16, sign, 12);
+
+// The pointwise steps of a chirp-z (Bluestein) transform of length n through circular
+// convolutions of length m >= 2n - 1 (fft_chirp_*).
+struct FftChirp {
+  uint32 length;  // n
+  uint32 padded;  // m, a power of two
+  float sign;     // as FftPass's
+  float scale;    // applied by fft_chirp_gather: 1 / m, undoing the unscaled inverse transform
+};
+ETM_PARAMS_LAYOUT(FftChirp, 16, scale, 12);
 
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops

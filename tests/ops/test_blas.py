@@ -129,6 +129,36 @@ def test_trilinear_of_many_terms_matches_torch(dtype, launch_shape):
     assert_close_scaled(Tensor(r0[0]).torch(), expected, tolerance(dtype) * 4)
 
 
+# nn.Bilinear's form with 64 or more terms runs as two batched products (trilinear.cpp:
+# bilinear_products), the longer feature dimension summed first: in1 > in2 and in1 < in2, a
+# transposed weight and operand, a broadcast batch (stride 0) and a single output feature.
+# Another form of as many terms (i1 varying along j) keeps the term-by-term kernels.
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_trilinear_bilinear_form_as_products_matches_torch(dtype, launch_shape):
+    generator = torch.Generator().manual_seed(4)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype)
+
+    weight = randn(5, 24, 9)
+    cases = [(randn(6, 24), weight, randn(6, 9)),
+             (randn(6, 9), randn(9, 5, 24).transpose(0, 1), randn(24, 6).t()),
+             (randn(1, 24).expand(6, 24), weight, randn(6, 9)),
+             (randn(3, 70), randn(1, 70, 2), randn(3, 2))]
+    for x1, w, x2 in cases:
+        code, r0 = trilinear(x1, w, x2, [1, 3], [0], [1, 2], [2, 3])
+        assert code == 0, etmetal_py.last_error()
+        got = Tensor(r0[0]).torch()
+        expected = torch.nn.functional.bilinear(x1.double(), x2.double(), w.double())
+        assert got.dtype == dtype and got.shape == expected.shape
+        assert_close_scaled(got, expected, tolerance(dtype) * 4)
+    x1, x2 = randn(6, 24, 9), randn(6, 9)
+    code, r0 = trilinear(x1, weight, x2, [1], [0], [1, 2], [2, 3])
+    assert code == 0, etmetal_py.last_error()
+    expected = torch.ops.aten._trilinear(x1.double(), weight.double(), x2.double(), [1], [0], [1, 2], [2, 3], 1)
+    assert_close_scaled(Tensor(r0[0]).torch(), expected, tolerance(dtype) * 4)
+
+
 def test_trilinear_bad_input():
     x1, x2, weight = torch.randn(4, 3), torch.randn(4, 5), torch.randn(6, 3, 5)
     poisoning_failure(trilinear(x1, weight, x2, [1, 3], [0], [1, 2], [2, 3], 4)[0], "aoti_torch_mps__trilinear",

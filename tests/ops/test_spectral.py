@@ -207,6 +207,49 @@ def test_fft_c2r_matches_torch():
                   meta_strides(torch.ops.aten._fft_c2r, x, dims, 2, size))
 
 
+# Lengths with a large prime factor: transformed as chirp-z (Bluestein) convolutions through
+# power-of-two transforms (fft.cpp: chirp_z_is_cheaper); 47 by its own passes.
+CHIRP_LENGTHS = [31, 47, 127, 1031, 2 * 1031, 2053, 4099]
+
+
+def test_fft_of_lengths_with_a_large_prime_factor_matches_torch():
+    generator = torch.Generator().manual_seed(6)
+    for i, n in enumerate(CHIRP_LENGTHS):
+        normalization = i % 3
+        z = torch.randn(3, n, dtype=torch.complex64, generator=generator)
+        for forward in (True, False):
+            got = run_fft(lib.aoti_torch_mps__fft_c2c, z, [1], normalization, int(forward))
+            check_fft(got, torch.ops.aten._fft_c2c(z.to(torch.complex128), [1], normalization, forward))
+        x = torch.randn(2, n, generator=generator)
+        for onesided in (True, False):
+            got = run_fft(lib.aoti_torch_mps__fft_r2c, x, [1], normalization, int(onesided))
+            check_fft(got, torch.ops.aten._fft_r2c(x.double(), [1], normalization, onesided))
+        # c2r: irfft, and hfft (torch.fft.hfft is a c2r of the conjugate).
+        spectrum = torch.randn(2, n // 2 + 1, dtype=torch.complex64, generator=generator)
+        got = run_fft(lib.aoti_torch_mps__fft_c2r, spectrum, [1], normalization, n)
+        check_fft(got, torch.ops.aten._fft_c2r(spectrum.to(torch.complex128), [1], normalization, n))
+        check_fft(got, torch.fft.hfft(spectrum.conj().to(torch.complex128), n,
+                                      norm=("backward", "ortho", "forward")[normalization]))
+
+
+def test_fft_of_large_primes_batched_strided_and_over_several_dims():
+    generator = torch.Generator().manual_seed(7)
+    base = torch.randn(4, 1031, 3, dtype=torch.complex64, generator=generator)
+    for x, dims in ((base, [1]), (base.transpose(0, 2), [2, 0]), (base[1:, ::2], [1, 2]), (base[..., 1], [1, 0])):
+        for forward in (True, False):
+            got = run_fft(lib.aoti_torch_mps__fft_c2c, x, dims, 1, int(forward))
+            check_fft(got, torch.ops.aten._fft_c2c(x.to(torch.complex128), dims, 1, forward),
+                      meta_strides(torch.ops.aten._fft_c2c, x, dims, 1, forward))
+    real = torch.randn(3, 5, 2 * 1031, generator=generator)
+    for x, dims in ((real, [2]), (real.transpose(1, 2), [1]), (real[:, 1:, ::2], [0, 2])):
+        got = run_fft(lib.aoti_torch_mps__fft_r2c, x, dims, 2, 1)
+        check_fft(got, torch.ops.aten._fft_r2c(x.double(), dims, 2, True),
+                  meta_strides(torch.ops.aten._fft_r2c, x, dims, 2, True))
+    got = run_fft(lib.aoti_torch_mps__fft_c2r, base, [0, 1], 0, 2061)
+    check_fft(got, torch.ops.aten._fft_c2r(base.to(torch.complex128), [0, 1], 0, 2061),
+              meta_strides(torch.ops.aten._fft_c2r, base, [0, 1], 0, 2061))
+
+
 def test_fft_round_trip_of_a_long_signal():
     x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(4))
     spectrum = run_fft(lib.aoti_torch_mps__fft_r2c, x, [1], 0, 1)
