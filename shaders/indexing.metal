@@ -171,8 +171,8 @@ kernel void index_put_accumulate(device T* self [[buffer(0)]], const device T* v
 // The sorted form (index_put_accumulate_keys, then ops::sort, then this): `keys` holds every
 // broadcast position's key (the self offset its indices select, -1 where one is out of range)
 // sorted stably, so equal keys keep position order, and `positions` where each came from. One
-// thread per (plain coordinate, sorted key); the first thread of a run of equal keys adds the
-// run's values in position order, the in-order kernel's sums.
+// thread per (kSortedPlainRun plain coordinates, sorted key); the threads at the start of a run
+// of equal keys add the run's values in position order, the in-order kernel's sums.
 template <typename T>
 kernel void index_put_accumulate_sorted(device T* self [[buffer(0)]], const device T* values [[buffer(1)]],
                                         constant IndexParams& p [[buffer(2)]],
@@ -182,16 +182,21 @@ kernel void index_put_accumulate_sorted(device T* self [[buffer(0)]], const devi
                                         uint2 t [[thread_position_in_grid]]) {
   const long key = read_index(keys, long_keys, t.y);
   if (key < 0 || (t.y > 0 && read_index(keys, long_keys, t.y - 1) == key)) return;
-  long self_offset, values_offset;
-  plain_offsets(p, t.x, self_offset, values_offset);
-  device T& target = self[self_offset + key];
-  T sum = target;
+  const uint first = t.x * kSortedPlainRun, plains = min(kSortedPlainRun, p.plain_numel - first);
+  long self_offsets[kSortedPlainRun], values_offsets[kSortedPlainRun];
+  T sums[kSortedPlainRun];
+  for (uint c = 0; c < plains; ++c) {
+    plain_offsets(p, first + c, self_offsets[c], values_offsets[c]);
+    self_offsets[c] += key;
+    sums[c] = self[self_offsets[c]];
+  }
   uint s = t.y;
   do {
     uint coordinates[kIndexingMaxDims];
-    sum = accumulate(sum, values[values_offset + broadcast_offset(p, uint(positions[s]), coordinates)]);
+    const long position_offset = broadcast_offset(p, uint(positions[s]), coordinates);
+    for (uint c = 0; c < plains; ++c) sums[c] = accumulate(sums[c], values[values_offsets[c] + position_offset]);
   } while (++s < p.broadcast_numel && read_index(keys, long_keys, s) == key);
-  target = sum;
+  for (uint c = 0; c < plains; ++c) self[self_offsets[c]] = sums[c];
 }
 
 // One thread per broadcast position: its key for index_put_accumulate_sorted.

@@ -254,7 +254,7 @@ void index_put_(const Tensor& self, const std::vector<const Tensor*>& indices, c
   KernelLaunch launch(shader_kernel(kShaderFile, std::string("index_put_accumulate_sorted_") + name));
   launch.tensor(0, self).tensor(1, values).value(2, p).tensor(3, *sorted.values).tensor(4, *sorted.indices)
       .value(5, uint32_t{long_keys});
-  const device::Size3 grid{p.plain_numel, p.broadcast_numel, 1};
+  const device::Size3 grid{(p.plain_numel + kSortedPlainRun - 1) / kSortedPlainRun, p.broadcast_numel, 1};
   launch.threads(grid, default_group(grid, launch));
 }
 
