@@ -70,8 +70,7 @@ inline void plain_offsets(constant IndexParams& p, uint plain, thread long& self
 }
 
 // The other tensor's offset of broadcast position `position`, and its coordinates.
-inline long broadcast_offset(constant IndexParams& p, uint position,
-                             thread uint (&coordinates)[kIndexingMaxDims]) {
+inline long broadcast_offset(constant IndexParams& p, uint position, thread uint* coordinates) {
   long other_offset = 0;
   for (int j = int(p.broadcast_dims) - 1; j >= 0; --j) {
     coordinates[j] = position % p.broadcast_sizes[j];
@@ -84,8 +83,8 @@ inline long broadcast_offset(constant IndexParams& p, uint position,
 // The self offset the indices select at broadcast `coordinates`; false (and a fault recorded)
 // when an index is out of range.
 inline bool indexed_offset(constant IndexParams& p, thread const IndexBuffers& buffers,
-                           thread const uint (&coordinates)[kIndexingMaxDims],
-                           device atomic_int* fault, thread long& self_offset) {
+                           thread const uint* coordinates, device atomic_int* fault,
+                           thread long& self_offset) {
   self_offset = 0;
   for (uint k = 0; k < p.indices; ++k) {
     long offset = 0;
