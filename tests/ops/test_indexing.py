@@ -7,6 +7,7 @@ indices, accumulate with duplicates, every reduction with and without include_se
 strided views, empty tensors, and bad input (clear errors, out-of-range indices reported at
 synchronize). test_compiled_fallbacks.py compiles a model that reaches them."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -372,6 +373,31 @@ def test_sorted_forms_match_the_in_order_walk_bitwise(dtype, monkeypatch):
     if dtype == torch.float32:   # torch's CPU kernels add in index order too
         assert torch.equal(outputs["gpu"][0], x.index_put((rows,), values, accumulate=True))
         assert torch.equal(outputs["gpu"][1], x.scatter_reduce(0, index_tensor, values, "sum"))
+
+
+def in_order_sums(x, positions, values):
+    """x[positions[i]] += values[i] for i in order, rounding each sum to float32."""
+    sums = x.numpy().copy()
+    for position, value in zip(positions.tolist(), values.numpy()):
+        sums[position] = np.float32(sums[position] + value)
+    return torch.from_numpy(sums)
+
+
+@pytest.mark.slow
+def test_sorted_forms_at_report_sizes(monkeypatch):
+    """kernel_report's sizes: 64 K positions into 4 K elements (multi-pass sorts), against
+    in-order sums (torch's index_put no longer adds in order at this size)."""
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+    g = torch.Generator().manual_seed(70)
+    x, values = torch.randn(1 << 16, generator=g), torch.randn(1 << 16, generator=g)
+    rows = torch.randint(-4096, 4096, (1 << 16,), generator=g)
+    expected = in_order_sums(x, rows % x.numel(), values)
+    assert torch.equal(result(*call_index_put(x, [rows], values, True)), expected)
+    index_tensor = rows.abs()
+    assert torch.equal(scatter_reduce_out(x, 0, index_tensor, values, "sum", True), in_order_sums(x, index_tensor, values))
+    for reduce in ("mean", "amax"):
+        expected = x.scatter_reduce(0, index_tensor, values, reduce)
+        assert torch.equal(scatter_reduce_out(x, 0, index_tensor, values, reduce, True), expected), reduce
 
 
 def test_out_of_range_in_long_index(launch_shape):
