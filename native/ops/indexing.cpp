@@ -247,7 +247,8 @@ void index_put_(const Tensor& self, const std::vector<const Tensor*>& indices, c
   for (uint32_t k = 0; k < p.indices; ++k) largest_offset += (p.indexed_sizes[k] - 1) * p.indexed_self_strides[k];
   const bool long_keys = largest_offset > INT32_MAX;
   const std::vector<int64_t> key_sizes = {p.broadcast_numel};
-  auto keys = Runtime::get().empty_tensor(key_sizes, {1}, static_cast<int32_t>(long_keys ? DType::int64 : DType::int32));
+  const auto key_dtype = static_cast<int32_t>(long_keys ? DType::int64 : DType::int32);
+  auto keys = Runtime::get().empty_tensor(key_sizes, {1}, key_dtype);
   run_indexing(op, long_keys ? "index_put_accumulate_keys_long" : "index_put_accumulate_keys_int", *keys, *keys, plan,
                p.broadcast_numel);
   const SortOutputs sorted = sort(*keys, 0, false);

@@ -292,11 +292,15 @@ def test_scatter_errors():
         etmetal_py.synchronize()
 
 
-
-
 # From 64 index positions on (per line for scatter; with fewer than 16 K lines), the GPU shape
 # sorts the indices and gives each run of equal ones to one thread; the CPU shape walks them.
-# Both must give the in-order results bitwise.
+# Both must give the in-order results bitwise. The dtype sweeps run the GPU shape (the CPU
+# shape's kernels are swept above); test_sorted_forms_match_the_in_order_walk_bitwise runs both.
+@pytest.fixture
+def gpu_shape(monkeypatch):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+
+
 def long_index_put_cases(dtype):
     g = torch.Generator().manual_seed(40)
     x = sample(dtype, (9, 7, 3), 41).transpose(0, 1)                      # strided self [7, 9, 3]
@@ -311,10 +315,10 @@ def long_index_put_cases(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_index_put_accumulate_of_many_positions_matches_torch(dtype, launch_shape):
+def test_index_put_accumulate_of_many_positions_matches_torch(dtype, gpu_shape):
     for x, indices, values in long_index_put_cases(dtype):
         out = result(*call_index_put(x, indices, values, True))
-        assert torch.equal(out, torch.ops.aten.index_put(x, indices, values, True)), [i.shape for i in indices if i is not None]
+        assert torch.equal(out, torch.ops.aten.index_put(x, indices, values, True)), values.shape
 
 
 def long_scatter_cases(dtype):
@@ -328,7 +332,7 @@ def long_scatter_cases(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_scatter_of_long_lines_matches_torch(dtype, launch_shape):
+def test_scatter_of_long_lines_matches_torch(dtype, gpu_shape):
     for x, dim, index_tensor, src in long_scatter_cases(dtype):
         for reduce in REDUCTIONS:
             if reduce == "mean" and dtype == torch.bool:
@@ -394,7 +398,8 @@ def test_sorted_forms_at_report_sizes(monkeypatch):
     expected = in_order_sums(x, rows % x.numel(), values)
     assert torch.equal(result(*call_index_put(x, [rows], values, True)), expected)
     index_tensor = rows.abs()
-    assert torch.equal(scatter_reduce_out(x, 0, index_tensor, values, "sum", True), in_order_sums(x, index_tensor, values))
+    out = scatter_reduce_out(x, 0, index_tensor, values, "sum", True)
+    assert torch.equal(out, in_order_sums(x, index_tensor, values))
     for reduce in ("mean", "amax"):
         expected = x.scatter_reduce(0, index_tensor, values, reduce)
         assert torch.equal(scatter_reduce_out(x, 0, index_tensor, values, reduce, True), expected), reduce
