@@ -6,7 +6,11 @@
 //   index_put_<size>           one thread per result element, duplicates: one of the writes wins;
 //   index_put_accumulate_<T>   one thread per plain coordinate, walking every broadcast position in
 //                              order: duplicate indices never meet in two threads, so the sum is
-//                              race-free and deterministic (CPU order).
+//                              race-free and deterministic (CPU order). The CPU shape, and the GPU
+//                              shape for few positions.
+//   index_put_accumulate_keys_<K>, then ops::sort, then index_put_accumulate_sorted_<T>: the GPU
+//                              shape for many positions, the same sums with no thread walking more
+//                              than its own run of duplicates (see index_put_accumulate_sorted).
 // An index outside [-size, size) is recorded in `fault` (index number + 1, value low and high
 // words) and its element is skipped.
 //
@@ -14,6 +18,9 @@
 // One thread per line of index along dim, walking the line in order: two lines differ in a
 // coordinate other than dim, so they never reach the same element of out; the reductions are
 // race-free and sum in index order, as ATen's CPU kernel does.
+// (The CPU shape, and the GPU shape for short lines; long lines in the GPU shape: scatter_keys
+// for an int64 index, ops::sort of each line, then scatter_sorted: a thread per run of equal
+// indices, the same results.)
 // Without include_self, the elements a line reaches first become the reduction's identity.
 // For mean, `counts` (int32, out's shape, zero on entry) counts the contributions; the line
 // divides each element it reached once, and sets its count back to zero.
@@ -49,11 +56,9 @@ inline void record_fault(device atomic_int* fault, uint k, long value) {
   atomic_store_explicit(&fault[2], int(uint(ulong(value) >> 32)), memory_order_relaxed);
 }
 
-// Offsets in self and in the other tensor (result or values) of the pair; false (and a fault
-// recorded) when an index is out of range.
-inline bool locate(constant IndexParams& p, thread const IndexBuffers& buffers, uint plain,
-                   uint position, device atomic_int* fault, thread long& self_offset,
-                   thread long& other_offset) {
+// Offsets in self and in the other tensor (result or values) of plain coordinate `plain`.
+inline void plain_offsets(constant IndexParams& p, uint plain, thread long& self_offset,
+                          thread long& other_offset) {
   self_offset = 0;
   other_offset = 0;
   for (int d = int(p.plain_dims) - 1; d >= 0; --d) {
@@ -62,12 +67,25 @@ inline bool locate(constant IndexParams& p, thread const IndexBuffers& buffers, 
     self_offset += c * p.plain_self_strides[d];
     other_offset += c * p.plain_other_strides[d];
   }
-  uint coordinates[kIndexingMaxDims];
+}
+
+// The other tensor's offset of broadcast position `position`, and its coordinates.
+inline long broadcast_offset(constant IndexParams& p, uint position, thread uint* coordinates) {
+  long other_offset = 0;
   for (int j = int(p.broadcast_dims) - 1; j >= 0; --j) {
     coordinates[j] = position % p.broadcast_sizes[j];
     position /= p.broadcast_sizes[j];
     other_offset += long(coordinates[j]) * p.broadcast_other_strides[j];
   }
+  return other_offset;
+}
+
+// The self offset the indices select at broadcast `coordinates`; false (and a fault recorded)
+// when an index is out of range.
+inline bool indexed_offset(constant IndexParams& p, thread const IndexBuffers& buffers,
+                           thread const uint* coordinates, device atomic_int* fault,
+                           thread long& self_offset) {
+  self_offset = 0;
   for (uint k = 0; k < p.indices; ++k) {
     long offset = 0;
     for (uint j = 0; j < p.broadcast_dims; ++j) offset += long(coordinates[j]) * p.index_strides[k][j];
@@ -79,6 +97,20 @@ inline bool locate(constant IndexParams& p, thread const IndexBuffers& buffers, 
     }
     self_offset += wrapped * p.indexed_self_strides[k];
   }
+  return true;
+}
+
+// Offsets in self and in the other tensor (result or values) of the pair; false (and a fault
+// recorded) when an index is out of range.
+inline bool locate(constant IndexParams& p, thread const IndexBuffers& buffers, uint plain,
+                   uint position, device atomic_int* fault, thread long& self_offset,
+                   thread long& other_offset) {
+  plain_offsets(p, plain, self_offset, other_offset);
+  uint coordinates[kIndexingMaxDims];
+  other_offset += broadcast_offset(p, position, coordinates);
+  long indexed;
+  if (!indexed_offset(p, buffers, coordinates, fault, indexed)) return false;
+  self_offset += indexed;
   return true;
 }
 
@@ -135,6 +167,56 @@ kernel void index_put_accumulate(device T* self [[buffer(0)]], const device T* v
   }
 }
 
+// The sorted form (index_put_accumulate_keys, then ops::sort, then this): `keys` holds every
+// broadcast position's key (the self offset its indices select, -1 where one is out of range)
+// sorted stably, so equal keys keep position order, and `positions` where each came from. One
+// thread per (kSortedPlainRun plain coordinates, sorted key); the threads at the start of a run
+// of equal keys add the run's values in position order, the in-order kernel's sums.
+template <typename T>
+kernel void index_put_accumulate_sorted(device T* self [[buffer(0)]], const device T* values [[buffer(1)]],
+                                        constant IndexParams& p [[buffer(2)]],
+                                        const device int* keys [[buffer(3)]],
+                                        const device long* positions [[buffer(4)]],
+                                        constant uint& long_keys [[buffer(5)]],
+                                        uint2 t [[thread_position_in_grid]]) {
+  const long key = read_index(keys, long_keys, t.y);
+  if (key < 0 || (t.y > 0 && read_index(keys, long_keys, t.y - 1) == key)) return;
+  const uint first = t.x * kSortedPlainRun, plains = min(kSortedPlainRun, p.plain_numel - first);
+  long self_offsets[kSortedPlainRun], values_offsets[kSortedPlainRun];
+  T sums[kSortedPlainRun];
+  for (uint c = 0; c < plains; ++c) {
+    plain_offsets(p, first + c, self_offsets[c], values_offsets[c]);
+    self_offsets[c] += key;
+    sums[c] = self[self_offsets[c]];
+  }
+  uint s = t.y;
+  do {
+    uint coordinates[kIndexingMaxDims];
+    const long position_offset = broadcast_offset(p, uint(positions[s]), coordinates);
+    for (uint c = 0; c < plains; ++c) sums[c] = accumulate(sums[c], values[values_offsets[c] + position_offset]);
+  } while (++s < p.broadcast_numel && read_index(keys, long_keys, s) == key);
+  for (uint c = 0; c < plains; ++c) self[self_offsets[c]] = sums[c];
+}
+
+// One thread per broadcast position: its key for index_put_accumulate_sorted.
+template <typename K>
+kernel void index_put_accumulate_keys(device K* keys [[buffer(0)]], INDEX_BUFFER_PARAMS) {
+  const IndexBuffers buffers = INDEX_BUFFERS;
+  uint coordinates[kIndexingMaxDims];
+  broadcast_offset(p, t, coordinates);
+  long self_offset;
+  keys[t] = indexed_offset(p, buffers, coordinates, fault, self_offset) ? K(self_offset) : K(-1);
+}
+
+template [[host_name("index_put_accumulate_keys_int")]] kernel void index_put_accumulate_keys<int>(
+    device int*, device atomic_int*, constant IndexParams&, const device int*, const device int*,
+    const device int*, const device int*, const device int*, const device int*, const device int*,
+    const device int*, const device int*, uint);
+template [[host_name("index_put_accumulate_keys_long")]] kernel void index_put_accumulate_keys<long>(
+    device long*, device atomic_int*, constant IndexParams&, const device int*, const device int*,
+    const device int*, const device int*, const device int*, const device int*, const device int*,
+    const device int*, const device int*, uint);
+
 #define INSTANTIATE_MOVES(T, size)                                                                 \
   template [[host_name("index_gather_" #size)]] kernel void index_gather<T>(                      \
       const device T*, device T*, device atomic_int*, constant IndexParams&, const device int*,    \
@@ -154,7 +236,10 @@ INSTANTIATE_MOVES(ulong, 8)
   template [[host_name("index_put_accumulate_" #name)]] kernel void index_put_accumulate<T>(       \
       device T*, const device T*, device atomic_int*, constant IndexParams&, const device int*,    \
       const device int*, const device int*, const device int*, const device int*,                 \
-      const device int*, const device int*, const device int*, const device int*, uint);
+      const device int*, const device int*, const device int*, const device int*, uint);        \
+  template [[host_name("index_put_accumulate_sorted_" #name)]] kernel void                       \
+  index_put_accumulate_sorted<T>(device T*, const device T*, constant IndexParams&,              \
+                                 const device int*, const device long*, constant uint&, uint2);
 
 INSTANTIATE_ACCUMULATE(float, float)
 INSTANTIATE_ACCUMULATE(half, half)
@@ -263,9 +348,75 @@ kernel void scatter(device T* out [[buffer(0)]], const device int* index [[buffe
   }
 }
 
+// One thread per element of an int64 index (contiguous order): its value as an int32 key for
+// the sorted form, -1 when out of range (recorded in `fault`); the sort then moves half the bytes.
+kernel void scatter_keys(device int* keys [[buffer(0)]], const device int* index [[buffer(1)]],
+                         device atomic_int* fault [[buffer(2)]], constant ScatterParams& p [[buffer(3)]],
+                         uint t [[thread_position_in_grid]]) {
+  long offset = 0;
+  uint rest = t;
+  for (int d = int(p.dims) - 1; d >= 0; --d) {
+    const uint size = uint(d) == p.dim ? p.length : p.line_sizes[d];
+    offset += long(rest % size) * p.index_strides[d];
+    rest /= size;
+  }
+  const long position = read_index(index, p.long_index, offset);
+  const bool inside = position >= 0 && position < long(p.out_size);
+  if (!inside) record_fault(fault, 0, position);
+  keys[t] = inside ? int(position) : -1;
+}
+
+// The sorted form: `sorted` holds index's lines sorted along dim (stably: equal values keep
+// their order) and `positions` where each came from, both contiguous in index's shape. One
+// thread per element of them; the first of a run of equal values in its line combines the
+// run's src values into its element of out in position order, as the in-order kernel does.
+template <typename T>
+kernel void scatter_sorted(device T* out [[buffer(0)]], const device int* sorted [[buffer(1)]],
+                           const device T* src [[buffer(2)]], device atomic_int* fault [[buffer(3)]],
+                           const device long* positions [[buffer(4)]], constant ScatterParams& p [[buffer(5)]],
+                           uint t [[thread_position_in_grid]]) {
+  long out_base = 0, src_base = 0;
+  uint rest = t, along = 0, stride = 1, inner = 1;  // stride: sorted's along dim
+  for (int d = int(p.dims) - 1; d >= 0; --d) {
+    const uint size = uint(d) == p.dim ? p.length : p.line_sizes[d];
+    const uint c = rest % size;
+    rest /= size;
+    if (uint(d) == p.dim) {
+      along = c;
+      stride = inner;
+    } else {
+      out_base += long(c) * p.out_strides[d];
+      src_base += long(c) * p.src_strides[d];
+    }
+    inner *= size;
+  }
+  const long position = read_index(sorted, p.long_index, t);
+  if (along > 0 && read_index(sorted, p.long_index, long(t) - stride) == position) return;
+  if (position < 0 || position >= long(p.out_size)) {
+    record_fault(fault, 0, position);
+    return;
+  }
+  device T& target = out[out_base + position * p.out_strides[p.dim]];
+  const constant T* scalar = reinterpret_cast<const constant T*>(&p.value_bits);
+  T result = p.include_self || p.reduction == kAssign ? target : identity<T>(p.reduction);
+  int count = 0;
+  long at = t;
+  do {
+    const T value = p.scalar_src ? *scalar : src[src_base + positions[at] * p.src_strides[p.dim]];
+    result = combine(p.reduction, result, value);
+    ++count;
+    at += stride;
+  } while (along + uint(count) < p.length && read_index(sorted, p.long_index, at) == position);
+  if (p.reduction == kMean) result = T(divide(typename Compute<T>::type(result), count + int(p.include_self)));
+  target = result;
+}
+
 #define INSTANTIATE_SCATTER(T, name)                                                               \
   template [[host_name("scatter_" #name)]] kernel void scatter<T>(                                \
       device T*, const device int*, const device T*, device atomic_int*, device int*,            \
+      constant ScatterParams&, uint);                                                            \
+  template [[host_name("scatter_sorted_" #name)]] kernel void scatter_sorted<T>(                  \
+      device T*, const device int*, const device T*, device atomic_int*, const device long*,     \
       constant ScatterParams&, uint);
 
 INSTANTIATE_SCATTER(float, float)

@@ -8,7 +8,7 @@ shared machine), in an uninstrumented process (counting slows kernels down).
 
 Launch shapes (ETMETAL_OP_SHAPES): ops whose best shape differs by device (cumulative ops and
 adaptive pooling of long lines / large windows, embedding_bag, products with fewer than 16 rows,
-topk's group size) are counted in the GPU
+topk's group size, index_put accumulate and scatter with long runs of index positions) are counted in the GPU
 shape, the one Metal runs, unless ETMETAL_OP_SHAPES says otherwise: the bytes and threads are
 the GPU's figures even though the CPU device counts them. --time times the device's own shape
 (the CPU device's: one thread per line); --time --compare-shapes times both, interleaved, and
@@ -319,6 +319,43 @@ def fft_case(kind, lines, n):
     return run, nbytes(x, out)
 
 
+def index_put_accumulate_case(self_shape, positions, targets, dtype):
+    """x[idx] += v in place (index_put_ with accumulate=True): `positions` indices into the first
+    `targets` rows of x (many duplicates), values of shape [positions, *x.shape[1:]]."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(self_shape, generator=g).to(dtype)
+    rows = torch.randint(0, targets, (positions,), generator=g)
+    values = torch.randn((positions,) + tuple(self_shape[1:]), generator=g).to(dtype)
+    dx, dr, dv = device(x), device(rows), device(values)
+    row_bytes = x[0].numel() * x.element_size()
+    minimum = nbytes(rows, values) + 2 * rows.unique().numel() * row_bytes  # the rows reached: read, written
+
+    def run():
+        indices = ffi.new("AtenTensorHandle[]", [dr.handle])
+        etmetal_py.check(lib.aoti_torch_index_put_out(dx.handle, dx.handle, indices, 1, dv.handle, True))
+        return []
+
+    return run, minimum
+
+
+def scatter_reduce_case(self_shape, index_shape, dim, targets, reduce, dtype):
+    """self.scatter_reduce_(dim, index, src, reduce) in place, index values in [0, targets)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(self_shape, generator=g).to(dtype)
+    index = torch.randint(0, targets, index_shape, generator=g)
+    src = torch.randn(index_shape, generator=g).to(dtype)
+    dx, di, ds = device(x), device(index), device(src)
+    reached = torch.zeros(self_shape, dtype=torch.bool).scatter_(dim, index, True)
+    minimum = nbytes(index, src) + 2 * int(reached.sum()) * x.element_size()  # the elements reached: read, written
+
+    def run():
+        etmetal_py.check(lib.aoti_torch_mps_scatter_reduce_two_out(dx.handle, dx.handle, dim, di.handle, ds.handle,
+                                                                   reduce.encode(), 1))
+        return []
+
+    return run, minimum
+
+
 def running_case(rows, width, dtype, function):
     """cumsum or cumprod (function: the shim) along the rows; values near 1 keep products finite."""
     x = (1 + (torch.rand(rows, width) - 0.5) * 0.01).to(dtype)
@@ -478,6 +515,19 @@ CASES = [  # (op, shape label, factory, arguments)
     ("embedding_bag", "1 bag of 4096, 4096x128 f32 mean", embedding_bag_case, (4096, 128, 1, 4096, 1, F32)),
     ("embedding_bag", "64 bags of 64, 4096x128 f32 sum", embedding_bag_case, (4096, 128, 64, 64, 0, F32)),
     ("embedding_bag", "8 bags of 512, 4096x64 f16 max", embedding_bag_case, (4096, 64, 8, 512, 2, F16)),
+    # (self shape, positions, rows reached, dtype): x[idx] += v with duplicates
+    ("index_put_acc", "1M f32 += 64K values into 16K", index_put_accumulate_case, ((1 << 20,), 1 << 16, 1 << 14, F32)),
+    ("index_put_acc", "32000x128 f32 += 4096 rows into 1024", index_put_accumulate_case,
+     ((32000, 128), 4096, 1024, F32)),
+    ("index_put_acc", "4096x64 f16 += 16 rows into 8", index_put_accumulate_case, ((4096, 64), 16, 8, F16)),
+    # (self shape, index shape, dim, index values below, reduce, dtype)
+    ("scatter_add", "1M f32, 64K idx into 16K", scatter_reduce_case, ((1 << 20,), (1 << 16,), 0, 1 << 14, "sum", F32)),
+    ("scatter_add", "64x16384 f32, 64x4096 idx dim 1 into 1K", scatter_reduce_case,
+     ((64, 16384), (64, 4096), 1, 1024, "sum", F32)),
+    ("scatter_reduce", "mean 1024x256 f32, 4096x256 idx dim 0", scatter_reduce_case,
+     ((1024, 256), (4096, 256), 0, 1024, "mean", F32)),
+    ("scatter_reduce", "amax 4096x256 f16, 4096x8 idx dim 1", scatter_reduce_case,
+     ((4096, 256), (4096, 8), 1, 256, "amax", F16)),
     ("cumsum", "1 x 32000 f32 (sampling)", running_case, (1, 32000, F32, lib.aoti_torch_mps_cumsum)),
     ("cumsum", "64 x 4096 f32", running_case, (64, 4096, F32, lib.aoti_torch_mps_cumsum)),
     ("cumsum", "1 x 32000 i32 -> i64", running_case, (1, 32000, torch.int32, lib.aoti_torch_mps_cumsum)),

@@ -6,6 +6,7 @@
 #include "ops/op_support.h"
 #include "ops/selection.h"
 #include "ops/shader_kernels.h"
+#include "ops/sort.h"
 #include "params/indexing.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -172,9 +173,9 @@ void run_indexing(const char* op, const std::string& kernel, const Tensor& self,
   if (threads == 0) return;
   std::shared_ptr<Tensor> fault = new_fault_record();
   std::vector<int64_t> dims, sizes;
-  for (const IndexEntry& entry : plan.entries) {
-    dims.push_back(entry.dim);
-    sizes.push_back(self.sizes[entry.dim]);
+  for (size_t k = 0; k < plan.entries.size(); ++k) {
+    dims.push_back(plan.entries[k].dim);
+    sizes.push_back(plan.params.indexed_sizes[k]);
   }
   KernelLaunch launch(shader_kernel(kShaderFile, kernel));
   launch.tensor(0, self).tensor(1, other).tensor(2, *fault).value(3, plan.params);
@@ -230,14 +231,32 @@ void index_put_(const Tensor& self, const std::vector<const Tensor*>& indices, c
   set_other_strides(plan, strides);
   const IndexParams& p = plan.params;
   if (p.broadcast_numel == 0) return;
-  if (accumulate) {
-    const char* name = msl_element_type_name(self.dtype);
-    ETM_REQUIRE(name, op, ": accumulate does not support dtype ", dtype_name(self.dtype));
-    run_indexing(op, std::string("index_put_accumulate_") + name, self, values, plan, p.plain_numel);
-  } else {
+  if (!accumulate) {
     run_indexing(op, "index_put_" + element_size_suffix(op, self), self, values, plan,
                  uint64_t{p.plain_numel} * p.broadcast_numel);
+    return;
   }
+  const char* name = msl_element_type_name(self.dtype);
+  ETM_REQUIRE(name, op, ": accumulate does not support dtype ", dtype_name(self.dtype));
+  if (p.plain_numel == 0 || !sorted_form_wins(p.broadcast_numel, p.plain_numel)) {
+    run_indexing(op, std::string("index_put_accumulate_") + name, self, values, plan, p.plain_numel);
+    return;
+  }
+  // Keys are self offsets: int32 when the largest one fits (the sort moves half the bytes).
+  int64_t largest_offset = 0;
+  for (uint32_t k = 0; k < p.indices; ++k) largest_offset += (p.indexed_sizes[k] - 1) * p.indexed_self_strides[k];
+  const bool long_keys = largest_offset > INT32_MAX;
+  const std::vector<int64_t> key_sizes = {p.broadcast_numel};
+  const auto key_dtype = static_cast<int32_t>(long_keys ? DType::int64 : DType::int32);
+  auto keys = Runtime::get().empty_tensor(key_sizes, {1}, key_dtype);
+  run_indexing(op, long_keys ? "index_put_accumulate_keys_long" : "index_put_accumulate_keys_int", *keys, *keys, plan,
+               p.broadcast_numel);
+  const SortOutputs sorted = sort(*keys, 0, false);
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("index_put_accumulate_sorted_") + name));
+  launch.tensor(0, self).tensor(1, values).value(2, p).tensor(3, *sorted.values).tensor(4, *sorted.indices)
+      .value(5, uint32_t{long_keys});
+  const device::Size3 grid{(p.plain_numel + kSortedPlainRun - 1) / kSortedPlainRun, p.broadcast_numel, 1};
+  launch.threads(grid, default_group(grid, launch));
 }
 
 }  // namespace etm::ops

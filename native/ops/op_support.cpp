@@ -117,6 +117,12 @@ LaunchShape launch_shape() {
   return std::strcmp(Runtime::get().device().kind(), "cpu") == 0 ? LaunchShape::cpu : LaunchShape::gpu;
 }
 
+bool sorted_form_wins(uint64_t walk, uint64_t walkers) {
+  constexpr uint64_t kShortWalk = 64, kLongWalk = 1024, kWalkersFillingAGpu = 16384;
+  if (launch_shape() == LaunchShape::cpu || walk < kShortWalk) return false;
+  return walk >= kLongWalk || walkers < kWalkersFillingAGpu;
+}
+
 void require_mps(const char* op, const char* name, const Tensor& t) {
   ETM_REQUIRE(t.device_type == kDeviceMps, op, ": ", name, " must be an mps tensor (device type ",
               t.device_type, ")");

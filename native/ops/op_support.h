@@ -80,6 +80,14 @@ device::Size3 default_group(const device::Size3& grid, const KernelLaunch& launc
 enum class LaunchShape { gpu, cpu };
 LaunchShape launch_shape();
 
+// Whether an accumulation (index_put with accumulate, scatter_reduce) should take its sorted
+// form: sort the indices, then a thread per run of equal ones, in order. The alternative walks:
+// `walkers` threads each combine `walk` index positions in order. The walk reads every operand
+// once (kernel_report: about 1.2x the minimum bytes, the sorted form 3.3x and more), so it is
+// kept on the CPU shape, for short walks (< 64), and for walks under 1024 with at least 16 K
+// walkers, which fill a GPU.
+bool sorted_form_wins(uint64_t walk, uint64_t walkers);
+
 // Throws "<op>: <name> must be an mps tensor (device type N)" unless t is on the mps device.
 void require_mps(const char* op, const char* name, const Tensor& t);
 

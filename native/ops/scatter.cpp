@@ -6,6 +6,7 @@
 #include "ops/kernel_launch.h"
 #include "ops/op_support.h"
 #include "ops/shader_kernels.h"
+#include "ops/sort.h"
 #include "params/indexing.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -90,6 +91,34 @@ void run_scatter(const char* op, const Tensor& out, const Tensor& self, int64_t 
   p.value_bits = value_bits;
 
   std::shared_ptr<Tensor> fault = new_fault_record();
+  const int64_t size = out_sizes[dim];
+  const auto fault_message = [fault, op, dim, size]() -> std::string {
+    const Fault fault_seen = read_fault_record(*fault);
+    if (fault_seen.number < 0) return {};
+    return concat(op, ": index ", fault_seen.value, " is out of bounds for dimension ", dim, " with size ", size);
+  };
+  const char* type_name = msl_element_type_name(self.dtype);
+  if (sorted_form_wins(p.length, lines)) {
+    const device::Size3 grid{checked_u32(op, index.numel(), "number of index elements"), 1, 1};
+    Tensor keys = index;
+    keys.sizes = index_sizes;
+    keys.strides = index_strides;
+    std::shared_ptr<Tensor> narrowed;
+    if (p.long_index) {  // int32 keys: the sort moves half the bytes
+      narrowed = runtime.empty_tensor(index_sizes, contiguous_strides(index_sizes), static_cast<int32_t>(DType::int32));
+      KernelLaunch launch(shader_kernel(kShaderFile, "scatter_keys"));
+      launch.tensor(0, *narrowed).tensor(1, index).tensor(2, *fault).value(3, p);
+      launch.threads(grid, default_group(grid, launch));
+      keys = *narrowed;
+      p.long_index = 0;
+    }
+    const SortOutputs sorted = sort(keys, dim, false);
+    KernelLaunch launch(shader_kernel(kShaderFile, std::string("scatter_sorted_") + type_name));
+    launch.tensor(0, out).tensor(1, *sorted.values).tensor(2, src ? *src : out).tensor(3, *fault)
+        .tensor(4, *sorted.indices).value(5, p).completion_check(fault_message);
+    launch.threads(grid, default_group(grid, launch));
+    return;
+  }
   Stream& stream = runtime.current_stream();
   std::shared_ptr<Tensor> counts;
   if (reduction == ScatterReduction::mean) {
@@ -97,15 +126,9 @@ void run_scatter(const char* op, const Tensor& out, const Tensor& self, int64_t 
     stream.fill_buffer(counts->storage->buffer, counts->buffer_offset(), counts->numel() * sizeof(int32_t), 0);
     for (size_t d = 0; d < out_sizes.size(); ++d) p.count_strides[d] = counts->strides[d];
   }
-  KernelLaunch launch(shader_kernel(kShaderFile, std::string("scatter_") + msl_element_type_name(self.dtype)));
+  KernelLaunch launch(shader_kernel(kShaderFile, std::string("scatter_") + type_name));
   launch.tensor(0, out).tensor(1, index).tensor(2, src ? *src : out).tensor(3, *fault)
-      .tensor(4, counts ? *counts : *fault).value(5, p);
-  const int64_t size = out_sizes[dim];
-  launch.completion_check([fault, counts, op, dim, size]() -> std::string {
-    const Fault fault_seen = read_fault_record(*fault);
-    if (fault_seen.number < 0) return {};
-    return concat(op, ": index ", fault_seen.value, " is out of bounds for dimension ", dim, " with size ", size);
-  });
+      .tensor(4, counts ? *counts : *fault).value(5, p).completion_check(fault_message);
   const device::Size3 grid{checked_u32(op, lines, "number of index lines"), 1, 1};
   launch.threads(grid, default_group(grid, launch));
 }

@@ -1,10 +1,11 @@
-// scatter and scatter_reduce along one dimension as one MSL kernel (shaders/scatter.metal),
+// scatter and scatter_reduce along one dimension as MSL kernels (shaders/indexing.metal),
 // ATen semantics: out = self, then out[..., index[i], ...] (op)= src[i] for every element i of
 // index. self, src and out of one dtype (float32, float16, bfloat16, int64, int32, int16, int8,
 // uint8, bool), on mps with any strides, at most 9 dimensions; index int64 or int32 with self's
 // number of dimensions, no larger than src anywhere and than self apart from `dim`. Reductions
-// combine in index order. An index outside [0, self.size(dim)) poisons the stream once the
-// kernel has run.
+// combine in index order (in the GPU shape, long lines of indices are sorted first, so that
+// a thread takes each run of equal indices, in order: ops::sorted_form_wins). An index outside
+// [0, self.size(dim)) poisons the stream once the kernel has run.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 
 namespace etm::ops {
 
-// Must match the reduction codes in shaders/scatter.metal.
+// Must match the reduction codes in shaders/indexing.metal.
 enum class ScatterReduction : uint32_t { assign = 0, sum = 1, prod = 2, mean = 3, amax = 4, amin = 5 };
 
 // "sum", "prod", "mean", "amax" or "amin"; throws for any other name.

@@ -9,6 +9,9 @@ namespace etm::ops {
 #endif
 
 ETM_PARAMS_CONSTANT uint32 kIndexingMaxDims = 9;
+// Plain coordinates (consecutive) one thread of index_put_accumulate_sorted takes: the run's
+// keys and positions are read once for all of them.
+ETM_PARAMS_CONSTANT uint32 kSortedPlainRun = 4;
 
 struct IndexParams {
   int64 plain_self_strides[kIndexingMaxDims];       // self strides of the plain dimensions

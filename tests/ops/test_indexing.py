@@ -7,6 +7,7 @@ indices, accumulate with duplicates, every reduction with and without include_se
 strided views, empty tensors, and bad input (clear errors, out-of-range indices reported at
 synchronize). test_compiled_fallbacks.py compiles a model that reaches them."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -291,6 +292,137 @@ def test_scatter_errors():
         etmetal_py.synchronize()
 
 
+# From 64 index positions on (per line for scatter; with fewer than 16 K lines), the GPU shape
+# sorts the indices and gives each run of equal ones to one thread; the CPU shape walks them.
+# Both must give the in-order results bitwise. The dtype sweeps run the GPU shape (the CPU
+# shape's kernels are swept above); test_sorted_forms_match_the_in_order_walk_bitwise runs both.
+@pytest.fixture
+def gpu_shape(monkeypatch):
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+
+
+def long_index_put_cases(dtype):
+    g = torch.Generator().manual_seed(40)
+    x = sample(dtype, (9, 7, 3), 41).transpose(0, 1)                      # strided self [7, 9, 3]
+    rows = torch.randint(-7, 7, (300,), generator=g)                      # duplicates, negatives
+    values = sample(dtype, (3, 300, 9), 42).permute(1, 2, 0)              # strided values [300, 9, 3]
+    yield x, [rows], values
+    separated = [torch.randint(0, 7, (20, 1), generator=g), None,
+                 torch.randint(-3, 3, (15,), generator=g, dtype=torch.int32)]   # result [20, 15, 9]
+    yield x, separated, sample(dtype, (15, 9), 43)                        # values broadcast
+    yield sample(dtype, (50,), 44), [torch.randint(-50, 50, (2000,), generator=g)], sample(dtype, (2000,), 45)
+    yield x, [torch.tensor([], dtype=torch.int64)], sample(dtype, (0, 9, 3), 46)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_index_put_accumulate_of_many_positions_matches_torch(dtype, gpu_shape):
+    for x, indices, values in long_index_put_cases(dtype):
+        out = result(*call_index_put(x, indices, values, True))
+        assert torch.equal(out, torch.ops.aten.index_put(x, indices, values, True)), values.shape
+
+
+def long_scatter_cases(dtype):
+    g = torch.Generator().manual_seed(50)
+    x = sample(dtype, (6, 40), 51)
+    src = sample(dtype, (150, 8), 52).t()                                  # strided src [8, 150]
+    yield x, 1, torch.randint(0, 40, (6, 150), generator=g), src           # lines of 150, duplicates
+    index_t = torch.randint(0, 6, (40, 100), generator=g, dtype=torch.int32).t()  # strided int32 [100, 40]
+    yield x, 0, index_t, sample(dtype, (100, 40), 53)
+    yield x, 1, torch.empty(6, 0, dtype=torch.int64), src
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_scatter_of_long_lines_matches_torch(dtype, gpu_shape):
+    for x, dim, index_tensor, src in long_scatter_cases(dtype):
+        for reduce in REDUCTIONS:
+            if reduce == "mean" and dtype == torch.bool:
+                continue
+            used = src.float().clamp(0.9, 1.1).to(dtype) if reduce == "prod" and dtype.is_floating_point else src
+            for include_self in (True, False):
+                out = scatter_reduce_out(x, dim, index_tensor, used, reduce, include_self)
+                expected = x.scatter_reduce(dim, index_tensor, used, reduce, include_self=include_self)
+                if dtype in (torch.float16, torch.bfloat16) and reduce in ("sum", "mean", "prod"):
+                    # torch sums in float and rounds once; ours rounds each step (see the bitwise test).
+                    torch.testing.assert_close(out.float(), expected.float(), rtol=5e-2, atol=5e-2)
+                else:
+                    assert torch.equal(out, expected), (dim, reduce, include_self)
+        h, out = Keep(), as_device(torch.empty_like(x))
+        etmetal_py.check(lib.aoti_torch_mps_scatter_src_out(out.handle, h(x), dim, h(index_tensor), h(src)))
+        assert torch.equal(out.torch(), x.scatter(dim, index_tensor, src))   # duplicates: the last one wins
+        etmetal_py.check(lib.aoti_torch_mps_scatter_value_out(out.handle, h(x), dim, h(index_tensor), 3.0))
+        assert torch.equal(out.torch(), x.scatter(dim, index_tensor, 3.0))
+    if dtype in (torch.float32, torch.int64, torch.int32):
+        index_tensor = torch.randint(0, 6, (90,), generator=torch.Generator().manual_seed(54))
+        source = sample(dtype, (40, 90), 55)
+        for reduce in ("prod", "mean", "amax", "amin"):
+            for include_self in (True, False):
+                out = result(*call_index_reduce(x, 0, index_tensor, source.t(), reduce, include_self))
+                assert torch.equal(out, x.index_reduce(0, index_tensor, source.t(), reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_sorted_forms_match_the_in_order_walk_bitwise(dtype, monkeypatch):
+    g = torch.Generator().manual_seed(60)
+    x, values = sample(dtype, (40, 3), 61), sample(dtype, (3000, 3), 62)
+    rows = torch.randint(0, 40, (3000,), generator=g)
+    index_tensor = torch.randint(0, 40, (3000, 3), generator=g)
+    outputs = {}
+    for shape in ("gpu", "cpu"):
+        monkeypatch.setenv("ETMETAL_OP_SHAPES", shape)
+        outputs[shape] = [result(*call_index_put(x, [rows], values, True))]
+        outputs[shape] += [scatter_reduce_out(x, 0, index_tensor, values, reduce, include_self)
+                           for reduce in ("sum", "mean") for include_self in (True, False)]
+    for sorted_form, walk in zip(outputs["gpu"], outputs["cpu"]):
+        assert torch.equal(sorted_form, walk)
+    if dtype == torch.float32:   # torch's CPU kernels add in index order too
+        assert torch.equal(outputs["gpu"][0], x.index_put((rows,), values, accumulate=True))
+        assert torch.equal(outputs["gpu"][1], x.scatter_reduce(0, index_tensor, values, "sum"))
+
+
+def in_order_sums(x, positions, values):
+    """x[positions[i]] += values[i] for i in order, rounding each sum to float32."""
+    sums = x.numpy().copy()
+    for position, value in zip(positions.tolist(), values.numpy()):
+        sums[position] = np.float32(sums[position] + value)
+    return torch.from_numpy(sums)
+
+
+@pytest.mark.slow
+def test_sorted_forms_at_report_sizes(monkeypatch):
+    """kernel_report's sizes: 64 K positions into 4 K elements (multi-pass sorts), against
+    in-order sums (torch's index_put no longer adds in order at this size)."""
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
+    g = torch.Generator().manual_seed(70)
+    x, values = torch.randn(1 << 16, generator=g), torch.randn(1 << 16, generator=g)
+    rows = torch.randint(-4096, 4096, (1 << 16,), generator=g)
+    expected = in_order_sums(x, rows % x.numel(), values)
+    assert torch.equal(result(*call_index_put(x, [rows], values, True)), expected)
+    index_tensor = rows.abs()
+    out = scatter_reduce_out(x, 0, index_tensor, values, "sum", True)
+    assert torch.equal(out, in_order_sums(x, index_tensor, values))
+    for reduce in ("mean", "amax"):
+        expected = x.scatter_reduce(0, index_tensor, values, reduce)
+        assert torch.equal(scatter_reduce_out(x, 0, index_tensor, values, reduce, True), expected), reduce
+
+
+def test_out_of_range_in_long_index(launch_shape):
+    x = torch.zeros(5, 4)
+    rows = torch.arange(100) % 5
+    rows[70] = 9
+    code, r0 = call_index_put(x, [rows], torch.ones(100, 4), True)
+    assert code == 0
+    Tensor(r0[0]).delete()
+    with pytest.raises(etmetal_py.EtmetalError, match="index 9 is out of bounds for dimension 0 with size 5"):
+        etmetal_py.synchronize()
+    for index_dtype in (torch.int64, torch.int32):
+        index_tensor = (torch.arange(100) % 4).to(index_dtype).expand(5, 100)
+        index_tensor = index_tensor.clone()
+        index_tensor[3, 80] = -1
+        h, out = Keep(), as_device(torch.empty(5, 4))
+        assert lib.aoti_torch_mps_scatter_reduce_two_out(out.handle, h(x), 1, h(index_tensor), h(torch.ones(5, 100)),
+                                                         b"sum", 1) == 0
+        with pytest.raises(etmetal_py.EtmetalError, match="index -1 is out of bounds for dimension 1 with size 4"):
+            etmetal_py.synchronize()
 
 
 def call_index_reduce(x, dim, index_tensor, source, reduce, include_self=True):
