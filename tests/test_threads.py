@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -179,3 +180,21 @@ def cpp_threads_host(tmp_path_factory):
                     f"-L{library.parent}", f"-l:{library.name}", f"-Wl,-rpath,{library.parent}",
                     "-pthread", "-o", str(binary)], check=True)
     return binary
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks an ELF flag and /proc/self/maps")
+def test_library_stays_mapped_after_dlclose():
+    """libetmetal runs threads of its own (CPU-device workers, the kernel watchdog) and installs
+    signal handlers, so a host's dlclose must not unmap it: a watchdog that woke after cffi
+    unloaded the library at interpreter exit crashed the process (seen on a 16-core host)."""
+    library = str(etmetal_py.library_path())
+    script = f"""
+import ctypes, _ctypes
+handle = ctypes.CDLL({library!r}, mode=ctypes.RTLD_LOCAL)
+assert {library!r} in open("/proc/self/maps").read()
+_ctypes.dlclose(handle._handle)
+print({library!r} in open("/proc/self/maps").read())
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True", "dlclose unmapped libetmetal (link it with -z nodelete)"
