@@ -80,7 +80,8 @@ def parse_log(text: str, source: str | None = None) -> dict:
         first = message.split("\n", 1)[0]
         for key, pattern in (("declined", DECLINED), ("failed", FAILED_KERNEL), ("fibers", RAN_ON_FIBERS)):
             match = pattern.search(first)
-            if match:
+            # A path the run forced (ETMETAL_CPU_EXECUTION=fibers) is no fallback.
+            if match and match.group(2) != "ETMETAL_CPU_EXECUTION":
                 found[key].setdefault(match.group(1), match.group(2)[:300])
         match = FAILED_LIBRARY.search(first)
         if not match:
