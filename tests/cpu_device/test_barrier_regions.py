@@ -263,8 +263,11 @@ def test_tiled_simdgroup_matrix_gemm(msl, path):
     np.testing.assert_array_equal(c.numpy().reshape(m, n), a @ b)
 
 
-def test_returns_collectives_and_predicated_branches(msl, path):
+def test_returns_collectives_and_predicated_branches(msl, path, monkeypatch, capfd):
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
     kernel = msl(SOURCE).kernel("reduce_rows")
+    if path == "regions":  # its two `live`s, each read across a barrier, are in the thread's frame
+        assert "kernel 'reduce_rows' runs as barrier regions" in capfd.readouterr().err
     n = 256 * 3 + 77  # the last group: 77 live threads of 96 launched (three simdgroups)
     groups = 4
     x = np.random.default_rng(6).integers(-20, 20, groups * 256).astype(np.float32)
@@ -672,3 +675,123 @@ def test_simdgroup_matrices_under_an_if_on_per_thread_values(msl, path, monkeypa
             else:
                 expected = a[g, s].T
             np.testing.assert_array_equal(got[g, s], expected, err_msg=f"group {g}, simdgroup {s}")
+
+
+SCOPES_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+
+// Per-thread names declared again at levels with barriers, each read across a barrier (so each
+// is a member of the thread's frame): a block hiding an outer name (`auto`, its type deduced
+// next to the outer one's), a sibling block declaring it again, a block hiding a thread
+// attribute, and the outer name after them.
+kernel void shadowing_blocks(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                             uint gid [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]]) {
+  threadgroup float shared[64];
+  const float v = in[gid];
+  shared[lid] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  {
+    const auto v = shared[63 - lid] * 2.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    shared[lid] = v + 1.0f;
+    const auto half_v = v * 0.5f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[gid * 5] = v + shared[(lid + 1) % 64];
+    out[gid * 5 + 4] = half_v;
+  }
+  {
+    float v = shared[lid];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    shared[lid] = -v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[gid * 5 + 1] = v + shared[lid ^ 1];
+  }
+  {
+    const uint lid = 63 - gid % 64;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[gid * 5 + 2] = shared[lid] + float(lid);
+  }
+  out[gid * 5 + 3] = v + float(lid);
+}
+
+// Group names hiding thread attributes: a constant in a block, and a loop variable around a
+// barrier; constants of one name in both branches of an if on a per-thread value (around
+// collectives), where the attribute is visible again.
+kernel void constants_hiding_attributes(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                        uint gid [[thread_position_in_grid]],
+                                        uint lid [[thread_index_in_threadgroup]],
+                                        uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float shared[64];
+  shared[lid] = in[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  {
+    constexpr uint lid = 5;
+    out[gid * 3] = shared[lid];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  float r;
+  if (lane % 2 == 0) {
+    constexpr float scale = 2.0f;
+    r = simd_sum(shared[lid]) * scale;
+  } else {
+    constexpr float scale = 3.0f;
+    r = simd_max(shared[lid]) * scale;
+  }
+  out[gid * 3 + 1] = r;
+  for (uint lane = 0; lane < 2; ++lane) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (lid == 0) shared[0] += float(lane + 1);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[gid * 3 + 2] = shared[0] + float(lane);
+}
+"""
+
+
+def test_names_declared_again_at_levels_with_barriers(msl, path, monkeypatch, capfd):
+    """A block's per-thread name hiding an outer one or a thread attribute, and the same name in
+    a sibling block, keep the region form (its threads' code declared both names side by side
+    and did not compile: such kernels ran on fibers)."""
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(SCOPES_SOURCE).kernel("shadowing_blocks")
+    if path == "regions":
+        assert "kernel 'shadowing_blocks' runs as barrier regions" in capfd.readouterr().err
+    x = np.random.default_rng(18).integers(-50, 50, 128).astype(np.float32)
+    out = Tensor.empty([128 * 5])
+    kernel.run({0: device_array(x), 1: out}, 128, 64)
+    got = out.numpy().reshape(2, 64, 5)
+    lid = np.arange(64)
+    for g in range(2):
+        v = x[g * 64:(g + 1) * 64]
+        doubled = v[63 - lid] * 2
+        np.testing.assert_array_equal(got[g, :, 0], doubled + doubled[(lid + 1) % 64] + 1)
+        np.testing.assert_array_equal(got[g, :, 4], doubled * 0.5)
+        second = doubled + 1
+        np.testing.assert_array_equal(got[g, :, 1], second - second[lid ^ 1])
+        np.testing.assert_array_equal(got[g, :, 2], -second[63 - lid] + (63 - lid))
+        np.testing.assert_array_equal(got[g, :, 3], v + lid)
+
+
+def test_group_constants_hiding_thread_attributes(msl, path, monkeypatch, capfd):
+    """A constant or loop variable named like a thread attribute is what the kernel reads where
+    it is in scope (the region form's per-thread attribute declarations hid it again)."""
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(SCOPES_SOURCE).kernel("constants_hiding_attributes")
+    if path == "regions":
+        assert "kernel 'constants_hiding_attributes' runs as barrier regions" in capfd.readouterr().err
+    x = np.random.default_rng(19).integers(-50, 50, 128).astype(np.float32)
+    out = Tensor.empty([128 * 3])
+    kernel.run({0: device_array(x), 1: out}, 128, 64)
+    got = out.numpy().reshape(2, 64, 3)
+    lane = np.arange(64) % 32
+    for g in range(2):
+        v = x[g * 64:(g + 1) * 64]
+        np.testing.assert_array_equal(got[g, :, 0], np.full(64, v[5]))
+        expected = np.empty(64, np.float32)
+        for s in range(2):
+            lanes = v[s * 32:(s + 1) * 32]
+            expected[s * 32:(s + 1) * 32:2] = lane_order_sum(lanes[0::2]) * 2
+            expected[s * 32 + 1:(s + 1) * 32:2] = lanes[1::2].max() * 3
+        np.testing.assert_array_equal(got[g, :, 1], expected)
+        np.testing.assert_array_equal(got[g, :, 2], v[0] + 3 + lane)

@@ -165,7 +165,7 @@ class RegionWriter {
   bool run(std::string* code, std::string* reason) {
     const size_t open = s_.body_open, close = s_.body_close;
     if (!range_synchronises(t_, open + 1, close, synchronising_)) {
-      *reason = "no barrier or SIMD-group call";
+      *reason = kNoSynchronisation;
       return false;
     }
     if (!check_body(open + 1, close)) return failed(reason);
@@ -174,7 +174,7 @@ class RegionWriter {
     if (!check_matrix_products(open + 1, close)) return failed(reason);
 
     scopes_.push_back({});
-    std::string parameters, uniform_attributes, thread_attributes;
+    std::string parameters, uniform_attributes;
     unsigned unnamed = 0;
     for (const RegionParameter& p : s_.parameters) {
       if (p.is_attribute) {
@@ -182,10 +182,10 @@ class RegionWriter {
         const std::string declaration = "const std::remove_cv_t<" + p.attribute_type + "> " + p.name + " = " +
                                         p.attribute_value + "; (void)" + p.name + "; ";
         if (p.per_thread) {
-          thread_attributes += declaration;
           if (p.attribute == "thread_index_in_simdgroup" || p.attribute == "thread_index_in_quadgroup" ||
               p.attribute == "thread_index_in_threadgroup")
             selecting_attributes_[p.name] = p.attribute;
+          attribute_declarations_[p.name] = declaration;
           scopes_.back().push_back({p.name, "", true, false, "", false});
         } else {
           uniform_attributes += declaration;
@@ -206,11 +206,10 @@ class RegionWriter {
         scopes_.back().push_back({name, "", false, false, "", true});
       }
     }
-    thread_code_ =
+    coordinates_ =
         "uint32_t etm__x = etm__index, etm__y = 0, etm__z = 0; if (etm__sx != etm__count) { etm__x = etm__index % "
         "etm__sx; etm__y = (etm__index / etm__sx) % etm__sy; etm__z = etm__index / (etm__sx * etm__sy); } (void)etm__x; "
-        "(void)etm__y; (void)etm__z; " +
-        thread_attributes;
+        "(void)etm__y; (void)etm__z; ";
 
     spine(open + 1, close, true);
     if (!reason_.empty()) return failed(reason);
@@ -624,7 +623,7 @@ class RegionWriter {
       if (calls[c].group || !is_simd_reduction(calls[c].name)) continue;
       std::string operand;
       region_text(calls[c].arguments[0].first, calls[c].arguments[0].second, &operand);
-      body_ += "\n{ const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + aliases() +
+      body_ += "\n{ const uint32_t etm__index = 0; (void)etm__index; " + coordinates_ + thread_names(true) +
                "etm_regions::simd_reduce_" + calls[c].name.substr(5) + "<std::decay_t<decltype(" + operand + "\n)>>(" +
                sites[c] + "); }";
     }
@@ -708,12 +707,31 @@ class RegionWriter {
   // group to reach the barrier in it, so its trip count is uniform (as POCL assumes).
   void uniform_loop(size_t begin, size_t end) {
     const size_t open = begin + 1, close = t_.partner(begin + 1);
-    const bool leader_header = !uniform(open + 1, close);
     if (range_synchronises(t_, open + 1, close, synchronising_)) {
       fail(begin, "a SIMD-group call in a loop header");
       return;
     }
-    if (leader_header && !has_barrier(close + 1, end)) return predicated_loop(begin, end);
+    // Variables the header declares are the group's (they hide outer names in the header too);
+    // the body must not change them.
+    std::vector<Name> header_names;
+    if (t_.is(begin, "for")) {
+      size_t semicolon = open + 1;
+      while (semicolon < close && !t_.is(semicolon, ";")) {
+        const bool group = t_.is(semicolon, "(") || t_.is(semicolon, "[") || t_.is(semicolon, "{");
+        if (group && t_.partner(semicolon) != SIZE_MAX) semicolon = t_.partner(semicolon);
+        ++semicolon;
+      }
+      for (size_t k = open + 1; k < semicolon; ++k) {
+        if (!t_.identifier(k) || !(t_.is(k + 1, "=") || t_.is(k + 1, "{") || t_.is(k + 1, ","))) continue;
+        header_names.push_back({t_.spell(k), "", false, false, "", false});
+      }
+    }
+    scopes_.push_back(header_names);
+    const bool leader_header = !uniform(open + 1, close);
+    if (leader_header && !has_barrier(close + 1, end)) {
+      scopes_.pop_back();
+      return predicated_loop(begin, end);
+    }
     if (leader_header && (!masks_.empty() || names_thread_attribute(open + 1, close))) {
       fail(begin, "a loop around a barrier whose condition depends on per-thread values");
       return;
@@ -727,30 +745,20 @@ class RegionWriter {
         return;
       }
     }
+    for (const Name& n : header_names) {
+      if (writes(close + 1, end, n.name)) {
+        fail(begin, "the loop variable '" + n.name + "' of a loop around a barrier changes in its body");
+        return;
+      }
+    }
     close_region();
     if (leader_header) {
+      // The header's names are the group's, declared by the loop itself inside this block.
+      scopes_.pop_back();
       body_ += std::string(kernel_returns_ ? "{ uint32_t etm__index = 0; while (etm__done[etm__index]) ++etm__index; "
                                            : "{ const uint32_t etm__index = 0; ") +
-               aliases();
-    }
-    scopes_.push_back({});
-    // Variables the header declares are the group's; the body must not change them.
-    if (t_.is(begin, "for")) {
-      size_t semicolon = open + 1;
-      while (semicolon < close && !t_.is(semicolon, ";")) {
-        const bool group = t_.is(semicolon, "(") || t_.is(semicolon, "[") || t_.is(semicolon, "{");
-        if (group && t_.partner(semicolon) != SIZE_MAX) semicolon = t_.partner(semicolon);
-        ++semicolon;
-      }
-      for (size_t k = open + 1; k < semicolon; ++k) {
-        if (!t_.identifier(k) || !(t_.is(k + 1, "=") || t_.is(k + 1, "{") || t_.is(k + 1, ","))) continue;
-        const std::string name = t_.spell(k);
-        if (writes(close + 1, end, name)) {
-          fail(k, "the loop variable '" + name + "' of a loop around a barrier changes in its body");
-          return;
-        }
-        scopes_.back().push_back({name, "", false, false, "", false});
-      }
+               thread_names(false);
+      scopes_.push_back(header_names);
     }
     body_ += text(begin, close + 1) + " {";
     const size_t body = close + 1;
@@ -878,12 +886,18 @@ class RegionWriter {
                     (has_else ? else_mask + "[etm__index] = !etm__c; " : "") + "} ";
     region_has_code_ = true;
     close_region();
+    // Each branch is a block of the group's code, as in the kernel: the group's declarations in
+    // one (constants, threadgroup memory) may be declared again in the other.
     masks_.push_back(then_mask);
+    body_ += "{";
     branch(then_begin, then_end);
+    body_ += "}";
     masks_.pop_back();
     if (has_else) {
       masks_.push_back(else_mask);
+      body_ += "{";
       branch(then_end + 1, end);
+      body_ += "}";
       masks_.pop_back();
     }
   }
@@ -917,14 +931,38 @@ class RegionWriter {
     return kernel_returns_ ? masked + " & " + lanes : masked;
   }
 
-  // The per-thread names in scope, as references into the thread's frame.
-  std::string aliases() const {
-    std::string code;
-    for (const auto& scope : scopes_) {
-      for (const Name& n : scope) {
-        if (n.per_thread && !n.storage.empty())
-          code += "auto&& " + n.name + " = " + n.storage + "; (void)" + n.name + "; ";
+  // Each name in scope by its innermost declaration (an inner one hides an outer one of any
+  // kind, as in the kernel), outer scopes first; a per-thread attribute parameter with its
+  // declaration in a thread's code.
+  struct VisibleName {
+    const Name* name;
+    std::string attribute;
+  };
+  std::vector<VisibleName> visible_names() const {
+    std::vector<VisibleName> visible;
+    std::set<std::string> seen;
+    for (size_t s = scopes_.size(); s-- > 0;) {
+      for (size_t k = scopes_[s].size(); k-- > 0;) {
+        const Name& n = scopes_[s][k];
+        if (!seen.insert(n.name).second) continue;
+        // The kernel's parameters are the outermost scope.
+        const auto attribute = s == 0 ? attribute_declarations_.find(n.name) : attribute_declarations_.end();
+        visible.push_back({&n, attribute == attribute_declarations_.end() ? "" : attribute->second});
       }
+    }
+    return {visible.rbegin(), visible.rend()};
+  }
+
+  // The per-thread names in scope in a thread's code: variables as references into its frame,
+  // and (with_attributes) thread attributes computed from its coordinates (etm__x, etm__y,
+  // etm__z). A name an inner declaration hides is left out: declared beside the inner one, the
+  // outer would redeclare it or hide a group name.
+  std::string thread_names(bool with_attributes) const {
+    std::string code;
+    for (const auto& [n, attribute] : visible_names()) {
+      if (!n->per_thread) continue;
+      if (!n->storage.empty()) code += "auto&& " + n->name + " = " + n->storage + "; (void)" + n->name + "; ";
+      else if (with_attributes) code += attribute;
     }
     return code;
   }
@@ -935,7 +973,7 @@ class RegionWriter {
     region_id_ = next_region_++;
     region_returns_ = false;
     region_has_code_ = false;
-    region_code_ = aliases() + "{ ";
+    region_code_ = thread_names(true) + "{ ";
     answers_end_ = region_code_.size();
     selected_end_ = SIZE_MAX;
   }
@@ -948,7 +986,7 @@ class RegionWriter {
     body_ += "\n" + region_reset_;
     region_reset_.clear();
     const std::string thread =
-        "etm_cpu_kernel::enter_thread(etm__index); " + thread_code_ + region_code_ + "\n}";
+        "etm_cpu_kernel::enter_thread(etm__index); " + coordinates_ + region_code_ + "\n}";
     if (selected_end_ == region_code_.size()) {
       // Only the threads the region's `if` selects run anything: the loop visits their lanes.
       body_ += selected_bases_ + " for (uint64_t etm__lanes = (" + live_lanes() + ") & " + selected_lanes_ +
@@ -1294,11 +1332,13 @@ class RegionWriter {
   // The start of a statement expression, before the frame, in which a per-thread expression
   // has its type: the thread attributes, and stand-ins for the per-thread names and call sites.
   std::string type_context() const {
-    std::string code = "const uint32_t etm__index = 0; (void)etm__index; " + thread_code_ + group_stand_ins_;
-    for (const auto& scope : scopes_) {
-      for (const Name& n : scope)
-        if (n.per_thread && !n.type.empty())
-          code += n.type + "& " + n.name + " = etm_regions::stand_in<" + n.type + ">(); (void)" + n.name + "; ";
+    std::string code = "const uint32_t etm__index = 0; (void)etm__index; " + coordinates_ + group_stand_ins_;
+    for (const auto& [n, attribute] : visible_names()) {
+      if (!n->per_thread) continue;
+      if (!n->type.empty())
+        code += n->type + "& " + n->name + " = etm_regions::stand_in<" + n->type + ">(); (void)" + n->name + "; ";
+      else
+        code += attribute;
     }
     return code;
   }
@@ -1374,7 +1414,7 @@ class RegionWriter {
         "\nfor (uint32_t etm__base = 0; etm__base < etm__count; etm__base += 32u) { const uint64_t etm__active = " +
         live_lanes() + "; if (!etm__active) continue; const uint32_t etm__index = etm__base + "
         "uint32_t(__builtin_ctzll(etm__active)); " +
-        thread_code_ + aliases() +
+        coordinates_ + thread_names(true) +
         "const etm_regions::simdgroup etm__simdgroup{etm__active, etm__index - etm__base}; "
         "etm_cpu_kernel::pass_simd_sync(etm__base, etm__active); etm_cpu_kernel::enter_thread(etm__index); "
         "etm_regions::" +
@@ -1399,7 +1439,7 @@ class RegionWriter {
   std::string parameter_copies_;
   std::string prologue_;
   std::string body_;
-  std::string thread_code_;
+  std::string coordinates_;  // a thread's coordinates in the group, from etm__index
   bool region_open_ = false;
   bool region_returns_ = false;
   bool kernel_returns_ = false;  // a `return` anywhere in the kernel body
@@ -1415,6 +1455,7 @@ class RegionWriter {
   std::map<size_t, std::pair<size_t, std::string>> replacements_;  // token -> (end, code)
   // Per-thread attributes an `if (name == K)` can select threads by: name -> attribute.
   std::map<std::string, std::string> selecting_attributes_;
+  std::map<std::string, std::string> attribute_declarations_;  // per-thread attribute -> its declaration
   // The open region's code up to answers_end_ only declares locals answered by simd_
   // reductions; when it ends at selected_end_, with an `if` selecting selected_lanes_.
   size_t answers_end_ = 0;

@@ -49,6 +49,9 @@ struct RegionKernelSource {
   const std::map<size_t, std::string>* threadgroup_slots = nullptr;
 };
 
+// The execution note of a kernel without barriers or SIMD-group calls (it runs as loops).
+inline constexpr char kNoSynchronisation[] = "no barrier or SIMD-group call";
+
 // Whether a thread attribute differs between the threads of one group.
 bool is_per_thread_attribute(const std::string& attribute);
 

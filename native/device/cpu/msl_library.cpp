@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 
 #include "device/cpu/cpu_executor.h"
@@ -19,6 +20,7 @@
 #include "device/cpu/dispatch_validation.h"
 #include "device/cpu/kernel_compiler.h"
 #include "device/cpu/kernel_faults.h"
+#include "device/cpu/msl_barrier_regions.h"
 #include "device/cpu/msl_translator.h"
 #include "device/settings.h"
 
@@ -500,7 +502,29 @@ class CpuLibrary : public Library {
     std::string text;
     // Region forms exist for kernel templates too, instantiated or not.
     if (!translated_source(&text).ok() || text.find("ETM_CPU_NO_REGIONS") == std::string::npos) return status;
-    return compiler_->check_library(description_.source_hash, source, {kWithoutRegions});
+    const Status without_regions = compiler_->check_library(description_.source_hash, source, {kWithoutRegions});
+    if (without_regions.ok() && debug_logging() && !description_.kernels.empty()) {
+      std::fprintf(stderr, "etmetal debug: the region forms of the library of kernel '%s' do not compile: %s\n",
+                   description_.kernels[0].name.c_str(), with_source_lines(status.message(), msl_).c_str());
+    }
+    return without_regions;
+  }
+
+  // ETMETAL_LOG=debug: the kernels the translator gave no region form although they synchronise
+  // (they run on fibers), and why. Translates again when the translation came from the cache.
+  void log_declined_region_forms() {
+    std::string text;
+    if (!debug_logging() || !translated_source(&text).ok()) return;
+    static const std::regex kEntry(R"re(ETM_CPU_KERNEL_ENTRY_POINTS\((\d+), "((?:[^"\\]|\\.)*)")re");
+    std::map<uint32_t, std::string> notes;
+    for (std::sregex_iterator m(text.begin(), text.end(), kEntry), end; m != end; ++m)
+      notes[uint32_t(std::stoul((*m)[1].str()))] = (*m)[2].str();
+    for (const TranslatedKernel& kernel : description_.kernels) {
+      const auto note = notes.find(kernel.entry_index);
+      if (note == notes.end() || note->second == "barrier regions" || note->second == kNoSynchronisation) continue;
+      std::fprintf(stderr, "etmetal debug: kernel '%s' has no region form: %s\n", kernel.name.c_str(),
+                   note->second.c_str());
+    }
   }
 
   bool has_region_form(const TranslatedKernel& kernel) {
@@ -526,9 +550,14 @@ class CpuLibrary : public Library {
     if (!status.ok() && has_region_form(kernel)) {
       // The region form is an optimisation: a kernel whose region form does not compile
       // runs on fibers (the retry reports the kernel's own errors, if any).
+      const Status with_regions = status;
       std::vector<std::string> without_regions = specialization;
       without_regions.push_back(kWithoutRegions);
       status = compiler_->build_kernel(description_.source_hash, kernel.entry_index, without_regions, source, &path);
+      if (status.ok() && debug_logging()) {
+        std::fprintf(stderr, "etmetal debug: kernel '%s': its region form does not compile: %s\n", kernel.name.c_str(),
+                     with_source_lines(with_regions.message(), msl_).c_str());
+      }
     }
     if (!status.ok()) return status;
     status = KernelObject::load(path, kernel, out);
@@ -605,6 +634,7 @@ Status compile_msl_library(const std::string& source, std::shared_ptr<Library>* 
   }
   auto library = std::make_shared<CpuLibrary>(compiler, source, options, std::move(description),
                                               std::move(translated));
+  library->log_declined_region_forms();
   if (library->kernels().size() == 1 && !library->has_function_constants()) {
     // Building the one kernel now costs nothing extra and reports errors here, like Metal
     // (with function constants, the pipeline's values decide which object is needed).
