@@ -508,8 +508,11 @@ constant constexpr uint kStripChannels = 16;
 // products skipped are +0, which change no sum but the sign of a -0 one). The sums are copied
 // into a local array, the loops over the strip unrolled whole, and the loop over channels has a
 // bound g++ cannot see (with a constant one it vectorised across channels instead, gathering the
-// strip's values), so the sums stay in vector registers.
-inline void accumulate_strip(thread float* strip, const threadgroup float* window_row, long pixel_step,
+// strip's values), so the sums stay in vector registers. Never inlined: inside the CPU device's
+// region function (whose options include the cheap vectoriser cost model) g++ vectorised it
+// differently and spilled the sums, 3x slower in unet_like; it used to stay out of line only
+// because the region function's stack frame happened to be near g++'s growth limit.
+__attribute__((noinline)) void accumulate_strip(thread float* strip, const threadgroup float* window_row, long pixel_step,
                              long tap_step, const threadgroup float* weights, long weight_pitch, long taps,
                              uint channels) {
   float sums[kStripPixels][kStripChannels];
