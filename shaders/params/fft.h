@@ -45,6 +45,29 @@ struct FftChirp {
 };
 ETM_PARAMS_LAYOUT(FftChirp, 16, scale, 12);
 
+// fft_group_*: complex elements a threadgroup transforms in threadgroup memory (32 KiB).
+ETM_PARAMS_CONSTANT uint32 kFftGroupElements = 4096;
+// What fft_group's columns read and write (the kernels' Ends): work buffers (a Stockham stage),
+// or whole lines from a real, complex or one-sided Hermitian source.
+ETM_PARAMS_CONSTANT uint32 kFftEndsWork = 0;
+ETM_PARAMS_CONSTANT uint32 kFftEndsReal = 1;
+ETM_PARAMS_CONSTANT uint32 kFftEndsComplex = 2;
+ETM_PARAMS_CONSTANT uint32 kFftEndsHermitian = 3;
+
+// A dispatch of fft_group_*: `columns` transforms of `radix` per threadgroup, `column_count` in all.
+struct FftGroup {
+  uint32 length;         // stage: n, the work lines' length; whole lines: unused (FftLines has it)
+  uint32 span;           // stage: L, the sub-transforms' length before it
+  uint32 radix;          // R, a power of two <= kFftGroupElements
+  uint32 columns;
+  uint32 column_count;   // stage: lines * n / R; whole lines: the number of lines
+  uint32 output_length;  // whole lines: elements stored per line
+  uint32 chirp;          // whole lines: 1 when R is a chirp-z convolution's length m for n
+  float sign;            // of the (first) transform, as FftPass's
+  float chirp_scale;     // 1 / m with chirp
+};
+ETM_PARAMS_LAYOUT(FftGroup, 36, chirp_scale, 32);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif
