@@ -263,23 +263,43 @@ inline float2 as_complex(float2 value) { return value; }
 inline void store_value(device float* at, float2 value) { *at = value.x; }
 inline void store_value(device float2* at, float2 value) { *at = value; }
 
-// Where column `column` of a stage (kFftEndsWork) reads index q and writes index r: line * n +
-// k m R + j' + q m and line * n + (k + L r) m + j'.
+// Where column `column` of a stage (kFftEndsWork) reads index q and writes index r in its line
+// of the buffers (n = g.length each): k m R + j' + q m and (k + L r) m + j'.
 struct StageColumn {
-  ulong input;
-  ulong output;
+  ulong line;
+  uint input;
+  uint output;
   uint k;
   uint m;
 };
 
 inline StageColumn stage_column(constant FftGroup& g, uint column) {
   const uint per_line = g.length / g.radix;
-  const uint line = column / per_line;
   const uint butterfly = column % per_line;
   const uint m = per_line / g.span;
   const uint k = butterfly / m;
   const uint j = butterfly % m;
-  return {ulong(line) * g.length + ulong(k) * m * g.radix + j, ulong(line) * g.length + ulong(k) * m + j, k, m};
+  return {column / per_line, k * m * g.radix + j, k * m + j, k, m};
+}
+
+// A stage's element at `position` of its line, with the chirp-z steps its flags fold in: the
+// filter itself (conj(c_t) at t and m - t for t < n), the spread (x_t c_t from lines of n, zero
+// from n on), or the product with the filter's spectrum.
+template <typename Source>
+inline float2 stage_input(const device Source* source, const device float2* filter, constant FftGroup& g,
+                          ulong line, uint position) {
+  if (g.chirp & kFftChirpMakeFilter) {
+    const uint distance = min(position, g.length - position);
+    if (distance >= g.chirp_length) return float2(0.0f);
+    const float2 c = chirp(distance, g.chirp_length, g.sign);
+    return float2(c.x, -c.y);
+  }
+  if (g.chirp & kFftChirpSpread) {
+    if (position >= g.chirp_length) return float2(0.0f);
+    return complex_multiply(as_complex(source[line * g.chirp_length + position]), chirp(position, g.chirp_length, g.sign));
+  }
+  const float2 value = as_complex(source[line * g.length + position]);
+  return g.chirp & kFftChirpFilter ? complex_multiply(value, filter[position]) : value;
 }
 
 // The passes of a power-of-two R = 2^(4 s + r), r < 4, in threadgroup memory: s of radix 16,
@@ -315,21 +335,22 @@ kernel void fft_group(const device Source* source [[buffer(0)]], device Destinat
     float2 value = float2(0.0f);
     if (column < g.column_count && stage) {
       const StageColumn c = stage_column(g, column);
-      value = as_complex(source[c.input + ulong(at.index) * c.m]);
+      value = stage_input(source, filter, g, c.line, c.input + at.index * c.m);
       if (at.index > 0) value = complex_multiply(value, root_of_unity(at.index * c.k, g.span * radix, g.sign));
     } else if (column < g.column_count && at.index < lines.length) {
       const long line = line_offsets(lines, column).source;
       const bool mirrored = Ends == kFftEndsHermitian && at.index > lines.length / 2;
       value = as_complex(source[line + long(mirrored ? lines.length - at.index : at.index) * lines.source_stride]);
       if (mirrored) value.y = -value.y;
-      if (g.chirp) value = complex_multiply(value, chirp(at.index, lines.length, g.sign));
+      if (g.chirp & kFftChirpLine) value = complex_multiply(value, chirp(at.index, lines.length, g.sign));
     }
     data[at.column * radix + at.index] = value;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const uint per_thread = min(radix, 16u);
   const GroupPasses passes = group_passes(radix);
-  for (uint round = 0; round < (g.chirp ? 2u : 1u); ++round) {
+  const bool convolution = !stage && (g.chirp & kFftChirpLine);
+  for (uint round = 0; round < (convolution ? 2u : 1u); ++round) {
     const float sign = round == 0 ? g.sign : -g.sign;
     for (uint pass = 0; pass < passes.count; ++pass) {
       const uint span = 1u << passes.span_bits(pass);
@@ -358,7 +379,7 @@ kernel void fft_group(const device Source* source [[buffer(0)]], device Destinat
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    if (g.chirp && round == 0) {
+    if (convolution && round == 0) {
       for (uint e = thread_index; e < elements; e += threads) data[e] = complex_multiply(data[e], filter[e % radix]);
       threadgroup_barrier(mem_flags::mem_threadgroup);
     }
@@ -369,10 +390,16 @@ kernel void fft_group(const device Source* source [[buffer(0)]], device Destinat
     const float2 value = data[at.column * radix + at.index];
     if (column < g.column_count && stage) {
       const StageColumn c = stage_column(g, column);
-      store_value(destination + c.output + ulong(at.index) * g.span * c.m, value);
+      const uint position = c.output + at.index * g.span * c.m;
+      if (!(g.chirp & kFftChirpGather)) {
+        store_value(destination + c.line * g.length + position, value);
+      } else if (position < g.chirp_length) {  // the convolution's first n, times c_k / m
+        const float2 gathered = complex_multiply(value, chirp(position, g.chirp_length, -g.sign)) * g.chirp_scale;
+        store_value(destination + c.line * g.chirp_length + position, gathered);
+      }
     } else if (column < g.column_count && at.index < g.output_length) {
       const long line = line_offsets(lines, column).destination;
-      const float2 scaled = g.chirp ? complex_multiply(value, chirp(at.index, lines.length, g.sign)) * g.chirp_scale
+      const float2 scaled = convolution ? complex_multiply(value, chirp(at.index, lines.length, g.sign)) * g.chirp_scale
                                     : value;
       store_value(destination + line + long(at.index) * lines.destination_stride, scaled * lines.scale);
     }

@@ -128,29 +128,61 @@ void dispatch_group(const std::string& kernel, const Tensor& source, const Tenso
   launch.threadgroups({shape.groups, 1, 1}, {shape.threads, 1, 1});
 }
 
+// The radices of fft_group_stage dispatches for a power of two: as few as fit
+// kFftGroupElements (one up to 4096, two up to 2^24: four-step), of about equal sizes.
+std::vector<uint32_t> stage_radices(uint32_t power) {
+  int bits = 0;
+  while ((1u << bits) < power) ++bits;
+  const int stages = (bits + 11) / 12;
+  std::vector<uint32_t> radices;
+  for (int stage = 0; stage < stages; ++stage) radices.push_back(1u << ((bits * (stage + 1)) / stages - (bits * stage) / stages));
+  return radices;
+}
+
+// The chirp-z steps a run of stages folds into its first loads and last stores (kFftChirp*).
+struct ChirpSteps {
+  uint32_t first = 0;
+  uint32_t last = 0;
+  uint32_t length = 0;           // the chirp-z transform's n
+  float scale = 1.0f;            // 1 / m, with kFftChirpGather
+  const Tensor* filter = nullptr;  // the filter's spectrum, with kFftChirpFilter
+};
+
+// Stockham stages of fft_group_stage from span 1 up to the power-of-two part of `length`, over
+// `lines` lines: the first reads `source`, each writes the other buffer of `buffers` than the one
+// before (the first writes buffers[0]); returns the index of the buffer written last.
+int run_stages(const Tensor& source, Tensor* const buffers[2], uint32_t length, uint32_t lines, float sign,
+               const ChirpSteps& steps = {}) {
+  const std::vector<uint32_t> radices = stage_radices(power_of_two_part(length));
+  const Tensor* from = &source;
+  uint32_t span = 1;
+  int written = 1;
+  for (size_t i = 0; i < radices.size(); ++i) {
+    const uint32_t chirp = (i == 0 ? steps.first : 0) | (i + 1 == radices.size() ? steps.last : 0);
+    const FftGroup group{length, span, radices[i], 0, length / radices[i] * lines, 0, chirp, steps.length, sign,
+                         steps.scale};
+    written = 1 - written;
+    dispatch_group("fft_group_stage", *from, *buffers[written], steps.filter ? *steps.filter : *from, FftLines{},
+                   group);
+    from = buffers[written];
+    span *= radices[i];
+  }
+  return written;
+}
+
 // Runs the passes of a transform of `length` over `lines` lines held line after line in
 // buffers[current], each pass writing the other buffer; returns the buffer holding the result.
-// With threadgroup transforms, the power-of-two part of the length takes as few fft_group_stage
-// dispatches as fit kFftGroupElements (one up to 4096, two up to 2^24: four-step), each reading
-// and writing every element once; the other factors take a pass each.
+// With threadgroup transforms, the power-of-two part of the length takes fft_group_stage
+// dispatches (run_stages), each reading and writing every element once; the other factors
+// take a pass each.
 int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t lines, bool forward) {
   FftPass pass{length, 1, 0, forward ? -1.0f : 1.0f};
   uint32_t rest = length;
   if (uses_threadgroup_transforms() && power_of_two_part(length) > 1) {
-    const uint32_t power = power_of_two_part(length);
-    int bits = 0;
-    while ((1u << bits) < power) ++bits;
-    const int stages = (bits + 11) / 12;
-    for (int stage = 0; stage < stages; ++stage) {
-      const int stage_bits = (bits * (stage + 1)) / stages - (bits * stage) / stages;
-      const uint32_t radix = 1u << stage_bits;
-      const FftGroup group{length, pass.span, radix, 0, length / radix * lines, 0, 0, pass.sign, 1.0f};
-      dispatch_group("fft_group_stage", *buffers[current], *buffers[1 - current], *buffers[current], FftLines{},
-                     group);
-      pass.span *= radix;
-      current = 1 - current;
-    }
-    rest /= power;
+    Tensor* const ordered[2] = {buffers[1 - current], buffers[current]};
+    current = run_stages(*buffers[current], ordered, length, lines, pass.sign) == 0 ? 1 - current : current;
+    pass.span = power_of_two_part(length);
+    rest /= pass.span;
   }
   for (uint32_t radix : radices(rest)) {
     pass.radix = radix;
@@ -166,17 +198,24 @@ int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t 
   return current;
 }
 
-// The forward transform of the chirp-z convolution's filter (fft.metal: fft_chirp_filter) for a
-// length-n transform through convolutions of m; returns the tensor holding it.
+// The transform of the chirp-z convolution's filter (conj(c_t) at t and m - t, t < n), of the
+// chirp's sign (the filter is symmetric, so either sign gives the same spectrum); returns the
+// tensor holding it. With threadgroup transforms the first stage makes the filter as it loads.
 std::shared_ptr<Tensor> chirp_filter_spectrum(const FftChirp& chirp) {
   Runtime& runtime = Runtime::get();
   std::shared_ptr<Tensor> filter[2] = {runtime.empty_tensor({chirp.padded}, {1}, kComplex64),
                                        runtime.empty_tensor({chirp.padded}, {1}, kComplex64)};
+  Tensor* const buffers[2] = {filter[0].get(), filter[1].get()};
+  if (uses_threadgroup_transforms()) {
+    ChirpSteps steps;
+    steps.first = kFftChirpMakeFilter;
+    steps.length = chirp.length;
+    return filter[run_stages(*filter[1], buffers, chirp.padded, 1, chirp.sign, steps)];
+  }
   KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_filter"));
   launch.tensor(0, *filter[0]).value(1, chirp);
   const device::Size3 grid{chirp.padded, 1, 1};
   launch.threads(grid, default_group(grid, launch));
-  Tensor* const buffers[2] = {filter[0].get(), filter[1].get()};
   return filter[run_passes(buffers, 0, chirp.padded, 1, true)];
 }
 
@@ -197,6 +236,21 @@ void chirp_z_transform(const char* op, Tensor& work, uint32_t n, uint32_t lines,
   std::shared_ptr<Tensor> padded[2] = {runtime.empty_tensor({padded_elements}, {1}, kComplex64),
                                        runtime.empty_tensor({padded_elements}, {1}, kComplex64)};
   Tensor* const padded_buffers[2] = {padded[0].get(), padded[1].get()};
+  if (uses_threadgroup_transforms() && stage_radices(m).size() % 2 == 0) {
+    // The spread, the product with the filter's spectrum and the gather ride on the stages'
+    // first loads and last stores; the inverse transform's last stage writes `work`.
+    ChirpSteps steps;
+    steps.first = kFftChirpSpread;
+    steps.length = n;
+    const int current = run_stages(work, padded_buffers, m, lines, chirp.sign, steps);
+    steps.first = kFftChirpFilter;
+    steps.last = kFftChirpGather;
+    steps.scale = chirp.scale;
+    steps.filter = filter_spectrum.get();
+    Tensor* const inverse_buffers[2] = {padded_buffers[1 - current], &work};  // an even count of stages ends in work
+    run_stages(*padded_buffers[current], inverse_buffers, m, lines, -chirp.sign, steps);
+    return;
+  }
   const device::Size3 padded_grid{m, lines, 1};
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_spread"));
@@ -224,7 +278,7 @@ void transform_lines_in_threadgroups(const LineTransform& t, const FftLines& lin
   const bool chirp = !is_power_of_two(lines.length);
   const FftChirp chirp_params = chirp_for(lines.length, t.forward);
   const FftGroup group{lines.length, 1, chirp ? chirp_params.padded : lines.length, 0, line_total, output_length,
-                       chirp ? 1u : 0u, chirp_params.sign, chirp_params.scale};
+                       chirp ? kFftChirpLine : 0u, lines.length, chirp_params.sign, chirp_params.scale};
   const std::shared_ptr<Tensor> filter = chirp ? chirp_filter_spectrum(chirp_params) : nullptr;
   const char* kernel = load == Load::real ? "fft_group_r2c" : load == Load::complex ? "fft_group_c2c" : "fft_group_c2r";
   dispatch_group(kernel, *t.source, *t.destination, filter ? *filter : *t.destination, lines, group);
