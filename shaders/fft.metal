@@ -13,6 +13,10 @@
 //                (fft_chirp_*, below).
 //   fft_store_*  one thread per (element, line): the first elements of each line, scaled, into
 //                the destination (complex, or the real part).
+// That is the CPU launch shape. On the GPU launch shape the transforms run in threadgroup memory
+// (fft_group_*, below): a line of up to 4096 elements in one dispatch from source to destination
+// (other lengths as chirp-z convolutions of m <= 4096), longer power-of-two parts as one
+// fft_group_stage dispatch per up to 4096 (four-step), the other factors as passes.
 // Twiddle factors come from precise::cospi / sinpi of an exact integer phase (q * k mod L') / L'.
 #include <metal_stdlib>
 using namespace metal;
@@ -107,7 +111,7 @@ inline float2 root_of_unity(uint exponent, uint period, float sign) {
   return float2(precise::cospi(turns), sign * precise::sinpi(turns));
 }
 
-// The radix-point DFT (radix 2, 4 or 16) of t[0 .. radix) in place, outputs in natural order.
+// The radix-point DFT (radix 2, 4 or 16) of t[0 .. radix) in place (output r at output_slot(r)).
 // The 16-point transform is 4 x 4: 4-point transforms over q = q0 + 4 q1 along q1, the roots
 // exp(sign 2 pi i q0 r0 / 16), then 4-point transforms along q0 give r = r0 + 4 r1.
 inline void transform_in_registers(thread float2* t, uint radix, float sign) {
@@ -133,13 +137,14 @@ inline void transform_in_registers(thread float2* t, uint radix, float sign) {
       t[q0 + 4 * r0] = complex_multiply(t[q0 + 4 * r0], float2(cosines[e], sign * sines[e]));
     }
   }
-  float2 natural[16];
   for (uint r0 = 0; r0 < 4; ++r0) {
     transform4(t[4 * r0], t[4 * r0 + 1], t[4 * r0 + 2], t[4 * r0 + 3], sign);  // t[4 r0 + r1]: r = r0 + 4 r1
-    for (uint r1 = 0; r1 < 4; ++r1) natural[r0 + 4 * r1] = t[4 * r0 + r1];
   }
-  for (uint r = 0; r < 16; ++r) t[r] = natural[r];
 }
+
+// Where transform_in_registers leaves output r: in place for radix 2 and 4, at 4 r0 + r1 for
+// r = r0 + 4 r1 for radix 16.
+inline uint output_slot(uint r, uint radix) { return radix == 16 ? 4 * (r % 4) + r / 4 : r; }
 
 // fft_pass's stage for p = Radix (2, 4 or 16), a thread per butterfly: for k < L and j' < m,
 // the inputs Y[j' + m q, k] times w^(q k), through a Radix-point transform, give
@@ -159,7 +164,7 @@ kernel void fft_butterfly(const device float2* input [[buffer(0)]], device float
   transform_in_registers(t, Radix, p.sign);
   device float2* out = output + ulong(position.y) * p.length + k * m + j;
   const uint step = p.span * m;  // from r to r + 1
-  for (uint r = 0; r < Radix; ++r) out[r * step] = t[r];
+  for (uint r = 0; r < Radix; ++r) out[r * step] = t[output_slot(r, Radix)];
 }
 
 template [[host_name("fft_butterfly_2")]] kernel void fft_butterfly<2>(const device float2*, device float2*,
@@ -375,7 +380,7 @@ kernel void fft_group(const device Source* source [[buffer(0)]], device Destinat
         const uint base = (butterfly / per_column) * radix + (b / m) * m + b % m;
         thread float2* own = t + i * pass_radix;
         transform_in_registers(own, pass_radix, sign);
-        for (uint r = 0; r < pass_radix; ++r) data[base + r * span * m] = own[r];
+        for (uint r = 0; r < pass_radix; ++r) data[base + r * span * m] = own[output_slot(r, pass_radix)];
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
     }
