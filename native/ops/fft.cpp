@@ -115,8 +115,9 @@ GroupShape group_shape(uint32_t radix, uint32_t column_count) {
 }
 
 // Whether transforms take fft_group_* (threadgroup memory): on the GPU launch shape. On the CPU
-// device a threadgroup runs on one core and its barriers cost region loops; the device passes
-// one thread per butterfly are as fast there (tools/kernel_report.py --time --compare-shapes).
+// device a threadgroup runs on one core and its barriers cost region loops: there the group
+// kernels tie with the device passes for powers of two and take up to 2x as long for chirp-z
+// lengths of m >= 8192 (tools/kernel_report.py --time --compare-shapes).
 bool uses_threadgroup_transforms() { return launch_shape() == LaunchShape::gpu; }
 
 void dispatch_group(const std::string& kernel, const Tensor& source, const Tensor& destination, const Tensor& filter,
