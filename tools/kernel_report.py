@@ -611,6 +611,7 @@ CASES = [  # (op, shape label, factory, arguments)
     ("fft", "irfft 8 x 1031 (prime)", fft_case, ("c2r", 8, 1031)),
     ("fft", "fft 16 x 97 (prime)", fft_case, ("c2c", 16, 97)),
     ("fft", "fft 16 x 360 (2^3 3^2 5)", fft_case, ("c2c", 16, 360)),
+    ("fft", "fft 4 x 8192 (two threadgroup stages)", fft_case, ("c2c", 4, 8192)),
     ("cdist", "64x1024 vs 64x1024 p2 f32", cdist_case, (1, 64, 64, 1024, 2.0, F32)),
     ("cdist", "B4 256x64 vs 256x64 p1 f32", cdist_case, (4, 256, 256, 64, 1.0, F32)),
     ("cdist", "1000x128 vs 100x128 p2 f16", cdist_case, (1, 1000, 100, 128, 2.0, F16)),

@@ -93,11 +93,99 @@ bool chirp_z_is_cheaper(uint32_t n) {
   return 2 * pass_accesses(m) + 5 * m + 2 * uint64_t{n} < pass_accesses(n);
 }
 
+// The largest power of two dividing n.
+uint32_t power_of_two_part(uint32_t n) { return n & (~n + 1); }
+
+bool is_power_of_two(uint64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The threadgroup of an fft_group_* dispatch of `column_count` transforms of `radix`: as many
+// columns as fill kFftGroupElements (at most 256 threads of 16 elements; fewer columns when there
+// are fewer), so a group's loads and stores run along whole lines or many columns.
+struct GroupShape {
+  uint32_t columns;
+  uint32_t threads;
+  uint32_t groups;
+};
+
+GroupShape group_shape(uint32_t radix, uint32_t column_count) {
+  const uint32_t per_thread = std::min<uint32_t>(radix, 16);
+  uint32_t columns = std::min<uint32_t>(kFftGroupElements / radix, 256 * per_thread / radix);
+  while (columns > 1 && columns / 2 >= column_count) columns /= 2;
+  return {columns, columns * radix / per_thread, (column_count + columns - 1) / columns};
+}
+
+// Whether transforms take fft_group_* (threadgroup memory): on the GPU launch shape. On the CPU
+// device a threadgroup runs on one core and its barriers cost region loops: there the group
+// kernels tie with the device passes for powers of two and take up to 2x as long for chirp-z
+// lengths of m >= 8192 (tools/kernel_report.py --time --compare-shapes).
+bool uses_threadgroup_transforms() { return launch_shape() == LaunchShape::gpu; }
+
+void dispatch_group(const std::string& kernel, const Tensor& source, const Tensor& destination, const Tensor& filter,
+                    const FftLines& lines, FftGroup group) {
+  const GroupShape shape = group_shape(group.radix, group.column_count);
+  group.columns = shape.columns;
+  KernelLaunch launch(shader_kernel(kShaderFile, kernel));
+  launch.tensor(0, source).tensor(1, destination).tensor(2, filter).value(3, lines).value(4, group);
+  launch.threadgroups({shape.groups, 1, 1}, {shape.threads, 1, 1});
+}
+
+// The radices of fft_group_stage dispatches for a power of two: as few as fit
+// kFftGroupElements (one up to 4096, two up to 2^24: four-step), of about equal sizes.
+std::vector<uint32_t> stage_radices(uint32_t power) {
+  int bits = 0;
+  while ((1u << bits) < power) ++bits;
+  const int stages = (bits + 11) / 12;
+  std::vector<uint32_t> radices;
+  for (int stage = 0; stage < stages; ++stage) radices.push_back(1u << ((bits * (stage + 1)) / stages - (bits * stage) / stages));
+  return radices;
+}
+
+// The chirp-z steps a run of stages folds into its first loads and last stores (kFftChirp*).
+struct ChirpSteps {
+  uint32_t first = 0;
+  uint32_t last = 0;
+  uint32_t length = 0;           // the chirp-z transform's n
+  float scale = 1.0f;            // 1 / m, with kFftChirpGather
+  const Tensor* filter = nullptr;  // the filter's spectrum, with kFftChirpFilter
+};
+
+// Stockham stages of fft_group_stage from span 1 up to the power-of-two part of `length`, over
+// `lines` lines: the first reads `source`, each writes the other buffer of `buffers` than the one
+// before (the first writes buffers[0]); returns the index of the buffer written last.
+int run_stages(const Tensor& source, Tensor* const buffers[2], uint32_t length, uint32_t lines, float sign,
+               const ChirpSteps& steps = {}) {
+  const std::vector<uint32_t> radices = stage_radices(power_of_two_part(length));
+  const Tensor* from = &source;
+  uint32_t span = 1;
+  int written = 1;
+  for (size_t i = 0; i < radices.size(); ++i) {
+    const uint32_t chirp = (i == 0 ? steps.first : 0) | (i + 1 == radices.size() ? steps.last : 0);
+    const FftGroup group{length, span, radices[i], 0, length / radices[i] * lines, 0, chirp, steps.length, sign,
+                         steps.scale};
+    written = 1 - written;
+    dispatch_group("fft_group_stage", *from, *buffers[written], steps.filter ? *steps.filter : *from, FftLines{},
+                   group);
+    from = buffers[written];
+    span *= radices[i];
+  }
+  return written;
+}
+
 // Runs the passes of a transform of `length` over `lines` lines held line after line in
 // buffers[current], each pass writing the other buffer; returns the buffer holding the result.
+// With threadgroup transforms, the power-of-two part of the length takes fft_group_stage
+// dispatches (run_stages), each reading and writing every element once; the other factors
+// take a pass each.
 int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t lines, bool forward) {
   FftPass pass{length, 1, 0, forward ? -1.0f : 1.0f};
-  for (uint32_t radix : radices(length)) {
+  uint32_t rest = length;
+  if (uses_threadgroup_transforms() && power_of_two_part(length) > 1) {
+    Tensor* const ordered[2] = {buffers[1 - current], buffers[current]};
+    current = run_stages(*buffers[current], ordered, length, lines, pass.sign) == 0 ? 1 - current : current;
+    pass.span = power_of_two_part(length);
+    rest /= pass.span;
+  }
+  for (uint32_t radix : radices(rest)) {
     pass.radix = radix;
     const bool butterfly = has_butterfly(radix);
     const std::string kernel = butterfly ? "fft_butterfly_" + std::to_string(radix) : "fft_pass";
@@ -111,28 +199,59 @@ int run_passes(Tensor* const buffers[2], int current, uint32_t length, uint32_t 
   return current;
 }
 
+// The transform of the chirp-z convolution's filter (conj(c_t) at t and m - t, t < n), of the
+// chirp's sign (the filter is symmetric, so either sign gives the same spectrum); returns the
+// tensor holding it. With threadgroup transforms the first stage makes the filter as it loads.
+std::shared_ptr<Tensor> chirp_filter_spectrum(const FftChirp& chirp) {
+  Runtime& runtime = Runtime::get();
+  std::shared_ptr<Tensor> filter[2] = {runtime.empty_tensor({chirp.padded}, {1}, kComplex64),
+                                       runtime.empty_tensor({chirp.padded}, {1}, kComplex64)};
+  Tensor* const buffers[2] = {filter[0].get(), filter[1].get()};
+  if (uses_threadgroup_transforms()) {
+    ChirpSteps steps;
+    steps.first = kFftChirpMakeFilter;
+    steps.length = chirp.length;
+    return filter[run_stages(*filter[1], buffers, chirp.padded, 1, chirp.sign, steps)];
+  }
+  KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_filter"));
+  launch.tensor(0, *filter[0]).value(1, chirp);
+  const device::Size3 grid{chirp.padded, 1, 1};
+  launch.threads(grid, default_group(grid, launch));
+  return filter[run_passes(buffers, 0, chirp.padded, 1, true)];
+}
+
+FftChirp chirp_for(uint32_t n, bool forward) {
+  const auto m = static_cast<uint32_t>(chirp_length(n));
+  return {n, m, forward ? -1.0f : 1.0f, 1.0f / static_cast<float>(m)};
+}
+
 // A chirp-z transform of the `lines` lines of `work` (n each) in place, through two
 // power-of-two transforms of m per line and one of the filter (fft.metal: fft_chirp_*).
 void chirp_z_transform(const char* op, Tensor& work, uint32_t n, uint32_t lines, bool forward) {
   const uint32_t m = checked_u32(op, chirp_length(n), "padded signal length");
   const int64_t padded_elements = static_cast<int64_t>(lines) * m;
   checked_u32(op, padded_elements, "number of padded elements");
-  FftChirp chirp{n, m, forward ? -1.0f : 1.0f, 1.0f / static_cast<float>(m)};
+  const FftChirp chirp = chirp_for(n, forward);
   Runtime& runtime = Runtime::get();
-  std::shared_ptr<Tensor> filter[2] = {runtime.empty_tensor({m}, {1}, kComplex64),
-                                       runtime.empty_tensor({m}, {1}, kComplex64)};
-  {
-    KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_filter"));
-    launch.tensor(0, *filter[0]).value(1, chirp);
-    const device::Size3 grid{m, 1, 1};
-    launch.threads(grid, default_group(grid, launch));
-  }
-  Tensor* const filter_buffers[2] = {filter[0].get(), filter[1].get()};
-  const Tensor& filter_spectrum = *filter_buffers[run_passes(filter_buffers, 0, m, 1, true)];
-
+  const std::shared_ptr<Tensor> filter_spectrum = chirp_filter_spectrum(chirp);
   std::shared_ptr<Tensor> padded[2] = {runtime.empty_tensor({padded_elements}, {1}, kComplex64),
                                        runtime.empty_tensor({padded_elements}, {1}, kComplex64)};
   Tensor* const padded_buffers[2] = {padded[0].get(), padded[1].get()};
+  if (uses_threadgroup_transforms() && stage_radices(m).size() % 2 == 0) {
+    // The spread, the product with the filter's spectrum and the gather ride on the stages'
+    // first loads and last stores; the inverse transform's last stage writes `work`.
+    ChirpSteps steps;
+    steps.first = kFftChirpSpread;
+    steps.length = n;
+    const int current = run_stages(work, padded_buffers, m, lines, chirp.sign, steps);
+    steps.first = kFftChirpFilter;
+    steps.last = kFftChirpGather;
+    steps.scale = chirp.scale;
+    steps.filter = filter_spectrum.get();
+    Tensor* const inverse_buffers[2] = {padded_buffers[1 - current], &work};  // an even count of stages ends in work
+    run_stages(*padded_buffers[current], inverse_buffers, m, lines, -chirp.sign, steps);
+    return;
+  }
   const device::Size3 padded_grid{m, lines, 1};
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_spread"));
@@ -142,7 +261,7 @@ void chirp_z_transform(const char* op, Tensor& work, uint32_t n, uint32_t lines,
   int current = run_passes(padded_buffers, 0, m, lines, true);
   {
     KernelLaunch launch(shader_kernel(kShaderFile, "fft_chirp_convolve"));
-    launch.tensor(0, *padded_buffers[current]).tensor(1, filter_spectrum).value(2, chirp);
+    launch.tensor(0, *padded_buffers[current]).tensor(1, *filter_spectrum).value(2, chirp);
     launch.threads(padded_grid, default_group(padded_grid, launch));
   }
   current = run_passes(padded_buffers, current, m, lines, false);
@@ -150,6 +269,20 @@ void chirp_z_transform(const char* op, Tensor& work, uint32_t n, uint32_t lines,
   launch.tensor(0, *padded_buffers[current]).tensor(1, work).value(2, chirp);
   const device::Size3 grid{n, lines, 1};
   launch.threads(grid, default_group(grid, launch));
+}
+
+// Whole lines of a length that fits threadgroup memory, in one fft_group_* dispatch from the
+// source to the destination: a power of two directly, any other length as a chirp-z transform
+// (its convolutions' m <= kFftGroupElements), after one more for the filter's spectrum.
+void transform_lines_in_threadgroups(const LineTransform& t, const FftLines& lines, uint32_t line_total,
+                                     uint32_t output_length, Load load) {
+  const bool chirp = !is_power_of_two(lines.length);
+  const FftChirp chirp_params = chirp_for(lines.length, t.forward);
+  const FftGroup group{lines.length, 1, chirp ? chirp_params.padded : lines.length, 0, line_total, output_length,
+                       chirp ? kFftChirpLine : 0u, lines.length, chirp_params.sign, chirp_params.scale};
+  const std::shared_ptr<Tensor> filter = chirp ? chirp_filter_spectrum(chirp_params) : nullptr;
+  const char* kernel = load == Load::real ? "fft_group_r2c" : load == Load::complex ? "fft_group_c2c" : "fft_group_c2r";
+  dispatch_group(kernel, *t.source, *t.destination, filter ? *filter : *t.destination, lines, group);
 }
 
 void transform_lines(const char* op, const LineTransform& t, Load load) {
@@ -170,6 +303,12 @@ void transform_lines(const char* op, const LineTransform& t, Load load) {
   const uint32_t line_total = checked_u32(op, line_count, "number of signals");
   checked_u32(op, line_count * t.length, "number of transformed elements");
 
+  const uint32_t output_length = checked_u32(op, t.destination_length, "output length");
+  if (uses_threadgroup_transforms() && (is_power_of_two(lines.length) ? lines.length <= kFftGroupElements
+                                                                      : chirp_length(lines.length) <= kFftGroupElements)) {
+    transform_lines_in_threadgroups(t, lines, line_total, output_length, load);
+    return;
+  }
   Runtime& runtime = Runtime::get();
   const std::vector<int64_t> work_sizes{line_count * t.length};
   std::shared_ptr<Tensor> work[2] = {runtime.empty_tensor(work_sizes, {1}, kComplex64), nullptr};
@@ -193,7 +332,7 @@ void transform_lines(const char* op, const LineTransform& t, Load load) {
   const bool real_output = destination.dtype == kFloat32;
   KernelLaunch launch(shader_kernel(kShaderFile, real_output ? "fft_store_real" : "fft_store_complex"));
   launch.tensor(0, *work[current]).tensor(1, destination).value(2, lines);
-  const device::Size3 store_grid{checked_u32(op, t.destination_length, "output length"), line_total, 1};
+  const device::Size3 store_grid{output_length, line_total, 1};
   launch.threads(store_grid, default_group(store_grid, launch));
 }
 

@@ -45,6 +45,40 @@ struct FftChirp {
 };
 ETM_PARAMS_LAYOUT(FftChirp, 16, scale, 12);
 
+// fft_group_*: complex elements a threadgroup transforms in threadgroup memory (32 KiB).
+ETM_PARAMS_CONSTANT uint32 kFftGroupElements = 4096;
+// What fft_group's columns read and write (the kernels' Ends): work buffers (a Stockham stage),
+// or whole lines from a real, complex or one-sided Hermitian source.
+ETM_PARAMS_CONSTANT uint32 kFftEndsWork = 0;
+ETM_PARAMS_CONSTANT uint32 kFftEndsReal = 1;
+ETM_PARAMS_CONSTANT uint32 kFftEndsComplex = 2;
+ETM_PARAMS_CONSTANT uint32 kFftEndsHermitian = 3;
+
+// fft_group_*'s chirp-z steps (FftGroup::chirp, a set of these). Whole lines: the line is a
+// chirp-z transform of n (lines' length) through a convolution of m = R. Stages of a chirp-z
+// transform whose m passes kFftGroupElements: loads make the filter (conj(c_t)), spread lines of
+// n (x_t c_t), or multiply by the filter's spectrum; stores gather the first n (c_k / m).
+ETM_PARAMS_CONSTANT uint32 kFftChirpLine = 1;
+ETM_PARAMS_CONSTANT uint32 kFftChirpMakeFilter = 2;
+ETM_PARAMS_CONSTANT uint32 kFftChirpSpread = 4;
+ETM_PARAMS_CONSTANT uint32 kFftChirpFilter = 8;
+ETM_PARAMS_CONSTANT uint32 kFftChirpGather = 16;
+
+// A dispatch of fft_group_*: `columns` transforms of `radix` per threadgroup, `column_count` in all.
+struct FftGroup {
+  uint32 length;         // stage: n, the work lines' length (m in a chirp-z transform's stages)
+  uint32 span;           // stage: L, the sub-transforms' length before it
+  uint32 radix;          // R, a power of two <= kFftGroupElements
+  uint32 columns;
+  uint32 column_count;   // stage: lines * n / R; whole lines: the number of lines
+  uint32 output_length;  // whole lines: elements stored per line
+  uint32 chirp;          // kFftChirp* steps
+  uint32 chirp_length;   // stage with chirp steps: the transform's n (whole lines: FftLines's)
+  float sign;            // of the (first) transform, as FftPass's; a chirp's filter and steps: the chirp's
+  float chirp_scale;     // 1 / m, where a chirp-z transform's convolution ends
+};
+ETM_PARAMS_LAYOUT(FftGroup, 40, chirp_scale, 36);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif

@@ -149,12 +149,20 @@ def check_fft(got, want, strides=None):
                         torch.view_as_real(want) if want.is_complex() else want, FFT_TOLERANCE)
 
 
+@pytest.fixture(params=["cpu", "gpu"])
+def launch_shape(request, monkeypatch):
+    """Runs a test under each launch shape: the GPU's transforms in threadgroup memory
+    (fft_group_*) and the CPU device's passes through device memory."""
+    monkeypatch.setenv("ETMETAL_OP_SHAPES", request.param)
+    return request.param
+
+
 # Powers of two and four, small and large primes, mixed factors.
 LENGTHS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 30, 64, 97, 100, 128, 360]
 
 
 @pytest.mark.parametrize("onesided", [True, False])
-def test_fft_r2c_every_length_matches_torch(onesided):
+def test_fft_r2c_every_length_matches_torch(onesided, launch_shape):
     generator = torch.Generator().manual_seed(0)
     for i, n in enumerate(LENGTHS):
         x = torch.randn(3, n, generator=generator)
@@ -163,7 +171,7 @@ def test_fft_r2c_every_length_matches_torch(onesided):
         check_fft(got, torch.ops.aten._fft_r2c(x.double(), [1], normalization, onesided))
 
 
-def test_fft_r2c_several_dims_strided_and_batched():
+def test_fft_r2c_several_dims_strided_and_batched(launch_shape):
     generator = torch.Generator().manual_seed(1)
     base = torch.randn(4, 6, 10, 5, generator=generator)
     for i, x in enumerate((base, base.transpose(1, 3), base[:, 1:, ::3], base.permute(2, 0, 3, 1)[1:])):
@@ -174,7 +182,7 @@ def test_fft_r2c_several_dims_strided_and_batched():
                           meta_strides(torch.ops.aten._fft_r2c, x, [d % 4 for d in dims], 2, onesided))
 
 
-def test_fft_c2c_forward_and_inverse_match_torch():
+def test_fft_c2c_forward_and_inverse_match_torch(launch_shape):
     generator = torch.Generator().manual_seed(2)
     for n in (1, 6, 16, 17, 45, 128):
         x = torch.randn(2, n, 3, dtype=torch.complex64, generator=generator)
@@ -192,7 +200,7 @@ def test_fft_c2c_forward_and_inverse_match_torch():
     assert torch.equal(run_fft(lib.aoti_torch_mps__fft_c2c, base[:, 1], [], 2, 1), base[:, 1])
 
 
-def test_fft_c2r_matches_torch():
+def test_fft_c2r_matches_torch(launch_shape):
     generator = torch.Generator().manual_seed(3)
     for last_dim_size in (1, 2, 7, 8, 16, 33, 100):
         spectrum = torch.randn(3, last_dim_size // 2 + 1, dtype=torch.complex64, generator=generator)
@@ -212,7 +220,7 @@ def test_fft_c2r_matches_torch():
 CHIRP_LENGTHS = [31, 47, 127, 1031, 2 * 1031, 2053, 4099]
 
 
-def test_fft_of_lengths_with_a_large_prime_factor_matches_torch():
+def test_fft_of_lengths_with_a_large_prime_factor_matches_torch(launch_shape):
     generator = torch.Generator().manual_seed(6)
     for i, n in enumerate(CHIRP_LENGTHS):
         normalization = i % 3
@@ -232,7 +240,7 @@ def test_fft_of_lengths_with_a_large_prime_factor_matches_torch():
                                       norm=("backward", "ortho", "forward")[normalization]))
 
 
-def test_fft_of_large_primes_batched_strided_and_over_several_dims():
+def test_fft_of_large_primes_batched_strided_and_over_several_dims(launch_shape):
     generator = torch.Generator().manual_seed(7)
     base = torch.randn(4, 1031, 3, dtype=torch.complex64, generator=generator)
     for x, dims in ((base, [1]), (base.transpose(0, 2), [2, 0]), (base[1:, ::2], [1, 2]), (base[..., 1], [1, 0])):
@@ -250,7 +258,30 @@ def test_fft_of_large_primes_batched_strided_and_over_several_dims():
               meta_strides(torch.ops.aten._fft_c2r, base, [0, 1], 0, 2061))
 
 
-def test_fft_round_trip_of_a_long_signal():
+# Lengths for the threadgroup transforms' limits: whole lines up to 4096 (2047: a chirp-z
+# convolution of m = 4096), two fft_group_stage dispatches beyond (8192 as 128 x 64, 2^14 as
+# 128 x 128), a power-of-two part of 8192 before a radix-3 pass, and line counts that leave a
+# threadgroup's columns partly empty.
+GROUP_LENGTHS = [(37, 8), (3, 2048), (5, 2047), (2, 4096), (2, 8192), (1, 16384), (2, 3 * 8192), (7, 96)]
+
+
+def test_fft_lengths_at_the_threadgroup_limits_match_torch(launch_shape):
+    generator = torch.Generator().manual_seed(8)
+    for i, (lines, n) in enumerate(GROUP_LENGTHS):
+        normalization = i % 3
+        z = torch.randn(lines, n, dtype=torch.complex64, generator=generator)
+        for forward in (True, False):
+            got = run_fft(lib.aoti_torch_mps__fft_c2c, z, [1], normalization, int(forward))
+            check_fft(got, torch.ops.aten._fft_c2c(z.to(torch.complex128), [1], normalization, forward))
+        x = torch.randn(n, lines, generator=generator).t()
+        got = run_fft(lib.aoti_torch_mps__fft_r2c, x, [1], normalization, 1)
+        check_fft(got, torch.ops.aten._fft_r2c(x.double(), [1], normalization, True))
+        spectrum = torch.randn(lines, n // 2 + 1, dtype=torch.complex64, generator=generator)
+        got = run_fft(lib.aoti_torch_mps__fft_c2r, spectrum, [1], normalization, n)
+        check_fft(got, torch.ops.aten._fft_c2r(spectrum.to(torch.complex128), [1], normalization, n))
+
+
+def test_fft_round_trip_of_a_long_signal(launch_shape):
     x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(4))
     spectrum = run_fft(lib.aoti_torch_mps__fft_r2c, x, [1], 0, 1)
     back = run_fft(lib.aoti_torch_mps__fft_c2r, spectrum, [1], 2, 4096)
