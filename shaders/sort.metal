@@ -573,19 +573,23 @@ kernel void radix_count(device const int* keys [[buffer(0)]], device uint* count
 // offsets from its share's start.
 kernel void radix_offsets(device uint* counts [[buffer(0)]], constant RadixSortParams& p [[buffer(1)]],
                           uint line [[threadgroup_position_in_grid]],
-                          uint t [[thread_index_in_threadgroup]],
-                          uint lane [[thread_index_in_simdgroup]],
-                          uint simd [[simdgroup_index_in_threadgroup]],
-                          uint simd_width [[threads_per_simdgroup]]) {
-  threadgroup uint simd_totals[kRadixMaxSimds];
+                          uint t [[thread_index_in_threadgroup]]) {
+  threadgroup uint scanned[kRadixGroup];
   const uint entries = (1u << p.digit_bits) * p.blocks;
   const uint share = (entries + kRadixGroup - 1) / kRadixGroup;
   device uint* line_counts = counts + long(line) * entries;
   const uint first = min(t * share, entries), end = min(first + share, entries);
   uint sum = 0;
   for (uint i = first; i < end; ++i) sum += line_counts[i];
-  uint total;
-  uint offset = group_exclusive_sum(sum, simd_totals, kRadixGroup, lane, simd, simd_width, total);
+  scanned[t] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = 1; stride < kRadixGroup; stride *= 2) {  // inclusive scan of the shares' sums
+    const uint before = t >= stride ? scanned[t - stride] : 0;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    scanned[t] += before;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  uint offset = scanned[t] - sum;
   for (uint i = first; i < end; ++i) {
     const uint count = line_counts[i];
     line_counts[i] = offset;
@@ -617,7 +621,8 @@ kernel void radix_scatter(device const int* keys [[buffer(0)]], device const int
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const ulong lanes = simd_width >= 64 ? ~0ul : (1ul << simd_width) - 1;
   const uint rounds = radix_rounds(p, group.x);
-  for (uint r = 0, at = group.x * kRadixBlock + t; r < rounds; ++r, at += kRadixGroup) {
+  for (uint r = 0; r < rounds; ++r) {
+    const uint at = group.x * kRadixBlock + r * kRadixGroup + t;
     const bool present = at < p.length;
     const int key = present ? keys[line_at + at] : 0;
     const uint digit = present ? radix_digit(key, p) : bins;  // bit digit_bits: no key
