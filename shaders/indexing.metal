@@ -8,9 +8,9 @@
 //                              order: duplicate indices never meet in two threads, so the sum is
 //                              race-free and deterministic (CPU order). The CPU shape, and the GPU
 //                              shape for few positions.
-//   index_put_accumulate_keys_<K>, then ops::sort, then index_put_accumulate_sorted_<T>: the GPU
-//                              shape for many positions, the same sums with no thread walking more
-//                              than its own run of duplicates (see index_put_accumulate_sorted).
+//   index_put_accumulate_keys_<K>, then ops::sort_bounded_keys (ops::sort for int64 keys), then
+//   index_put_accumulate_sorted_<T>: the GPU shape for many positions, the same sums with no
+//                              thread walking more than its own run of duplicates.
 // An index outside [-size, size) is recorded in `fault` (index number + 1, value low and high
 // words) and its element is skipped.
 //
@@ -18,8 +18,8 @@
 // One thread per line of index along dim, walking the line in order: two lines differ in a
 // coordinate other than dim, so they never reach the same element of out; the reductions are
 // race-free and sum in index order, as ATen's CPU kernel does.
-// (The CPU shape, and the GPU shape for short lines; long lines in the GPU shape: scatter_keys
-// for an int64 index, ops::sort of each line, then scatter_sorted: a thread per run of equal
+// (The CPU shape, and the GPU shape for short lines; long lines in the GPU shape: scatter_keys,
+// ops::sort_bounded_keys of each line, then scatter_sorted: a thread per run of equal
 // indices, the same results.)
 // Without include_self, the elements a line reaches first become the reduction's identity.
 // For mean, `counts` (int32, out's shape, zero on entry) counts the contributions; the line
@@ -167,35 +167,47 @@ kernel void index_put_accumulate(device T* self [[buffer(0)]], const device T* v
   }
 }
 
-// The sorted form (index_put_accumulate_keys, then ops::sort, then this): `keys` holds every
+// The sorted form (index_put_accumulate_keys, then a sort, then this): `keys` holds every
 // broadcast position's key (the self offset its indices select, -1 where one is out of range)
-// sorted stably, so equal keys keep position order, and `positions` where each came from. One
-// thread per (kSortedPlainRun plain coordinates, sorted key); the threads at the start of a run
-// of equal keys add the run's values in position order, the in-order kernel's sums.
+// sorted stably, so equal keys keep position order, and `positions` where each came from (both
+// int64 with long_keys, else int32: ops::sort or ops::sort_bounded_keys). One thread per
+// (kSortedPlainRun plain coordinates, kSortedKeyRun sorted keys): for each run of equal keys
+// that starts among its keys, it adds the run's values in position order (the in-order
+// kernel's sums), walking past its own keys when the run does.
 template <typename T>
 kernel void index_put_accumulate_sorted(device T* self [[buffer(0)]], const device T* values [[buffer(1)]],
                                         constant IndexParams& p [[buffer(2)]],
                                         const device int* keys [[buffer(3)]],
-                                        const device long* positions [[buffer(4)]],
+                                        const device int* positions [[buffer(4)]],
                                         constant uint& long_keys [[buffer(5)]],
                                         uint2 t [[thread_position_in_grid]]) {
-  const long key = read_index(keys, long_keys, t.y);
-  if (key < 0 || (t.y > 0 && read_index(keys, long_keys, t.y - 1) == key)) return;
   const uint first = t.x * kSortedPlainRun, plains = min(kSortedPlainRun, p.plain_numel - first);
   long self_offsets[kSortedPlainRun], values_offsets[kSortedPlainRun];
-  T sums[kSortedPlainRun];
-  for (uint c = 0; c < plains; ++c) {
-    plain_offsets(p, first + c, self_offsets[c], values_offsets[c]);
-    self_offsets[c] += key;
-    sums[c] = self[self_offsets[c]];
+  for (uint c = 0; c < plains; ++c) plain_offsets(p, first + c, self_offsets[c], values_offsets[c]);
+  const uint count = p.broadcast_numel;
+  uint s = t.y * kSortedKeyRun;
+  const uint end = min(s + kSortedKeyRun, count);
+  long previous = s > 0 ? read_index(keys, long_keys, s - 1) : -1;
+  long key = read_index(keys, long_keys, s);
+  while (s < end) {
+    if (key < 0 || key == previous) {  // out of range, or a run that started before these keys
+      previous = key;
+      key = ++s < end ? read_index(keys, long_keys, s) : -1;
+      continue;
+    }
+    T sums[kSortedPlainRun];
+    for (uint c = 0; c < plains; ++c) sums[c] = self[self_offsets[c] + key];
+    long next;
+    do {
+      uint coordinates[kIndexingMaxDims];
+      const long position_offset = broadcast_offset(p, uint(read_index(positions, long_keys, s)), coordinates);
+      for (uint c = 0; c < plains; ++c) sums[c] = accumulate(sums[c], values[values_offsets[c] + position_offset]);
+      next = ++s < count ? read_index(keys, long_keys, s) : -1;
+    } while (next == key);
+    for (uint c = 0; c < plains; ++c) self[self_offsets[c] + key] = sums[c];
+    previous = key;
+    key = next;
   }
-  uint s = t.y;
-  do {
-    uint coordinates[kIndexingMaxDims];
-    const long position_offset = broadcast_offset(p, uint(positions[s]), coordinates);
-    for (uint c = 0; c < plains; ++c) sums[c] = accumulate(sums[c], values[values_offsets[c] + position_offset]);
-  } while (++s < p.broadcast_numel && read_index(keys, long_keys, s) == key);
-  for (uint c = 0; c < plains; ++c) self[self_offsets[c]] = sums[c];
 }
 
 // One thread per broadcast position: its key for index_put_accumulate_sorted.
@@ -239,7 +251,7 @@ INSTANTIATE_MOVES(ulong, 8)
       const device int*, const device int*, const device int*, const device int*, uint);        \
   template [[host_name("index_put_accumulate_sorted_" #name)]] kernel void                       \
   index_put_accumulate_sorted<T>(device T*, const device T*, constant IndexParams&,              \
-                                 const device int*, const device long*, constant uint&, uint2);
+                                 const device int*, const device int*, constant uint&, uint2);
 
 INSTANTIATE_ACCUMULATE(float, float)
 INSTANTIATE_ACCUMULATE(half, half)
@@ -348,67 +360,74 @@ kernel void scatter(device T* out [[buffer(0)]], const device int* index [[buffe
   }
 }
 
-// One thread per element of an int64 index (contiguous order): its value as an int32 key for
-// the sorted form, -1 when out of range (recorded in `fault`); the sort then moves half the bytes.
+// Offsets in out, index and src of line `line` (numbered over the dimensions other than dim,
+// the last fastest), as the scatter kernel numbers them.
+inline void scatter_line_bases(constant ScatterParams& p, uint line, thread long& out_base, thread long& index_base,
+                               thread long& src_base) {
+  out_base = index_base = src_base = 0;
+  for (int d = int(p.dims) - 1; d >= 0; --d) {
+    if (uint(d) == p.dim) continue;
+    const long c = long(line % p.line_sizes[d]);
+    line /= p.line_sizes[d];
+    out_base += c * p.out_strides[d];
+    index_base += c * p.index_strides[d];
+    src_base += c * p.src_strides[d];
+  }
+}
+
+// The sorted form's keys: one thread per index element, its value as an int32 key at
+// line * length + (its place along dim), -1 when out of range (recorded in `fault`).
 kernel void scatter_keys(device int* keys [[buffer(0)]], const device int* index [[buffer(1)]],
                          device atomic_int* fault [[buffer(2)]], constant ScatterParams& p [[buffer(3)]],
                          uint t [[thread_position_in_grid]]) {
-  long offset = 0;
-  uint rest = t;
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    const uint size = uint(d) == p.dim ? p.length : p.line_sizes[d];
-    offset += long(rest % size) * p.index_strides[d];
-    rest /= size;
-  }
-  const long position = read_index(index, p.long_index, offset);
+  long out_base, index_base, src_base;
+  scatter_line_bases(p, t / p.length, out_base, index_base, src_base);
+  const long position = read_index(index, p.long_index, index_base + long(t % p.length) * p.index_strides[p.dim]);
   const bool inside = position >= 0 && position < long(p.out_size);
   if (!inside) record_fault(fault, 0, position);
   keys[t] = inside ? int(position) : -1;
 }
 
-// The sorted form: `sorted` holds index's lines sorted along dim (stably: equal values keep
-// their order) and `positions` where each came from, both contiguous in index's shape. One
-// thread per element of them; the first of a run of equal values in its line combines the
-// run's src values into its element of out in position order, as the in-order kernel does.
+// The sorted form: `sorted` holds scatter_keys' lines sorted (stably: equal keys keep their
+// order) and `positions` where along dim each came from, both line after line. One thread per
+// kSortedKeyRun keys of a line: for each run of equal keys that starts among its keys, it
+// combines the run's src values into their element of out in position order, as the in-order
+// kernel does, walking past its own keys when the run does.
 template <typename T>
 kernel void scatter_sorted(device T* out [[buffer(0)]], const device int* sorted [[buffer(1)]],
-                           const device T* src [[buffer(2)]], device atomic_int* fault [[buffer(3)]],
-                           const device long* positions [[buffer(4)]], constant ScatterParams& p [[buffer(5)]],
-                           uint t [[thread_position_in_grid]]) {
-  long out_base = 0, src_base = 0;
-  uint rest = t, along = 0, stride = 1, inner = 1;  // stride: sorted's along dim
-  for (int d = int(p.dims) - 1; d >= 0; --d) {
-    const uint size = uint(d) == p.dim ? p.length : p.line_sizes[d];
-    const uint c = rest % size;
-    rest /= size;
-    if (uint(d) == p.dim) {
-      along = c;
-      stride = inner;
-    } else {
-      out_base += long(c) * p.out_strides[d];
-      src_base += long(c) * p.src_strides[d];
-    }
-    inner *= size;
-  }
-  const long position = read_index(sorted, p.long_index, t);
-  if (along > 0 && read_index(sorted, p.long_index, long(t) - stride) == position) return;
-  if (position < 0 || position >= long(p.out_size)) {
-    record_fault(fault, 0, position);
-    return;
-  }
-  device T& target = out[out_base + position * p.out_strides[p.dim]];
+                           const device T* src [[buffer(2)]], const device int* positions [[buffer(3)]],
+                           constant ScatterParams& p [[buffer(4)]], uint t [[thread_position_in_grid]]) {
+  const uint chunks = (p.length + kSortedKeyRun - 1) / kSortedKeyRun, line = t / chunks;
+  long out_base, index_base, src_base;
+  scatter_line_bases(p, line, out_base, index_base, src_base);
+  const device int* line_keys = sorted + long(line) * p.length;
+  const device int* line_positions = positions + long(line) * p.length;
   const constant T* scalar = reinterpret_cast<const constant T*>(&p.value_bits);
-  T result = p.include_self || p.reduction == kAssign ? target : identity<T>(p.reduction);
-  int count = 0;
-  long at = t;
-  do {
-    const T value = p.scalar_src ? *scalar : src[src_base + positions[at] * p.src_strides[p.dim]];
-    result = combine(p.reduction, result, value);
-    ++count;
-    at += stride;
-  } while (along + uint(count) < p.length && read_index(sorted, p.long_index, at) == position);
-  if (p.reduction == kMean) result = T(divide(typename Compute<T>::type(result), count + int(p.include_self)));
-  target = result;
+  uint along = (t % chunks) * kSortedKeyRun;
+  const uint end = min(along + kSortedKeyRun, p.length);
+  int previous = along > 0 ? line_keys[along - 1] : -1;
+  int key = line_keys[along];
+  while (along < end) {
+    if (key < 0 || key == previous) {  // out of range, or a run that started before these keys
+      previous = key;
+      key = ++along < end ? line_keys[along] : -1;
+      continue;
+    }
+    device T& target = out[out_base + long(key) * p.out_strides[p.dim]];
+    T result = p.include_self || p.reduction == kAssign ? target : identity<T>(p.reduction);
+    uint combined = 0;
+    int next;
+    do {
+      const T value = p.scalar_src ? *scalar : src[src_base + long(line_positions[along]) * p.src_strides[p.dim]];
+      result = combine(p.reduction, result, value);
+      ++combined;
+      next = ++along < p.length ? line_keys[along] : -1;
+    } while (next == key);
+    if (p.reduction == kMean) result = T(divide(typename Compute<T>::type(result), int(combined + p.include_self)));
+    target = result;
+    previous = key;
+    key = next;
+  }
 }
 
 #define INSTANTIATE_SCATTER(T, name)                                                               \
@@ -416,8 +435,8 @@ kernel void scatter_sorted(device T* out [[buffer(0)]], const device int* sorted
       device T*, const device int*, const device T*, device atomic_int*, device int*,            \
       constant ScatterParams&, uint);                                                            \
   template [[host_name("scatter_sorted_" #name)]] kernel void scatter_sorted<T>(                  \
-      device T*, const device int*, const device T*, device atomic_int*, const device long*,     \
-      constant ScatterParams&, uint);
+      device T*, const device int*, const device T*, const device int*, constant ScatterParams&, \
+      uint);
 
 INSTANTIATE_SCATTER(float, float)
 INSTANTIATE_SCATTER(half, half)

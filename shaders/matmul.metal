@@ -160,21 +160,19 @@ kernel void matmul_vector_columns(device T* out [[buffer(0)]],
 }
 
 // Products with few rows (M < 16 after the host transposes those with N < M: LLM decode of a few
-// sequences, x @ weight.t() of a small batch), the GPU launch shape: a threadgroup owns
-// kFewRowsColumns output columns of every row. Per kFewRowsDepth-deep step along K it stages the
-// rows' slice of a and the columns' slice of b in threadgroup memory (neighbouring threads load
-// along b's unit stride, K or N), then each thread accumulates the outputs of one column in
-// kFewRowsPerThread rows. b is read from device memory once and a once per threadgroup: device
-// bytes about (1 + M / kFewRowsColumns) x the minimum, where one thread per output (matmul_naive)
-// reads b M times and a N times.
+// sequences, x @ weight.t() of a small batch), the GPU launch shape: a threadgroup owns COLUMNS
+// output columns of every row. Per DEPTH-deep step along K it stages the rows' slice of a and
+// the columns' slice of b in threadgroup memory (neighbouring threads load along b's unit
+// stride, K or N), then each thread accumulates the outputs of one column in kFewRowsMax /
+// (kFewRowsThreads / COLUMNS) rows. b is read from device memory once and a once per
+// threadgroup: device bytes about (1 + M / COLUMNS) x the minimum, where one thread per output
+// (matmul_naive) reads b M times and a N times. matmul_few_rows_<T>: 64 columns, 64 deep;
+// matmul_few_rows_wide_<T>, for more than 8 rows: 128 columns (half the re-reads of a), 32 deep
+// (the b tile stays at 16 KB).
 constant constexpr uint kFewRowsThreads = 256;
-constant constexpr uint kFewRowsColumns = 64;
-constant constexpr uint kFewRowsDepth = 64;
 constant constexpr uint kFewRowsMax = 16;
-constant constexpr uint kFewRowsStride = kFewRowsThreads / kFewRowsColumns;  // between a thread's rows
-constant constexpr uint kFewRowsPerThread = kFewRowsMax / kFewRowsStride;
 
-template <typename T>
+template <typename T, uint COLUMNS, uint DEPTH>
 kernel void matmul_few_rows(device T* out [[buffer(0)]],
                             const device T* a [[buffer(1)]],
                             const device T* b [[buffer(2)]],
@@ -182,38 +180,41 @@ kernel void matmul_few_rows(device T* out [[buffer(0)]],
                             constant MatmulParams& p [[buffer(4)]],
                             uint2 group [[threadgroup_position_in_grid]],
                             uint tid [[thread_index_in_threadgroup]]) {
-  threadgroup float a_tile[kFewRowsMax][kFewRowsDepth];
-  threadgroup float b_tile[kFewRowsDepth][kFewRowsColumns + 1];  // + 1: transposed stores spread over banks
+  constexpr uint kRowStride = kFewRowsThreads / COLUMNS;  // between a thread's rows
+  constexpr uint kPerThread = kFewRowsMax / kRowStride;
+  threadgroup float a_tile[kFewRowsMax][DEPTH];
+  threadgroup float b_tile[DEPTH][COLUMNS + 1];  // + 1: transposed stores spread over banks
   const long batch = group.y;
-  const long column0 = long(group.x) * kFewRowsColumns;
+  const long column0 = long(group.x) * COLUMNS;
   const uint rows = uint(p.rows);  // below kFewRowsMax (the host's condition)
-  const uint columns = uint(min(long(kFewRowsColumns), p.columns - column0));
+  const uint columns = uint(min(long(COLUMNS), p.columns - column0));
   const device T* a_batch = a + batch * p.a_strides[0];
   const device T* b_block = b + batch * p.b_strides[0] + column0 * p.b_strides[2];
   const bool b_along_k = p.b_strides[1] == 1 && p.b_strides[2] != 1;
-  const uint column = tid % kFewRowsColumns, first_row = tid / kFewRowsColumns;
-  float sums[kFewRowsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (long k0 = 0; k0 < p.depth; k0 += kFewRowsDepth) {
-    const uint depth = uint(min(long(kFewRowsDepth), p.depth - k0));
-    for (uint i = tid; i < kFewRowsMax * kFewRowsDepth; i += kFewRowsThreads) {
-      const uint r = i / kFewRowsDepth, kk = i % kFewRowsDepth;
+  const uint column = tid % COLUMNS, first_row = tid / COLUMNS;
+  float sums[kPerThread];
+  for (uint j = 0; j < kPerThread; ++j) sums[j] = 0.0f;
+  for (long k0 = 0; k0 < p.depth; k0 += DEPTH) {
+    const uint depth = uint(min(long(DEPTH), p.depth - k0));
+    for (uint i = tid; i < kFewRowsMax * DEPTH; i += kFewRowsThreads) {
+      const uint r = i / DEPTH, kk = i % DEPTH;
       a_tile[r][kk] = r < rows && kk < depth ? float(a_batch[r * p.a_strides[1] + (k0 + kk) * p.a_strides[2]]) : 0.0f;
     }
-    for (uint i = tid; i < kFewRowsDepth * kFewRowsColumns; i += kFewRowsThreads) {
-      const uint kk = b_along_k ? i % kFewRowsDepth : i / kFewRowsColumns;
-      const uint c = b_along_k ? i / kFewRowsDepth : i % kFewRowsColumns;
+    for (uint i = tid; i < DEPTH * COLUMNS; i += kFewRowsThreads) {
+      const uint kk = b_along_k ? i % DEPTH : i / COLUMNS;
+      const uint c = b_along_k ? i / DEPTH : i % COLUMNS;
       b_tile[kk][c] = kk < depth && c < columns ? float(b_block[(k0 + kk) * p.b_strides[1] + c * p.b_strides[2]]) : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0; kk < kFewRowsDepth; ++kk) {  // past depth both tiles hold zeros
+    for (uint kk = 0; kk < DEPTH; ++kk) {  // past depth both tiles hold zeros
       const float w = b_tile[kk][column];
-      for (uint j = 0; j < kFewRowsPerThread; ++j) sums[j] += a_tile[first_row + j * kFewRowsStride][kk] * w;
+      for (uint j = 0; j < kPerThread; ++j) sums[j] += a_tile[first_row + j * kRowStride][kk] * w;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   if (column >= columns) return;
-  for (uint j = 0; j < kFewRowsPerThread; ++j) {
-    const uint row = first_row + j * kFewRowsStride;
+  for (uint j = 0; j < kPerThread; ++j) {
+    const uint row = first_row + j * kRowStride;
     if (row < rows) store_result(out, addend, p, batch, row, column0 + column, sums[j]);
   }
 }
@@ -649,7 +650,10 @@ kernel void matmul_panels(device T* out [[buffer(0)]],
   template [[host_name("matmul_vector_columns_" #SUFFIX)]] kernel void matmul_vector_columns<T>(  \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
       uint, uint, uint);                                                                          \
-  template [[host_name("matmul_few_rows_" #SUFFIX)]] kernel void matmul_few_rows<T>(            \
+  template [[host_name("matmul_few_rows_" #SUFFIX)]] kernel void matmul_few_rows<T, 64, 64>(    \
+      device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
+      uint);                                                                                      \
+  template [[host_name("matmul_few_rows_wide_" #SUFFIX)]] kernel void matmul_few_rows<T, 128, 32>( \
       device T*, const device T*, const device T*, const device T*, constant MatmulParams&, uint2,  \
       uint);                                                                                      \
   template [[host_name("matmul_gemv_kdot_" #SUFFIX)]] kernel void matmul_gemv_kdot<T>(            \

@@ -522,3 +522,130 @@ SORT_KERNELS(short, uint, 2048, short)
 SORT_KERNELS(char, uint, 2048, char)
 SORT_KERNELS(uchar, uint, 2048, uchar)
 SORT_KERNELS(bool, uint, 2048, bool)
+
+// ---------------------------------------------------------------------------- bounded keys
+// Stable LSD radix sort of lines of int32 keys in [-1, bound) (the sorted forms of index_put
+// accumulate and scatter: -1 marks an index out of range and sorts first), with the positions
+// the keys had in their line: ceil(bits / 11) passes (bits: those of bound + 1) of a digit of
+// RadixSortParams::digit_bits each, instead of a merge sort's log2(n / tile) passes. A pass
+// reads each line in blocks of up to kRadixBlock consecutive keys:
+//   radix_count    one threadgroup per (block, line): the block's count of each digit;
+//   radix_offsets  one threadgroup per line: the exclusive prefix sums of the counts in
+//                  (digit, block) order, where the block's first key of each digit goes;
+//   radix_scatter  one threadgroup per (block, line): moves every key and its position there,
+//                  its rank among the block's equal digits following key order (stable).
+// Must match the constants of native/ops/sort.cpp.
+constant constexpr uint kRadixGroup = 256;
+constant constexpr uint kRadixRounds = 32;  // keys per thread: a round takes one a thread
+constant constexpr uint kRadixBlock = kRadixGroup * kRadixRounds;
+constant constexpr uint kRadixMaxBins = 2048;
+constant constexpr uint kRadixMaxSimds = kRadixGroup / 32;  // SIMD-groups of 32 lanes or more
+
+inline uint radix_digit(int key, constant RadixSortParams& p) {
+  return (uint(key + 1) >> p.shift) & ((1u << p.digit_bits) - 1);
+}
+
+// Rounds of the block that hold keys (the same for the whole group).
+inline uint radix_rounds(constant RadixSortParams& p, uint block) {
+  return min(kRadixRounds, (p.length - block * kRadixBlock + kRadixGroup - 1) / kRadixGroup);
+}
+
+kernel void radix_count(device const int* keys [[buffer(0)]], device uint* counts [[buffer(1)]],
+                        constant RadixSortParams& p [[buffer(2)]],
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint t [[thread_index_in_threadgroup]]) {
+  threadgroup atomic_uint histogram[kRadixMaxBins];
+  const uint bins = 1u << p.digit_bits;
+  for (uint b = t; b < bins; b += kRadixGroup) atomic_store_explicit(&histogram[b], 0u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const long line_at = long(group.y) * p.length;
+  for (uint at = group.x * kRadixBlock + t, end = min(p.length, (group.x + 1) * kRadixBlock); at < end;
+       at += kRadixGroup) {
+    atomic_fetch_add_explicit(&histogram[radix_digit(keys[line_at + at], p)], 1u, memory_order_relaxed);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint b = t; b < bins; b += kRadixGroup) {
+    counts[(long(group.y) * bins + b) * p.blocks + group.x] = atomic_load_explicit(&histogram[b], memory_order_relaxed);
+  }
+}
+
+// In place: each thread sums a contiguous share of the line's counts, then rewrites it as
+// offsets from its share's start.
+kernel void radix_offsets(device uint* counts [[buffer(0)]], constant RadixSortParams& p [[buffer(1)]],
+                          uint line [[threadgroup_position_in_grid]],
+                          uint t [[thread_index_in_threadgroup]]) {
+  threadgroup uint scanned[kRadixGroup];
+  const uint entries = (1u << p.digit_bits) * p.blocks;
+  const uint share = (entries + kRadixGroup - 1) / kRadixGroup;
+  device uint* line_counts = counts + long(line) * entries;
+  const uint first = min(t * share, entries), end = min(first + share, entries);
+  uint sum = 0;
+  for (uint i = first; i < end; ++i) sum += line_counts[i];
+  scanned[t] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = 1; stride < kRadixGroup; stride *= 2) {  // inclusive scan of the shares' sums
+    const uint before = t >= stride ? scanned[t - stride] : 0;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    scanned[t] += before;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  uint offset = scanned[t] - sum;
+  for (uint i = first; i < end; ++i) {
+    const uint count = line_counts[i];
+    line_counts[i] = offset;
+    offset += count;
+  }
+}
+
+// A round takes the block's next kRadixGroup keys, one a thread. Lanes with equal digits find
+// each other by a ballot per digit bit (plus one for lanes without a key); the lowest of them
+// records their number for its SIMD-group. Each key goes after the block's earlier keys of its
+// digit: those of earlier rounds (`placed`), of earlier SIMD-groups and of lower lanes.
+kernel void radix_scatter(device const int* keys [[buffer(0)]], device const int* positions [[buffer(1)]],
+                          device int* sorted_keys [[buffer(2)]], device int* sorted_positions [[buffer(3)]],
+                          device const uint* offsets [[buffer(4)]], constant RadixSortParams& p [[buffer(5)]],
+                          uint2 group [[threadgroup_position_in_grid]],
+                          uint t [[thread_index_in_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]],
+                          uint simd [[simdgroup_index_in_threadgroup]],
+                          uint simd_width [[threads_per_simdgroup]]) {
+  threadgroup atomic_uint placed[kRadixMaxBins];  // the line's output offset of the digit's next key
+  threadgroup uchar simd_counts[kRadixMaxSimds][kRadixMaxBins];  // this round's: at most a SIMD-group
+  const uint bins = 1u << p.digit_bits;
+  const long line_at = long(group.y) * p.length;
+  for (uint b = t; b < bins; b += kRadixGroup) {
+    atomic_store_explicit(&placed[b], offsets[(long(group.y) * bins + b) * p.blocks + group.x],
+                          memory_order_relaxed);
+    for (uint s = 0; s < kRadixMaxSimds; ++s) simd_counts[s][b] = 0;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const ulong lanes = simd_width >= 64 ? ~0ul : (1ul << simd_width) - 1;
+  const uint rounds = radix_rounds(p, group.x);
+  for (uint r = 0; r < rounds; ++r) {
+    const uint at = group.x * kRadixBlock + r * kRadixGroup + t;
+    const bool present = at < p.length;
+    const int key = present ? keys[line_at + at] : 0;
+    const uint digit = present ? radix_digit(key, p) : bins;  // bit digit_bits: no key
+    ulong peers = lanes;
+    for (uint b = 0; b <= p.digit_bits; ++b) {
+      const bool set = (digit >> b) & 1u;
+      const ulong voted = ulong(simd_ballot(set));
+      peers &= set ? voted : ~voted;
+    }
+    const bool leader = present && ctz(peers) == lane;
+    if (leader) simd_counts[simd][digit] = uchar(popcount(peers));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (present) {
+      uint to = atomic_load_explicit(&placed[digit], memory_order_relaxed) + popcount(peers & ((1ul << lane) - 1));
+      for (uint s = 0; s < simd; ++s) to += simd_counts[s][digit];
+      sorted_keys[line_at + to] = key;
+      sorted_positions[line_at + to] = p.first_pass ? int(at) : positions[line_at + at];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (leader) {
+      atomic_fetch_add_explicit(&placed[digit], uint(simd_counts[simd][digit]), memory_order_relaxed);
+      simd_counts[simd][digit] = 0;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+}

@@ -251,11 +251,13 @@ void index_put_(const Tensor& self, const std::vector<const Tensor*>& indices, c
   auto keys = Runtime::get().empty_tensor(key_sizes, {1}, key_dtype);
   run_indexing(op, long_keys ? "index_put_accumulate_keys_long" : "index_put_accumulate_keys_int", *keys, *keys, plan,
                p.broadcast_numel);
-  const SortOutputs sorted = sort(*keys, 0, false);
+  const SortOutputs sorted = long_keys ? sort(*keys, 0, false) : sort_bounded_keys(*keys, 1, p.broadcast_numel,
+                                                                                     largest_offset + 1);
   KernelLaunch launch(shader_kernel(kShaderFile, std::string("index_put_accumulate_sorted_") + name));
   launch.tensor(0, self).tensor(1, values).value(2, p).tensor(3, *sorted.values).tensor(4, *sorted.indices)
       .value(5, uint32_t{long_keys});
-  const device::Size3 grid{(p.plain_numel + kSortedPlainRun - 1) / kSortedPlainRun, p.broadcast_numel, 1};
+  const device::Size3 grid{(p.plain_numel + kSortedPlainRun - 1) / kSortedPlainRun,
+                           (p.broadcast_numel + kSortedKeyRun - 1) / kSortedKeyRun, 1};
   launch.threads(grid, default_group(grid, launch));
 }
 

@@ -41,8 +41,10 @@ constexpr uint64_t kGemvDotColumns = 4;
 constexpr uint64_t kGemvStripColumns = 32;
 constexpr uint64_t kGemvGroupThreads = 64;
 // matmul_few_rows (the GPU launch shape of those products): output columns per threadgroup of
-// kFewRowsThreads.
+// kFewRowsThreads; the wide form, for more than kFewRowsNarrowMax rows, re-reads a half as often.
 constexpr uint64_t kFewRowsColumns = 64;
+constexpr uint64_t kFewRowsWideColumns = 128;
+constexpr uint64_t kFewRowsNarrowMax = 8;
 constexpr uint64_t kFewRowsThreads = 256;
 // Multiply-adds a gemv thread group should do at least: enough that the per-group cost stays
 // small, few enough that a product with few strips still spreads over the CPU device's workers.
@@ -175,12 +177,13 @@ bool dispatch_few_rows(const Tensor& out, const Tensor& a, const Tensor& b, cons
   const bool transposed = params.columns < params.rows;
   const MatmulParams p = transposed ? transposed_product(params) : params;
   if (p.rows >= kTiledMinimum) return false;
-  KernelFunction& kernel = shader_kernel("matmul.metal", "matmul_few_rows_" + suffix);
+  const bool wide = uint64_t(p.rows) > kFewRowsNarrowMax;
+  KernelFunction& kernel = shader_kernel("matmul.metal", (wide ? "matmul_few_rows_wide_" : "matmul_few_rows_") + suffix);
   if (kernel.max_threads_per_group() < kFewRowsThreads) return false;
   KernelLaunch launch(kernel);
   launch.tensor(0, out).tensor(1, transposed ? b : a).tensor(2, transposed ? a : b).tensor(3, addend).value(4, p);
-  launch.threadgroups({(uint64_t(p.columns) + kFewRowsColumns - 1) / kFewRowsColumns, uint64_t(p.batch), 1},
-                      {kFewRowsThreads, 1, 1});
+  const uint64_t columns = wide ? kFewRowsWideColumns : kFewRowsColumns;
+  launch.threadgroups({(uint64_t(p.columns) + columns - 1) / columns, uint64_t(p.batch), 1}, {kFewRowsThreads, 1, 1});
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "ops/scatter.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -98,25 +99,19 @@ void run_scatter(const char* op, const Tensor& out, const Tensor& self, int64_t 
     return concat(op, ": index ", fault_seen.value, " is out of bounds for dimension ", dim, " with size ", size);
   };
   const char* type_name = msl_element_type_name(self.dtype);
-  if (sorted_form_wins(p.length, lines)) {
-    const device::Size3 grid{checked_u32(op, index.numel(), "number of index elements"), 1, 1};
-    Tensor keys = index;
-    keys.sizes = index_sizes;
-    keys.strides = index_strides;
-    std::shared_ptr<Tensor> narrowed;
-    if (p.long_index) {  // int32 keys: the sort moves half the bytes
-      narrowed = runtime.empty_tensor(index_sizes, contiguous_strides(index_sizes), static_cast<int32_t>(DType::int32));
-      KernelLaunch launch(shader_kernel(kShaderFile, "scatter_keys"));
-      launch.tensor(0, *narrowed).tensor(1, index).tensor(2, *fault).value(3, p);
-      launch.threads(grid, default_group(grid, launch));
-      keys = *narrowed;
-      p.long_index = 0;
-    }
-    const SortOutputs sorted = sort(keys, dim, false);
+  if (p.out_size <= INT32_MAX && sorted_form_wins(p.length, lines)) {  // int32 keys
+    const int64_t count = checked_u32(op, index.numel(), "number of index elements");
+    auto keys = runtime.empty_tensor({count}, {1}, static_cast<int32_t>(DType::int32));
+    const device::Size3 grid{static_cast<uint64_t>(count), 1, 1};
+    KernelLaunch keys_launch(shader_kernel(kShaderFile, "scatter_keys"));
+    keys_launch.tensor(0, *keys).tensor(1, index).tensor(2, *fault).value(3, p).completion_check(fault_message);
+    keys_launch.threads(grid, default_group(grid, keys_launch));
+    const SortOutputs sorted = sort_bounded_keys(*keys, lines, p.length, p.out_size);
     KernelLaunch launch(shader_kernel(kShaderFile, std::string("scatter_sorted_") + type_name));
-    launch.tensor(0, out).tensor(1, *sorted.values).tensor(2, src ? *src : out).tensor(3, *fault)
-        .tensor(4, *sorted.indices).value(5, p).completion_check(fault_message);
-    launch.threads(grid, default_group(grid, launch));
+    launch.tensor(0, out).tensor(1, *sorted.values).tensor(2, src ? *src : out).tensor(3, *sorted.indices)
+        .value(4, p);
+    const device::Size3 chunks{static_cast<uint64_t>(lines) * ((p.length + kSortedKeyRun - 1) / kSortedKeyRun), 1, 1};
+    launch.threads(chunks, default_group(chunks, launch));
     return;
   }
   Stream& stream = runtime.current_stream();

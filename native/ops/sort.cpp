@@ -1,6 +1,7 @@
 #include "ops/sort.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ constexpr uint32_t kTopkPerThread = 8;
 constexpr int64_t kTopkMaxK = 256;
 constexpr uint32_t kTopkGroup = 256;      // threads per threadgroup, at least (with the GPU shape)...
 constexpr uint32_t kTopkMaxGroup = 1024;  // ...and at most (the kernels keep 32 SIMD-group totals)
+constexpr uint32_t kRadixGroup = 256;        // threads per threadgroup of the bounded-key radix sort
+constexpr uint32_t kRadixBlock = 8192;       // keys per block (kRadixGroup x kRadixRounds)
+constexpr uint32_t kRadixMaxDigitBits = 11;  // kRadixMaxBins = 2048 digits
 
 // Contiguous values and int64 indices shaped like self with `count` elements along dim.
 SortOutputs empty_outputs(const Tensor& self, int64_t dim, int64_t count) {
@@ -187,6 +191,59 @@ SortOutputs sort(const Tensor& self, int64_t dim, bool descending) {
   const int64_t wrapped = dim < 0 ? dim + wrap : dim;
   const int64_t length = (n == 0 || wrapped < 0 || wrapped >= n) ? 1 : self.sizes[wrapped];
   return sort_lines("sort", self, dim, descending, length);
+}
+
+SortOutputs sort_bounded_keys(const Tensor& keys, int64_t lines, int64_t length, int64_t bound) {
+  constexpr const char* op = "sort_bounded_keys";
+  const auto int32 = static_cast<int32_t>(DType::int32);
+  ETM_REQUIRE(keys.dtype == int32 && keys.numel() == lines * length && bound >= 1 && bound <= INT32_MAX, op,
+              ": expected ", lines, " x ", length, " int32 keys below ", bound);
+  Runtime& runtime = Runtime::get();
+  const std::vector<int64_t> sizes = {lines * length};
+  SortOutputs result;
+  result.values = runtime.empty_tensor(sizes, {1}, int32);
+  result.indices = runtime.empty_tensor(sizes, {1}, int32);
+  if (lines * length == 0) return result;
+  RadixSortParams p{};
+  p.length = checked_u32(op, length, "keys per line");
+  checked_u32(op, lines * length, "number of keys");
+  p.blocks = (p.length + kRadixBlock - 1) / kRadixBlock;
+  uint32_t bits = 1;  // of key + 1, in [0, bound]
+  while ((int64_t{1} << bits) <= bound) ++bits;
+  const uint32_t passes = (bits + kRadixMaxDigitBits - 1) / kRadixMaxDigitBits;
+  p.digit_bits = (bits + passes - 1) / passes;
+  KernelFunction& count_kernel = shader_kernel(kShaderFile, "radix_count");
+  KernelFunction& offsets_kernel = shader_kernel(kShaderFile, "radix_offsets");
+  KernelFunction& scatter_kernel = shader_kernel(kShaderFile, "radix_scatter");
+  const uint32_t threads = std::min({count_kernel.max_threads_per_group(), offsets_kernel.max_threads_per_group(),
+                                     scatter_kernel.max_threads_per_group()});
+  ETM_REQUIRE(threads >= kRadixGroup, op, ": the device allows only ", threads, " threads per threadgroup (",
+              kRadixGroup, " needed)");
+  auto counts = runtime.empty_tensor({lines * (int64_t{1} << p.digit_bits) * p.blocks}, {1}, int32);
+  std::unique_ptr<Tensor> work_keys, work_positions;
+  if (passes > 1) {
+    work_keys = runtime.empty_tensor(sizes, {1}, int32);
+    work_positions = runtime.empty_tensor(sizes, {1}, int32);
+  }
+  const device::Size3 blocks{p.blocks, static_cast<uint64_t>(lines), 1}, group{kRadixGroup, 1, 1};
+  const Tensor* source_keys = &keys;
+  const Tensor* source_positions = &keys;  // unread by the first pass
+  for (uint32_t pass = 0; pass < passes; ++pass) {
+    p.shift = pass * p.digit_bits;
+    p.first_pass = pass == 0 ? 1 : 0;
+    // Passes alternate between the work buffers and the results, so that the last one ends there.
+    const bool into_result = (passes - 1 - pass) % 2 == 0;
+    const Tensor& target_keys = into_result ? *result.values : *work_keys;
+    const Tensor& target_positions = into_result ? *result.indices : *work_positions;
+    KernelLaunch(count_kernel).tensor(0, *source_keys).tensor(1, *counts).value(2, p).threadgroups(blocks, group);
+    KernelLaunch(offsets_kernel).tensor(0, *counts).value(1, p)
+        .threadgroups({static_cast<uint64_t>(lines), 1, 1}, group);
+    KernelLaunch(scatter_kernel).tensor(0, *source_keys).tensor(1, *source_positions).tensor(2, target_keys)
+        .tensor(3, target_positions).tensor(4, *counts).value(5, p).threadgroups(blocks, group);
+    source_keys = &target_keys;
+    source_positions = &target_positions;
+  }
+  return result;
 }
 
 SortOutputs topk(const Tensor& self, int64_t k, int64_t dim, bool largest) {

@@ -17,6 +17,12 @@ struct SortOutputs {
 // counts from the end); NaN sorts after every number (before, when descending).
 SortOutputs sort(const Tensor& self, int64_t dim, bool descending);
 
+// Stable sort of `lines` lines of `length` int32 keys each, in [-1, bound), contiguous in
+// `keys` (line after line), by an LSD radix sort of ceil(log2(bound + 1) / 11) passes. The
+// outputs are laid out the same way: `values` the sorted keys, and `indices` int32 (not
+// int64) positions of the keys in their line.
+SortOutputs sort_bounded_keys(const Tensor& keys, int64_t lines, int64_t length, int64_t bound);
+
 // The k largest (or smallest) elements along `dim`, always in sorted order (which also
 // satisfies sorted=false), ties in input order; NaN counts as the largest value. k <= 256:
 // radix selection that reads each line once; larger k sort the lines.

@@ -12,6 +12,8 @@ ETM_PARAMS_CONSTANT uint32 kIndexingMaxDims = 9;
 // Plain coordinates (consecutive) one thread of index_put_accumulate_sorted takes: the run's
 // keys and positions are read once for all of them.
 ETM_PARAMS_CONSTANT uint32 kSortedPlainRun = 4;
+// Sorted keys a thread of the sorted forms' combining kernels takes.
+ETM_PARAMS_CONSTANT uint32 kSortedKeyRun = 4;
 
 struct IndexParams {
   int64 plain_self_strides[kIndexingMaxDims];       // self strides of the plain dimensions

@@ -30,6 +30,16 @@ struct TopkParams {
 };
 ETM_PARAMS_LAYOUT(TopkParams, 288, target_stride, 284);
 
+// One pass of the bounded-key radix sort (radix_count, radix_offsets, radix_scatter).
+struct RadixSortParams {
+  uint32 length;      // keys per line
+  uint32 blocks;      // blocks of kRadixBlock keys per line
+  uint32 shift;       // the pass's digit: bits [shift, shift + digit_bits) of key + 1
+  uint32 digit_bits;
+  uint32 first_pass;  // the positions are the keys' own (no positions buffer yet)
+};
+ETM_PARAMS_LAYOUT(RadixSortParams, 20, first_pass, 16);
+
 #ifndef __METAL_VERSION__
 }  // namespace etm::ops
 #endif

@@ -380,11 +380,41 @@ def test_sorted_forms_match_the_in_order_walk_bitwise(dtype, monkeypatch):
 
 
 def in_order_sums(x, positions, values):
-    """x[positions[i]] += values[i] for i in order, rounding each sum to float32."""
+    """x[positions[i]] += values[i] for i in order (rows of x when it has more dimensions),
+    rounding each sum to float32."""
     sums = x.numpy().copy()
     for position, value in zip(positions.tolist(), values.numpy()):
-        sums[position] = np.float32(sums[position] + value)
+        sums[position] = sums[position] + value   # float32 + float32: rounded to float32
     return torch.from_numpy(sums)
+
+
+def test_sorted_forms_of_multi_pass_sorts(launch_shape):
+    """Sorts of several blocks of 2048 keys and several radix passes (keys below 2^17: three
+    passes; below 2^14 and 2^9: two), in one line and in several, against in-order sums."""
+    g = torch.Generator().manual_seed(80)
+    x, values = torch.randn(70000, generator=g), torch.randn(5000, generator=g)
+    rows = torch.randint(-300, 300, (5000,), generator=g) * 233              # duplicates, far apart
+    out = result(*call_index_put(x, [rows], values, True))
+    assert torch.equal(out, in_order_sums(x, rows % x.numel(), values))
+    x, values = torch.randn(3000, 5, generator=g), torch.randn(4500, 5, generator=g)
+    rows = torch.randint(0, 3000, (4500,), generator=g)
+    assert torch.equal(result(*call_index_put(x, [rows], values, True)), in_order_sums(x, rows, values))
+
+    x = torch.randn(400, 3, generator=g)
+    index_tensor = torch.randint(0, 400, (3, 5000), generator=g).t()         # strided, lines along dim 0
+    src = torch.randn(5000, 3, generator=g)
+    out = scatter_reduce_out(x, 0, index_tensor, src, "sum", True)
+    expected = torch.stack([in_order_sums(x[:, c], index_tensor[:, c], src[:, c]) for c in range(3)], 1)
+    assert torch.equal(out, expected)
+    for reduce in ("mean", "amax", "prod"):
+        expected = x.scatter_reduce(0, index_tensor, src, reduce, include_self=False)
+        out = scatter_reduce_out(x, 0, index_tensor, src, reduce, False)
+        torch.testing.assert_close(out, expected, rtol=0 if reduce == "amax" else 1e-5, atol=0), reduce
+    index_tensor = torch.randint(0, 3, (40, 4100), generator=g, dtype=torch.int32)[:, ::2]   # int32, strided
+    src = torch.randn(40, 2050, generator=g)
+    x = torch.randn(40, 3, generator=g)
+    expected = torch.stack([in_order_sums(x[r], index_tensor[r], src[r]) for r in range(40)])
+    assert torch.equal(scatter_reduce_out(x, 1, index_tensor, src, "sum", True), expected)
 
 
 @pytest.mark.slow

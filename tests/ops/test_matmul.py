@@ -198,10 +198,12 @@ def check_skinny_product(M, K, N, layout, dtype):
 # The GPU launch shape of those products: matmul_few_rows (any strides) once K >= 16 where the
 # row-vector and row-dot kernels do not take the product; K at one 64-deep step and in several
 # with a tail (259), columns in 64-wide blocks with a tail (130), 2 to 15 rows, transposed
-# (N < M), a single column from a strided operand.
+# (N < M), a single column from a strided operand; over 8 rows, the wide form: 128-wide blocks
+# with a tail (300) and 32-deep steps with a tail (100).
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["weight_t", "row_major", "strided"])
-@pytest.mark.parametrize("M,K,N", [(2, 16, 40), (5, 37, 130), (8, 259, 47), (15, 64, 33), (70, 45, 3), (300, 130, 1)])
+@pytest.mark.parametrize("M,K,N", [(2, 16, 40), (5, 37, 130), (8, 259, 47), (15, 64, 33), (12, 100, 300),
+                                   (70, 45, 3), (300, 130, 1)])
 def test_few_rows_products(M, K, N, layout, dtype, monkeypatch, no_leaks):
     monkeypatch.setenv("ETMETAL_OP_SHAPES", "gpu")
     check_skinny_product(M, K, N, layout, dtype)
