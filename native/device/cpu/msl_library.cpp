@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <sstream>
 
 #include "device/cpu/cpu_executor.h"
@@ -403,7 +402,8 @@ std::string serialize(const LibraryDescription& d) {
   out << msl_translator_identity() << "\n" << d.source_hash << "\n" << d.kernels.size() << "\n";
   for (const TranslatedKernel& k : d.kernels) {
     out << k.name.size() << ":" << k.name << " " << k.entry_index << " "
-        << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << "\n";
+        << k.max_total_threads_per_threadgroup << " " << k.line << " " << k.arguments.size() << " "
+        << k.execution_note.size() << ":" << k.execution_note << "\n";
     for (const KernelArgument& a : k.arguments) {
       out << a.name.size() << ":" << a.name << " " << static_cast<int>(a.kind) << " " << a.index << " "
           << a.by_reference << " " << a.writable << " " << a.optional << " " << a.attribute.size() << ":"
@@ -437,7 +437,7 @@ bool deserialize(const std::string& text, LibraryDescription* d) {
     size_t argument_count = 0;
     if (!read_counted(in, &k.name) ||
         !(in >> k.entry_index >> k.max_total_threads_per_threadgroup >> k.line >> argument_count) ||
-        argument_count > 1000) {
+        argument_count > 1000 || !read_counted(in, &k.execution_note)) {
       return false;
     }
     k.arguments.resize(argument_count);
@@ -511,27 +511,17 @@ class CpuLibrary : public Library {
   }
 
   // ETMETAL_LOG=debug: the kernels the translator gave no region form although they synchronise
-  // (they run on fibers), and why. Translates again when the translation came from the cache.
-  void log_declined_region_forms() {
-    std::string text;
-    if (!debug_logging() || !translated_source(&text).ok()) return;
-    static const std::regex kEntry(R"re(ETM_CPU_KERNEL_ENTRY_POINTS\((\d+), "((?:[^"\\]|\\.)*)")re");
-    std::map<uint32_t, std::string> notes;
-    for (std::sregex_iterator m(text.begin(), text.end(), kEntry), end; m != end; ++m)
-      notes[uint32_t(std::stoul((*m)[1].str()))] = (*m)[2].str();
+  // (they run on fibers), and why.
+  void log_declined_region_forms() const {
+    if (!debug_logging()) return;
     for (const TranslatedKernel& kernel : description_.kernels) {
-      const auto note = notes.find(kernel.entry_index);
-      if (note == notes.end() || note->second == "barrier regions" || note->second == kNoSynchronisation) continue;
+      if (has_region_form(kernel) || kernel.execution_note == kNoSynchronisation) continue;
       std::fprintf(stderr, "etmetal debug: kernel '%s' has no region form: %s\n", kernel.name.c_str(),
-                   note->second.c_str());
+                   kernel.execution_note.c_str());
     }
   }
 
-  bool has_region_form(const TranslatedKernel& kernel) {
-    std::string text;
-    return translated_source(&text).ok() &&
-           text.find("ETM_CPU_KERNEL_REGIONS_ENTRY(" + std::to_string(kernel.entry_index) + ",") != std::string::npos;
-  }
+  static bool has_region_form(const TranslatedKernel& kernel) { return kernel.execution_note.empty(); }
 
   // Builds the kernel's object for these function constant flags (from the cache when it
   // is there) and loads it.

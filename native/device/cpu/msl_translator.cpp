@@ -629,6 +629,7 @@ class Translator {
       k.max_total_threads_per_threadgroup = max_threads;
       k.line = line;
       k.entry_index = static_cast<uint32_t>(kernels_.size());
+      k.execution_note = execution_note;
       code += entry_code(k.entry_index, wrapper_name, line, execution_note);
       if (is(last, "}")) {
         // Only the selected kernel's definition is compiled: an inline function that is never
@@ -702,6 +703,7 @@ class Translator {
         max_threads ? max_threads : found->max_total_threads_per_threadgroup;
     k.line = line;
     k.entry_index = static_cast<uint32_t>(kernels_.size());
+    k.execution_note = found->execution_note;
     const std::string target = qualifier + found->wrapper_name + "<" + arguments + ">";
     const std::string code = entry_code(k.entry_index, target, line, found->execution_note);
     if (!add_kernel(std::move(k), line)) return;
@@ -755,6 +757,7 @@ class Translator {
     k.max_total_threads_per_threadgroup = max_threads ? max_threads : found->max_total_threads_per_threadgroup;
     k.line = line;
     k.entry_index = static_cast<uint32_t>(kernels_.size());
+    k.execution_note = found->execution_note;
     const std::string target = "decltype(" + qualifier + kDeducerPrefix + base + "(" + arguments + "))";
     const std::string code = entry_code(k.entry_index, target, line, found->execution_note);
     if (!add_kernel(std::move(k), line)) return;

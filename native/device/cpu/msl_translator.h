@@ -45,6 +45,8 @@ struct TranslatedKernel {
   uint32_t max_total_threads_per_threadgroup = 0;  // 0: not declared
   int line = 0;
   std::vector<KernelArgument> arguments;
+  // Why the kernel has no barrier-region form (it runs as loops or on fibers); empty when it has one.
+  std::string execution_note;
 };
 
 struct MslTranslation {
