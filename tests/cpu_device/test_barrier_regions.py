@@ -749,18 +749,24 @@ kernel void constants_hiding_attributes(device const float* in [[buffer(0)]], de
 """
 
 
+def run_scopes_kernel(msl, path, monkeypatch, capfd, name, seed, columns):
+    """Runs SCOPES_SOURCE's kernel `name` over 2 groups of 64 threads (checking that the region
+    path really runs it as regions); returns its input and its output as [group, thread, column]."""
+    monkeypatch.setenv("ETMETAL_LOG", "debug")
+    kernel = msl(SCOPES_SOURCE).kernel(name)
+    if path == "regions":
+        assert f"kernel '{name}' runs as barrier regions" in capfd.readouterr().err
+    x = np.random.default_rng(seed).integers(-50, 50, 128).astype(np.float32)
+    out = Tensor.empty([128 * columns])
+    kernel.run({0: device_array(x), 1: out}, 128, 64)
+    return x, out.numpy().reshape(2, 64, columns)
+
+
 def test_names_declared_again_at_levels_with_barriers(msl, path, monkeypatch, capfd):
     """A block's per-thread name hiding an outer one or a thread attribute, and the same name in
     a sibling block, keep the region form (its threads' code declared both names side by side
     and did not compile: such kernels ran on fibers)."""
-    monkeypatch.setenv("ETMETAL_LOG", "debug")
-    kernel = msl(SCOPES_SOURCE).kernel("shadowing_blocks")
-    if path == "regions":
-        assert "kernel 'shadowing_blocks' runs as barrier regions" in capfd.readouterr().err
-    x = np.random.default_rng(18).integers(-50, 50, 128).astype(np.float32)
-    out = Tensor.empty([128 * 5])
-    kernel.run({0: device_array(x), 1: out}, 128, 64)
-    got = out.numpy().reshape(2, 64, 5)
+    x, got = run_scopes_kernel(msl, path, monkeypatch, capfd, "shadowing_blocks", seed=18, columns=5)
     lid = np.arange(64)
     for g in range(2):
         v = x[g * 64:(g + 1) * 64]
@@ -776,14 +782,7 @@ def test_names_declared_again_at_levels_with_barriers(msl, path, monkeypatch, ca
 def test_group_constants_hiding_thread_attributes(msl, path, monkeypatch, capfd):
     """A constant or loop variable named like a thread attribute is what the kernel reads where
     it is in scope (the region form's per-thread attribute declarations hid it again)."""
-    monkeypatch.setenv("ETMETAL_LOG", "debug")
-    kernel = msl(SCOPES_SOURCE).kernel("constants_hiding_attributes")
-    if path == "regions":
-        assert "kernel 'constants_hiding_attributes' runs as barrier regions" in capfd.readouterr().err
-    x = np.random.default_rng(19).integers(-50, 50, 128).astype(np.float32)
-    out = Tensor.empty([128 * 3])
-    kernel.run({0: device_array(x), 1: out}, 128, 64)
-    got = out.numpy().reshape(2, 64, 3)
+    x, got = run_scopes_kernel(msl, path, monkeypatch, capfd, "constants_hiding_attributes", seed=19, columns=3)
     lane = np.arange(64) % 32
     for g in range(2):
         v = x[g * 64:(g + 1) * 64]
