@@ -534,11 +534,8 @@ SORT_KERNELS(bool, uint, 2048, bool)
 //                  (digit, block) order, where the block's first key of each digit goes;
 //   radix_scatter  one threadgroup per (block, line): moves every key and its position there,
 //                  its rank among the block's equal digits following key order (stable).
-// Must match the constants of native/ops/sort.cpp.
-constant constexpr uint kRadixGroup = 256;
-constant constexpr uint kRadixRounds = 32;  // keys per thread: a round takes one a thread
-constant constexpr uint kRadixBlock = kRadixGroup * kRadixRounds;
-constant constexpr uint kRadixMaxBins = 2048;
+// The shape constants (kRadixGroup, kRadixRounds: keys a thread takes, one a round) are in
+// params/sort.h, shared with the host.
 constant constexpr uint kRadixMaxSimds = kRadixGroup / 32;  // SIMD-groups of 32 lanes or more
 
 inline uint radix_digit(int key, constant RadixSortParams& p) {

@@ -26,9 +26,6 @@ constexpr uint32_t kTopkPerThread = 8;
 constexpr int64_t kTopkMaxK = 256;
 constexpr uint32_t kTopkGroup = 256;      // threads per threadgroup, at least (with the GPU shape)...
 constexpr uint32_t kTopkMaxGroup = 1024;  // ...and at most (the kernels keep 32 SIMD-group totals)
-constexpr uint32_t kRadixGroup = 256;        // threads per threadgroup of the bounded-key radix sort
-constexpr uint32_t kRadixBlock = 8192;       // keys per block (kRadixGroup x kRadixRounds)
-constexpr uint32_t kRadixMaxDigitBits = 11;  // kRadixMaxBins = 2048 digits
 
 // Contiguous values and int64 indices shaped like self with `count` elements along dim.
 SortOutputs empty_outputs(const Tensor& self, int64_t dim, int64_t count) {

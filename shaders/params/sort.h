@@ -30,6 +30,14 @@ struct TopkParams {
 };
 ETM_PARAMS_LAYOUT(TopkParams, 288, target_stride, 284);
 
+// The bounded-key radix sort's shape: threads per threadgroup, keys per thread and per block,
+// and the widest digit (kRadixMaxBins bins).
+ETM_PARAMS_CONSTANT uint32 kRadixGroup = 256;
+ETM_PARAMS_CONSTANT uint32 kRadixRounds = 32;
+ETM_PARAMS_CONSTANT uint32 kRadixBlock = kRadixGroup * kRadixRounds;
+ETM_PARAMS_CONSTANT uint32 kRadixMaxDigitBits = 11;
+ETM_PARAMS_CONSTANT uint32 kRadixMaxBins = 1u << kRadixMaxDigitBits;
+
 // One pass of the bounded-key radix sort (radix_count, radix_offsets, radix_scatter).
 struct RadixSortParams {
   uint32 length;      // keys per line
