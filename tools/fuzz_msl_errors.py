@@ -22,6 +22,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from region_survey import shader_source  # the shader with its params/ includes inlined, as libetmetal does
+
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|::|->|<<|>>|&&|\|\||[^\s\w]")
 PUNCTUATORS = list(")(}{;,<>*&[]=.:")
@@ -36,22 +38,6 @@ try:
 except etmetal_py.EtmetalError as error:
     print("ERROR:" + str(error))
 """
-
-
-def with_includes(path: Path, seen=None) -> str:
-    """The shader with its quoted includes (shaders/params/*.h) inlined, as libetmetal does."""
-    seen = set() if seen is None else seen
-    lines = []
-    for line in path.read_text().splitlines(keepends=True):
-        match = re.match(r'\s*#include "([^"]+)"', line)
-        if match:
-            header = ROOT / "shaders" / match.group(1)
-            if header not in seen:
-                seen.add(header)
-                lines.append(with_includes(header, seen))
-        elif not line.lstrip().startswith("#pragma once"):
-            lines.append(line)
-    return "".join(lines)
 
 
 def mutate(source: str, rng: random.Random) -> str:
@@ -100,7 +86,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the counts here too")
     args = parser.parse_args()
     files = args.files or sorted((ROOT / "shaders").glob("*.metal"))
-    sources = [with_includes(f) for f in files]
+    sources = [shader_source(f) for f in files]
     rng = random.Random(args.seed)
     counts, unlocated = Counter(), []
     with tempfile.TemporaryDirectory() as cache:
