@@ -352,6 +352,51 @@ inline void stage_window(threadgroup float* window, const device T* input, const
   }
 }
 
+// target[i] = float(source[i * stride]) for i < count. Contiguous sources go eight values at a time,
+// a block's loads before its stores: vector copies, with no test whether target and source overlap.
+template <typename T>
+inline void stage_run(threadgroup float* target, const device T* source, long count, long stride) {
+  if (stride != 1) {
+    for (long i = 0; i < count; ++i) target[i] = float(source[i * stride]);
+    return;
+  }
+  long i = 0;
+  for (; i + 8 <= count; i += 8) {
+    float block[8];
+#pragma GCC unroll 8
+    for (uint k = 0; k < 8; ++k) block[k] = float(source[i + k]);
+#pragma GCC unroll 8
+    for (uint k = 0; k < 8; ++k) target[i + k] = block[k];
+  }
+  for (; i < count; ++i) target[i] = float(source[i]);
+}
+
+// convolution_strips' staging of the same window, [channel][row][column]: a thread stages whole
+// rows, a run of columns per channel, with no division per position. Zero in the padding;
+// channels past the chunk's stay unstaged, as accumulate_strip reads only the chunk's channels.
+template <typename T>
+inline void stage_window_planes(threadgroup float* window, const device T* input, constant ConvParams& p,
+                                long plane_base, bool plane_inside, long first_ih, long first_iw, long window_rows,
+                                long window_columns, uint chunk_channels, uint thread_index, uint threads) {
+  // The window's columns inside the input, the same for every row; the others are padding.
+  const long inside_begin = min(max(-first_iw, 0L), window_columns);
+  const long inside_end = max(min(p.input_sizes[2] - first_iw, window_columns), inside_begin);
+  const long window_plane = window_rows * window_columns;
+  for (long row = thread_index; row < window_rows; row += threads) {
+    const long ih = first_ih + row;
+    const bool row_inside = plane_inside && ih >= 0 && ih < p.input_sizes[1];
+    const long begin = row_inside ? inside_begin : window_columns;
+    const long end = row_inside ? inside_end : window_columns;
+    long offset = plane_base + ih * p.input_strides[3] + (first_iw + begin) * p.input_strides[4];
+    threadgroup float* target = window + row * window_columns;
+    for (uint c = 0; c < chunk_channels; ++c, offset += p.input_strides[1], target += window_plane) {
+      for (long column = 0; column < begin; ++column) target[column] = 0.0f;
+      if (end > begin) stage_run(target + begin, input + offset, end - begin, p.input_strides[4]);
+      for (long column = end; column < window_columns; ++column) target[column] = 0.0f;
+    }
+  }
+}
+
 template <typename T, uint ColumnFragments, uint ChannelFragments>
 kernel void convolution_tiled(device T* output [[buffer(0)]],
                               const device T* input [[buffer(1)]],
@@ -489,32 +534,33 @@ kernel void convolution_tiled(device T* output [[buffer(0)]],
 }
 
 // The CPU device's shape of the pixel-block implicit GEMM (launch_shape() == cpu): the blocks,
-// staged input window and staged kernel rows of convolution_tiled, but a thread computes a strip
-// of kStripPixels consecutive output pixels of one row for kStripChannels output channels with
-// its sums in registers: per tap and input channel, one row of kStripChannels weights times each
-// of the strip's input values, the outer-product form of a CPU matrix-multiply micro-kernel (as
-// matmul_panels; with AVX-512 a strip's sums are eight 16-wide registers). A simdgroup matrix
-// product on the CPU device loads and stores its accumulator and broadcasts every element of its
-// left operand for 8 x 8 x 8 products. Each output sums its products in convolution_tiled's
-// order (channel chunk, kd, kh, kw, channel), so both shapes give the same bits. Between kernel
-// rows a strip's sums wait in the thread's array. kThreads (the host's threadgroup size) is
-// one thread per strip of the block.
+// staged input window (by channel planes: stage_window_planes) and staged kernel rows of
+// convolution_tiled, but a thread computes a strip of kStripPixels consecutive output pixels of one
+// row for kStripChannels output channels with its sums in registers: per tap and input channel, one
+// row of kStripChannels weights times each of the strip's input values, the outer-product form of a
+// CPU matrix-multiply micro-kernel (as matmul_panels; with AVX-512 a strip's sums are eight 16-wide
+// registers). A simdgroup matrix product on the CPU device loads and stores its accumulator and
+// broadcasts every element of its left operand for 8 x 8 x 8 products. Each output sums its
+// products in convolution_tiled's order (channel chunk, kd, kh, kw, channel), so both shapes give
+// the same bits. Between kernel rows a strip's sums wait in the thread's array. kThreads (the
+// host's threadgroup size) is one thread per strip of the block.
 constant constexpr uint kStripPixels = 8;
 constant constexpr uint kStripChannels = 16;
 
-// strip[px][channel] += window_row[px * pixel_step + kw * tap_step + c] *
+// strip[px][channel] += window_row[px * pixel_step + kw * tap_step + c * channel_step] *
 //   weights[(kw * kTiledChunk + c) * weight_pitch + channel], over the kernel row's taps kw and the
-// chunk's first `channels` channels c in that order (past them window and weights are zero: the
-// products skipped are +0, which change no sum but the sign of a -0 one). The sums are copied
-// into a local array, the loops over the strip unrolled whole, and the loop over channels has a
-// bound g++ cannot see (with a constant one it vectorised across channels instead, gathering the
-// strip's values), so the sums stay in vector registers. Never inlined: inside the CPU device's
-// region function (whose options include the cheap vectoriser cost model) g++ vectorised it
-// differently and spilled the sums, 3x slower in unet_like; it used to stay out of line only
-// because the region function's stack frame happened to be near g++'s growth limit.
+// chunk's first `channels` channels c in that order (past them nothing is staged; convolution_tiled
+// adds their products, +0, which change no sum but the sign of a -0 one). The sums are copied into
+// a local array, the loops over the strip unrolled whole, and the loop over channels has a bound
+// g++ cannot see (with a constant one it vectorised across channels instead, gathering the strip's
+// values), so the sums stay in vector registers; it ends at a pointer, not a count, which spares a
+// register. Never inlined: inside the CPU device's region function (whose options include the cheap
+// vectoriser cost model) g++ vectorised it differently and spilled the sums, 3x slower in
+// unet_like; it used to stay out of line only because the region function's stack frame happened to
+// be near g++'s growth limit.
 __attribute__((noinline)) void accumulate_strip(thread float* strip, const threadgroup float* window_row, long pixel_step,
-                             long tap_step, const threadgroup float* weights, long weight_pitch, long taps,
-                             uint channels) {
+                             long tap_step, long channel_step, const threadgroup float* weights, long weight_pitch,
+                             long taps, uint channels) {
   float sums[kStripPixels][kStripChannels];
 #pragma GCC unroll 8
   for (uint px = 0; px < kStripPixels; ++px) {
@@ -524,7 +570,8 @@ __attribute__((noinline)) void accumulate_strip(thread float* strip, const threa
   for (long kw = 0; kw < taps; ++kw) {
     const threadgroup float* values = window_row + kw * tap_step;
     const threadgroup float* weight_row = weights + kw * long(kTiledChunk) * weight_pitch;
-    for (uint c = 0; c < channels; ++c, ++values, weight_row += weight_pitch) {
+    const threadgroup float* const weight_rows_end = weight_row + channels * weight_pitch;
+    for (; weight_row != weight_rows_end; values += channel_step, weight_row += weight_pitch) {
 #pragma GCC unroll 8
       for (uint px = 0; px < kStripPixels; ++px) {
         const float x = values[px * pixel_step];
@@ -538,6 +585,30 @@ __attribute__((noinline)) void accumulate_strip(thread float* strip, const threa
 #pragma GCC unroll 16
     for (uint channel = 0; channel < kStripChannels; ++channel) strip[px * kStripChannels + channel] = sums[px][channel];
   }
+}
+
+// target[i] = float(source[i * stride]) for i < filled, zero up to Count; a whole run unrolled.
+template <typename T, uint Count>
+inline void stage_weight_run(threadgroup float* target, const device T* source, uint filled, long stride) {
+  if (filled == Count) {
+#pragma GCC unroll 64
+    for (uint i = 0; i < Count; ++i) target[i] = float(source[i * stride]);
+    return;
+  }
+  for (uint i = 0; i < filled; ++i) target[i] = float(source[i * stride]);
+  for (uint i = filled; i < Count; ++i) target[i] = 0.0f;
+}
+
+// One output channel of a strip: out[px * pixel_stride] = T(sums[px * kStripChannels] + bias) for
+// its first `pixels` pixels; a whole strip of contiguous outputs unrolled (and vectorised).
+template <typename T>
+inline void write_strip_channel(device T* out, const thread float* sums, float bias, uint pixels, long pixel_stride) {
+  if (pixels == kStripPixels && pixel_stride == 1) {
+#pragma GCC unroll 8
+    for (uint px = 0; px < kStripPixels; ++px) out[px] = T(sums[px * kStripChannels] + bias);
+    return;
+  }
+  for (uint px = 0; px < pixels; ++px) out[px * pixel_stride] = T(sums[px * kStripChannels] + bias);
 }
 
 template <typename T, uint ColumnFragments, uint ChannelFragments>
@@ -563,9 +634,10 @@ kernel void convolution_strips(device T* output [[buffer(0)]],
   const long window_rows = (kTiledRows - 1) * p.stride[1] + (p.kernel_sizes[1] - 1) * p.dilation[1] + 1;
   const long window_columns = (kColumns - 1) * p.stride[2] + (p.kernel_sizes[2] - 1) * p.dilation[2] + 1;
   const uint row_pairs = uint(p.kernel_sizes[2]) * kTiledChunk;  // (kw, channel) pairs of a kernel row
-  // The window [row][column][channel], then one kernel row's weights [kw][channel][out channel].
+  const long window_plane = window_rows * window_columns;
+  // The window [channel][row][column], then one kernel row's weights [kw][channel][out channel].
   threadgroup float* window = tiles;
-  threadgroup float* weight_tile = tiles + window_rows * window_columns * kTiledChunk;
+  threadgroup float* weight_tile = tiles + window_plane * kTiledChunk;
 
   // The thread's strip: its row, first column and first output channel in the block.
   const uint strip_row = thread_index % kTiledRows;
@@ -589,46 +661,47 @@ kernel void convolution_strips(device T* output [[buffer(0)]],
       const bool plane_inside = id >= 0 && id < p.input_sizes[0];
       const long plane_base = input_base + c0 * p.input_strides[1] + id * p.input_strides[2];
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      stage_window(window, input, p, plane_base, plane_inside, first_ih, first_iw, window_columns, chunk_channels,
-                   thread_index, kThreads);
+      stage_window_planes(window, input, p, plane_base, plane_inside, first_ih, first_iw, window_rows, window_columns,
+                          chunk_channels, thread_index, kThreads);
       for (long kh = 0; kh < p.kernel_sizes[1]; ++kh) {
         const long row_base = weight_base + c0 * p.weight_strides[1] + kd * p.weight_strides[2] + kh * p.weight_strides[3];
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // A thread stages one (kw, channel) pair's output channels: a run of the tile.
+        // A thread stages one (kw, channel) pair's output channels: a run of the tile. Channels past
+        // the chunk's stay unstaged, as in the window.
         for (uint pair = thread_index; pair < row_pairs; pair += kThreads) {
           const uint c = pair % kTiledChunk;
+          if (c >= chunk_channels) continue;
           const uint kw = pair / kTiledChunk;
-          threadgroup float* target = weight_tile + pair * kChannels;
           const long offset = row_base + c * p.weight_strides[1] + kw * p.weight_strides[4];
-          const uint filled = plane_inside && c < chunk_channels ? weight_runs : 0;
-          for (uint out = 0; out < filled; ++out) target[out] = float(weight[offset + out * p.weight_strides[0]]);
-          for (uint out = filled; out < kChannels; ++out) target[out] = 0.0f;
+          stage_weight_run<T, kChannels>(weight_tile + pair * kChannels, weight + offset, plane_inside ? weight_runs : 0,
+                                         p.weight_strides[0]);
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
         accumulate_strip(strip,
-                         window + ((strip_row * p.stride[1] + kh * p.dilation[1]) * window_columns +
-                                   strip_column * p.stride[2]) * kTiledChunk,
-                         p.stride[2] * kTiledChunk, p.dilation[2] * kTiledChunk, weight_tile + strip_channel,
-                         kChannels, p.kernel_sizes[2], chunk_channels);
+                         window + (strip_row * p.stride[1] + kh * p.dilation[1]) * window_columns +
+                             strip_column * p.stride[2],
+                         p.stride[2], p.dilation[2], window_plane, weight_tile + strip_channel, kChannels,
+                         p.kernel_sizes[2], chunk_channels);
       }
     }
   }
 
-  // The strip's results, bias added last, one output channel's run of pixels at a time.
+  // The strip's results, bias added last, one output channel's run of pixels at a time. Without a
+  // bias -0 is added, which changes no value's bits (x + -0 is x, a zero's sign included).
   const long oh = oh0 + strip_row;
   const long ow = ow0 + strip_column;
   const long pixels_left = p.output_sizes[2] - ow;
-  if (oh >= p.output_sizes[1] || pixels_left <= 0) return;
+  const long channels_left = block_channels - strip_channel;
+  if (oh >= p.output_sizes[1] || pixels_left <= 0 || channels_left <= 0) return;
   const uint pixels = pixels_left < kStripPixels ? uint(pixels_left) : kStripPixels;
+  const uint channels = channels_left < kStripChannels ? uint(channels_left) : kStripChannels;
   const long first_channel = group * p.out_channels_per_group + column0 + strip_channel;
   device T* target = output + n * p.output_strides[0] + first_channel * p.output_strides[1] + od * p.output_strides[2] +
                      oh * p.output_strides[3] + ow * p.output_strides[4];
-  for (uint channel = 0; channel < kStripChannels && long(strip_channel + channel) < block_channels; ++channel) {
-    const float channel_bias = p.has_bias ? float(bias[(first_channel + channel) * p.bias_stride]) : 0.0f;
-    for (uint px = 0; px < pixels; ++px) {
-      const float sum = strip[px * kStripChannels + channel];
-      target[channel * p.output_strides[1] + px * p.output_strides[4]] = T(p.has_bias ? sum + channel_bias : sum);
-    }
+  for (uint channel = 0; channel < channels; ++channel) {
+    const float channel_bias = p.has_bias ? float(bias[(first_channel + channel) * p.bias_stride]) : -0.0f;
+    write_strip_channel(target + channel * p.output_strides[1], strip + channel, channel_bias, pixels,
+                        p.output_strides[4]);
   }
 }
 
