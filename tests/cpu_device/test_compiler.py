@@ -295,6 +295,80 @@ def test_target_isa_choice(child_setup):
     assert len(compiler_commands(log)) == 2, "a cached object of either ISA was built again"
 
 
+# A child process that runs square_rows (each thread squares one 64-float row through a local
+# array: loops g++ vectorizes at -O2) and checks it against numpy.
+ROWS_CHILD = textwrap.dedent("""\
+    import sys
+    import numpy as np
+    import etmetal_py
+    from etmetal_py import ffi, lib
+    from etmetal_py.tensors import Tensor
+    handle = ffi.new("AOTIMetalShaderLibraryHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_create_shader_library(open(sys.argv[1]).read().encode(), handle))
+    function = ffi.new("AOTIMetalKernelFunctionHandle*")
+    etmetal_py.check(lib.aoti_torch_mps_get_kernel_function(handle[0], b"square_rows", function))
+    values = np.random.default_rng(0).standard_normal(16 * 64).astype(np.float32)
+    x = Tensor.from_array(values, copy=True)
+    out = Tensor.empty([16 * 64])
+    etmetal_py.check(lib.aoti_torch_mps_start_encoding(function[0]))
+    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(function[0], 0, x.handle))
+    etmetal_py.check(lib.aoti_torch_mps_set_arg_tensor(function[0], 1, out.handle))
+    etmetal_py.check(lib.aoti_torch_mps_dispatch_single(function[0], 16))
+    etmetal_py.synchronize()
+    assert np.array_equal(out.numpy(), values * values + 1.0), "wrong result"
+    """)
+
+SQUARE_ROWS = textwrap.dedent("""\
+    #include <metal_stdlib>
+    using namespace metal;
+    kernel void square_rows(constant float* x, device float* out, uint i [[thread_position_in_grid]]) {
+      float row[64];
+      for (uint j = 0; j < 64; ++j) row[j] = x[i * 64 + j] * x[i * 64 + j];
+      for (uint j = 0; j < 64; ++j) out[i * 64 + j] = row[j] + 1.0f;
+    }
+    """)
+
+
+def host_cpu_flags():
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.slow  # ~20 s of compiles in child processes
+def test_native_vector_width(child_setup):
+    """Native x86 kernels vectorize with 512-bit registers where the host has AVX-512F and
+    AVX512-VBMI (kernel_compiler.cpp says why), and with at most 256 bits elsewhere and in
+    portable objects; the width flag is part of the cache key."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the vector width choice exists on x86-64 only")
+    tmp_path, env, log = child_setup
+    (tmp_path / "rows.py").write_text(ROWS_CHILD)
+    (tmp_path / "rows.metal").write_text(SQUARE_ROWS)
+    objects = tmp_path / "cache" / "cpu" / "objects"
+
+    def build(**settings):
+        """Runs the kernel; returns its compile command's words and whether its new object uses zmm."""
+        before = set(objects.glob("*.so"))
+        subprocess.run([sys.executable, str(tmp_path / "rows.py"), str(tmp_path / "rows.metal")],
+                       env=dict(env, **settings), check=True, timeout=300)
+        (new_object,) = set(objects.glob("*.so")) - before
+        code = subprocess.run(["objdump", "-d", str(new_object)], capture_output=True, text=True,
+                              check=True).stdout
+        return compiler_commands(log)[-1].split(), "%zmm" in code
+
+    wide = {"avx512f", "avx512vbmi"} <= host_cpu_flags()
+    command, uses_zmm = build(ETMETAL_CPU_ISA="native")
+    assert ("-mprefer-vector-width=512" in command) == wide and uses_zmm == wide
+    # The same kernel at another width is another object (the flags are keyed), built anew.
+    command, uses_zmm = build(ETMETAL_CPU_ISA="native", ETMETAL_CXXFLAGS="-mprefer-vector-width=256")
+    assert "-mprefer-vector-width=256" in command and not uses_zmm
+    command, uses_zmm = build(ETMETAL_CPU_ISA="portable")
+    assert "-mprefer-vector-width=512" not in command and not uses_zmm
+    assert len(list(objects.glob("*.so"))) == 3
+
 def test_missing_compiler_is_a_clear_error(child_setup):
     tmp_path, env, _ = child_setup
     env["ETMETAL_CXX"] = str(tmp_path / "no-such-compiler")

@@ -2,8 +2,9 @@
 // an on-disk cache shared by processes.
 //
 // Compiler: $ETMETAL_CXX, else the first of g++ (>= 12) and clang++ (>= 15) on PATH;
-// $ETMETAL_CXXFLAGS adds flags. Kernels target the host's vector ISA (-march=native) unless the
-// cache may be shared (ETMETAL_CACHE_DIR set) or ETMETAL_CPU_ISA=portable.
+// $ETMETAL_CXXFLAGS adds flags. Kernels target the host's vector ISA (-march=native, and
+// 512-bit vectors on x86 parts with AVX-512F and AVX512-VBMI) unless the cache may be shared
+// (ETMETAL_CACHE_DIR set) or ETMETAL_CPU_ISA=portable.
 // Cache: $ETMETAL_CACHE_DIR, else $XDG_CACHE_HOME/etmetal, else ~/.cache/etmetal. Objects
 // are keyed by a hash of the translated source, the kernel selection, the compiler's
 // identity, the flags, the host CPU's features (when compiling for them), the translator
