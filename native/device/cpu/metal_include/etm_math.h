@@ -66,15 +66,17 @@ __attribute__((always_inline)) inline float exp2_to_float(double z) {
   constexpr double round_shift = double(0x1.8p52L);
   const double shifted = z + round_shift;
   const double u = (z - (shifted - round_shift)) * ln_2;
-  double p = double(1.0L / 40320);
-  p = p * u + double(1.0L / 5040);
-  p = p * u + double(1.0L / 720);
-  p = p * u + double(1.0L / 120);
-  p = p * u + double(1.0L / 24);
-  p = p * u + double(1.0L / 6);
-  p = p * u + double(0.5L);
-  p = p * u + double(1.0L);
-  p = p * u + double(1.0L);
+  // Estrin's scheme: pairs of terms side by side, half the dependent operations of Horner's
+  // (the scalar code where a loop does not vectorise is latency-bound).
+  const double u2 = u * u;
+  const double u4 = u2 * u2;
+  const double terms_0_1 = double(1.0L) + u;
+  const double terms_2_3 = double(0.5L) + u * double(1.0L / 6);
+  const double terms_4_5 = double(1.0L / 24) + u * double(1.0L / 120);
+  const double terms_6_7 = double(1.0L / 720) + u * double(1.0L / 5040);
+  const double terms_0_3 = terms_0_1 + u2 * terms_2_3;
+  const double terms_4_8 = terms_4_5 + u2 * (terms_6_7 + u2 * double(1.0L / 40320));
+  const double p = terms_0_3 + u4 * terms_4_8;
   // The low 12 bits of `shifted` hold n modulo 4096; moved up into the exponent field, with
   // the bias added, they are 2^n (normal: |n| <= 638).
   const unsigned long long power_bits = (__builtin_bit_cast(unsigned long long, shifted) + 1023) << 52;
