@@ -91,6 +91,10 @@ inline float sign(float x) {
   if (x < 0.0f) return -1.0f;
   return x == x ? x : 0.0f;  // keeps the sign of a zero; NaN gives 0
 }
+// Metal's fmax and fmin: y if x < y (y < x), else x; a NaN argument gives the other one.
+// Selects g++ vectorises in loops over threads, unlike libm's fmaxf / fminf.
+inline float maximum(float x, float y) { return x < y || x != x ? y : x; }
+inline float minimum(float x, float y) { return y < x || x != x ? y : x; }
 inline float saturate(float x) { return __builtin_fminf(__builtin_fmaxf(x, 0.0f), 1.0f); }
 inline float powr(float x, float y) { return x < 0.0f ? quiet_nan : __builtin_powf(x, y); }
 inline float median3(float x, float y, float z) {
@@ -190,10 +194,10 @@ ETM_FLOAT_FUNCTION_2(atan2, __builtin_atan2f(x, y))
 ETM_FLOAT_FUNCTION_2(copysign, __builtin_copysignf(x, y))
 ETM_FLOAT_FUNCTION_2(divide, x / y)
 ETM_FLOAT_FUNCTION_2(fdim, __builtin_fdimf(x, y))
-ETM_FLOAT_FUNCTION_2(fmax, __builtin_fmaxf(x, y))
-ETM_FLOAT_FUNCTION_2(fmin, __builtin_fminf(x, y))
-ETM_FLOAT_FUNCTION_2(max, __builtin_fmaxf(x, y))
-ETM_FLOAT_FUNCTION_2(min, __builtin_fminf(x, y))
+ETM_FLOAT_FUNCTION_2(fmax, etm_msl::maximum(x, y))
+ETM_FLOAT_FUNCTION_2(fmin, etm_msl::minimum(x, y))
+ETM_FLOAT_FUNCTION_2(max, etm_msl::maximum(x, y))
+ETM_FLOAT_FUNCTION_2(min, etm_msl::minimum(x, y))
 ETM_FLOAT_FUNCTION_2(fmod, __builtin_fmodf(x, y))
 ETM_FLOAT_FUNCTION_2(nextafter, __builtin_nextafterf(x, y))
 ETM_FLOAT_FUNCTION_2(pow, __builtin_powf(x, y))
