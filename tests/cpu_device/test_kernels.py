@@ -306,3 +306,45 @@ def test_loop_path_elementwise_matches_numpy_on_a_large_grid(msl):
     kernel.run({0: out, 1: device_array(a), 2: device_array(b), 3: n,
                 4: device_array(np.float32([-2.0]))}, n)
     np.testing.assert_array_equal(out.numpy(), a + b * np.float32(-2.0) + np.float32(0.5))
+
+
+# Inductor's SiLU and softmax numerators: exp inlined into the loop over the threads, which
+# g++ vectorises; a grid of partial groups, so the vector loop's epilogue runs too.
+EXPONENTIALS = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void generated_kernel(device float* out_ptr0, device float* out_ptr1, device float* out_ptr2,
+                             const device float* in_ptr0, const device float* in_ptr1,
+                             uint xindex [[thread_position_in_grid]]) {
+  int x0 = xindex;
+  int x1 = x0 / 64;
+  auto tmp0 = in_ptr0[x0];
+  auto tmp2 = metal::precise::exp(static_cast<decltype(tmp0)>(-tmp0));
+  out_ptr0[x0] = static_cast<float>(tmp0 / (tmp2 + 1.0));
+  out_ptr1[x0] = metal::precise::exp(tmp0 - in_ptr1[x1]);
+  out_ptr2[x0] = metal::exp2(tmp0) + metal::exp10(tmp0 * 0.25f);
+}
+"""
+
+
+def test_loop_path_exponentials_match_numpy(msl):
+    kernel = msl(EXPONENTIALS).kernel("generated_kernel")
+    n = 64 * 300 + 37
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(n) * 30).astype(np.float32)
+    x[:12] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 88.8, 89.0, -103.0, -87.5, 128.0, -149.5, 1e-30]
+    shift = rng.uniform(-5, 5, -(-n // 64)).astype(np.float32)
+    outputs = [Tensor.empty([n]) for _ in range(3)]
+    kernel.run({0: outputs[0], 1: outputs[1], 2: outputs[2], 3: device_array(x), 4: device_array(shift)}, n, 100)
+    silu, softmax_numerator, powers = (o.numpy() for o in outputs)
+    with np.errstate(all="ignore"):
+        wide = x.astype(np.float64)
+        exp_negated = np.exp(-wide).astype(np.float32)  # each float operation rounds once
+        expected_silu = x / (exp_negated + np.float32(1.0))
+        difference = x - np.repeat(shift, 64)[:n]
+        expected_numerator = np.exp(difference.astype(np.float64)).astype(np.float32)
+        expected_powers = np.exp2(wide).astype(np.float32) + (10.0 ** (x * np.float32(0.25)).astype(np.float64)).astype(np.float32)
+    # exp is correctly rounded but where its polynomial's 2e-10 decides: one ulp at most.
+    for got, expected in ((silu, expected_silu), (softmax_numerator, expected_numerator), (powers, expected_powers)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_array_max_ulp(got[~np.isnan(got)], expected[~np.isnan(expected)], maxulp=1)

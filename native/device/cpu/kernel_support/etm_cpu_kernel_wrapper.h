@@ -13,6 +13,11 @@
 namespace etm_cpu_kernel {
 
 #define ETM_CPU_ALWAYS_INLINE __attribute__((always_inline)) inline
+#if defined(__clang__)
+#define ETM_CPU_VECTORISING_LOOP __attribute__((flatten))
+#else
+#define ETM_CPU_VECTORISING_LOOP __attribute__((flatten, optimize("-fvect-cost-model=cheap")))
+#endif
 
 // Where a thread is in its group: x, y, z and its linear index.
 struct thread_coordinates {
@@ -180,12 +185,19 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   static constexpr uint32_t etm_max_threads = MaxThreads::value;
 
   // Every thread of the group, one after the other (kernels without barriers or SIMD calls).
+  // A kernel without a region form gets the loop that vectorises; one with a region form
+  // runs its loop only when a test forces that path. Checked and counted kernels keep the
+  // plain loop: their accesses are checked thread by thread.
   static void etm_loop(const etm_cpu_launch* launch, const etm_cpu_group* group) {
-    group_scope scope;
-    enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
-    ETM_CPU_LOCAL_GROUP(group)
-    run_group(launch, group, Bindings::template bind<P>(launch, group)...);
-    leave_group(&scope);
+    if constexpr (Regions == nullptr && !ETM_CPU_INSTRUMENTED) {
+      vectorising_loop(launch, group);
+    } else {
+      group_scope scope;
+      enter_group(launch, group, &scope, ETM_CPU_ENTRY_FRAME);
+      ETM_CPU_LOCAL_GROUP(group)
+      run_group(launch, group, Bindings::template bind<P>(launch, group)...);
+      leave_group(&scope);
+    }
   }
 
   // The thread with thread_index_in_threadgroup == index (on its fiber).
@@ -215,6 +227,28 @@ struct kernel_entries<void (*)(P...), Kernel, Regions, MaxThreads, Bindings...> 
   }
 
  private:
+  // The loop over the threads with the kernel inlined into it, so that g++ can vectorise it:
+  // everything the kernel calls is inlined (flatten: a kernel past the inlining limits would
+  // otherwise stay a call per thread), with the cost model that allows a scalar epilogue
+  // (-O2's "very cheap" one vectorises only loops of a known multiple of the vector length).
+  // The group's values come from a copy no store can change, and a group whose thread
+  // positions could pass INT32_MAX runs thread by thread: past that test g++ knows that
+  // `origin + x` wraps neither as uint nor as the int Inductor's kernels convert it to, so
+  // `in[xindex]` reads consecutive elements instead of gathering them.
+  ETM_CPU_VECTORISING_LOOP static void vectorising_loop(const etm_cpu_launch* launch, const etm_cpu_group* group) {
+    const etm_cpu_group local = *group;
+    constexpr uint32_t kLastOrigin = 0x7fffffffu - 1024;
+    if (local.origin[0] > kLastOrigin || local.origin[1] > kLastOrigin || local.origin[2] > kLastOrigin ||
+        local.size[0] > 1024 || local.size[1] > 1024 || local.size[2] > 1024) {
+      for (uint32_t index = 0; index < local.thread_count; ++index) etm_thread(launch, group, index);
+      return;
+    }
+    group_scope scope;
+    enter_group(launch, &local, &scope, ETM_CPU_ENTRY_FRAME);
+    run_group(launch, &local, Bindings::template bind<P>(launch, &local)...);
+    leave_group(&scope);
+  }
+
   template <class... Bound>
   ETM_CPU_ALWAYS_INLINE static void run_group(const etm_cpu_launch* launch, const etm_cpu_group* group,
                                               Bound&&... bound) {
