@@ -99,6 +99,36 @@ kernel void row_normalize(device float* out [[buffer(0)]], device const float* i
     out[r0_index + size.y * x0] = tmp3;
 }
 
+// Welford over a prefix of each row, its length varying by row: the groups a worker runs side
+// by side hand over chains of different lengths; rows past `rows` return before the reduction.
+kernel void row_prefix_welford(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                               constant uint& rows [[buffer(2)]], uint2 thread_pos [[thread_position_in_grid]],
+                               uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[1024];
+    if (x0 >= rows) return;
+    tmp_acc_0[r0_index] = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_welford_reduce(tmp_acc_0, 1 + (x0 * 5) % size.y);
+    if (r0_index == 0) {
+        out[3 * x0] = tmp1.x;
+        out[3 * x0 + 1] = tmp1.y;
+        out[3 * x0 + 2] = tmp1.z;
+    }
+}
+
+// Row 5's first thread writes far past its buffer after the reduction, while groups beside it
+// wait for their chains or resume.
+kernel void row_welford_stray(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
+                              uint2 thread_pos [[thread_position_in_grid]], uint2 size [[threads_per_threadgroup]]) {
+    auto x0 = thread_pos.x;
+    auto r0_index = thread_pos.y;
+    threadgroup float tmp_acc_0[1024];
+    tmp_acc_0[r0_index] = in[r0_index + size.y * x0];
+    auto tmp1 = c10::metal::threadgroup_welford_reduce(tmp_acc_0, size.y);
+    out[r0_index + size.y * x0 + (x0 == 5 && r0_index == 0 ? (1ul << 40) : 0)] = tmp1.x;
+}
+
 // Inductor's group norm: each thread folds 4 values into a (mean, m2, weight) triple, then
 // threadgroup_welford_combine folds the group's triples.
 kernel void row_combine(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
@@ -262,6 +292,42 @@ def test_threadgroup_welford_reduce(msl, monkeypatch, width):
     (out,) = run_on_paths(msl, monkeypatch, "row_normalize", arguments, (rows, width), (1, width))
     expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(out.reshape(rows, width), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_threadgroup_welford_reduce_of_many_groups(msl, monkeypatch):
+    """More groups than a worker runs side by side, chains of different lengths among them."""
+    rows, width = 37, 100
+    x = np.random.default_rng(7).normal(1.0, 2.0, size=(rows, width)).astype(np.float32)
+
+    def arguments():
+        out = Tensor.empty([(rows + 3) * 3])
+        out.write(np.full((rows + 3) * 3, 7.0, np.float32))
+        padded = np.concatenate([x.ravel(), np.zeros(3 * width, np.float32)])
+        return {0: out, 1: device_array(padded), 2: device_array(np.array([rows], np.uint32))}, [out]
+
+    (out,) = run_on_paths(msl, monkeypatch, "row_prefix_welford", arguments, (rows + 3, width), (1, width))
+    out = out.reshape(rows + 3, 3)
+    for r in range(rows):
+        n = 1 + (r * 5) % width
+        np.testing.assert_allclose(out[r, 0], x[r, :n].mean(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[r, 1], n * x[r, :n].var(), rtol=1e-4, atol=1e-4)
+        assert out[r, 2] == n
+    assert (out[rows:] == 7.0).all()  # the rows whose threads all returned
+
+
+def test_a_fault_among_groups_run_side_by_side_fails_the_dispatch_and_names_its_group(msl, monkeypatch):
+    monkeypatch.setenv("ETMETAL_CPU_EXECUTION", "regions")
+    rows, width = 12, 64
+    x = np.random.default_rng(8).normal(size=(rows, width)).astype(np.float32)
+    library = msl(SOURCE)
+    message = library.kernel("row_welford_stray").run_expecting_error(
+        {0: Tensor.empty([rows * width]), 1: device_array(x.ravel())}, (rows, width), (1, width))
+    assert "invalid memory access" in message and "in threadgroup (5, 0, 0)" in message, message
+    # The worker's groups side by side start afresh: the next dispatch runs them all.
+    out = Tensor.empty([rows * width])
+    library.kernel("row_normalize").run({0: out, 1: device_array(x.ravel())}, (rows, width), (1, width))
+    expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out.numpy().reshape(rows, width), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

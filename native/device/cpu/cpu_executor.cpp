@@ -25,6 +25,12 @@ namespace etm::device::cpu {
 namespace {
 
 constexpr size_t kFiberStackBytes = 128 * 1024;
+// Up to this many groups of a batching region form (etm_lane.h's group requests) run at once
+// on one worker: enough independent chains to keep a divider's pipeline full.
+constexpr uint32_t kBatchGroups = 8;
+// Each keeps its region function's frames on a stack of its own, as large as a worker's.
+constexpr size_t kBatchStackBytes = size_t(8) << 20;
+
 constexpr size_t kMaxExchangeBytes = 64;
 constexpr uint32_t kExchangeBufferBytes = kSimdWidth * kMaxExchangeBytes;
 
@@ -32,10 +38,16 @@ constexpr uint32_t kExchangeBufferBytes = kSimdWidth * kMaxExchangeBytes;
 
 class Job {
  public:
-  Job(const KernelDispatch& dispatch, uint64_t group_count, uint64_t chunk)
-      : dispatch_(dispatch), group_count_(group_count), chunk_(chunk), faults_(dispatch.timeout_ms) {}
+  Job(const KernelDispatch& dispatch, uint64_t group_count, uint64_t chunk, uint32_t batch_groups)
+      : dispatch_(dispatch),
+        group_count_(group_count),
+        chunk_(chunk),
+        batch_groups_(batch_groups),
+        faults_(dispatch.timeout_ms) {}
 
   const KernelDispatch& dispatch() const { return dispatch_; }
+  // How many groups a worker runs side by side (batching region forms).
+  uint32_t batch_groups() const { return batch_groups_; }
 
   // Claims the next range of groups; false when none are left or the job failed.
   bool claim(uint64_t* first, uint64_t* last) {
@@ -82,6 +94,7 @@ class Job {
   const KernelDispatch& dispatch_;
   const uint64_t group_count_;
   const uint64_t chunk_;
+  const uint32_t batch_groups_;
   // Alone in its cache line: every claim writes it, while each group reads failed_.
   alignas(64) std::atomic<uint64_t> next_{0};
   alignas(64) std::atomic<bool> failed_{false};
@@ -120,16 +133,16 @@ class FiberStack {
     if (base_) munmap(base_, length_);
     sanitizer_context_destroy(&sanitizer_);
   }
-  bool allocate() {
+  bool allocate(size_t bytes = kFiberStackBytes) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    length_ = kFiberStackBytes + page;
+    length_ = bytes + page;
     void* memory = mmap(nullptr, length_, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory == MAP_FAILED) return false;
     base_ = memory;
     // Overflowing the stack hits this page instead of another fiber's stack.
     mprotect(base_, page, PROT_NONE);
-    sanitizer_context_create(&sanitizer_, static_cast<unsigned char*>(base_) + page, kFiberStackBytes);
+    sanitizer_context_create(&sanitizer_, static_cast<unsigned char*>(base_) + page, bytes);
     return true;
   }
   void* top() const { return static_cast<unsigned char*>(base_) + length_; }
@@ -325,12 +338,165 @@ class FiberScheduler {
   uint32_t done_ = 0;
 };
 
+// ------------------------------------------------------- groups side by side
+
+enum class BatchState : uint8_t { runnable, waiting, done };
+
+class GroupBatch;
+
+struct BatchedGroup {
+  void* stack_pointer = nullptr;
+  BatchState state = BatchState::done;
+  int declined = 0;  // the region form's answer: 1 sends the group to fibers
+  etm_cpu_group group{};
+  etm_cpu_group_request* request = nullptr;  // while waiting
+  GroupBatch* batch = nullptr;
+};
+
+// Runs the region forms of several groups side by side, each on its own stack and with its
+// own arena: a group that hands a request over (await) parks; when every group is parked or
+// done, the requests are computed together, by kind, and the parked groups resume.
+class GroupBatch {
+ public:
+  GroupBatch() = default;
+  GroupBatch(const GroupBatch&) = delete;
+  GroupBatch& operator=(const GroupBatch&) = delete;
+  ~GroupBatch() {
+    for (unsigned char* arena : arenas_) std::free(arena);
+  }
+
+  // Runs the groups `linear[0 .. count)` (count <= kBatchGroups) up to their ends or until the
+  // job fails; false (with the job failed) when stacks or arenas cannot be had. A group whose
+  // region form declined it keeps `declined` set, with its geometry and arena, for the fibers.
+  bool run(Job* job, const uint64_t* linear, uint32_t count, KernelFaultScope* scope) {
+    if (!reserve()) {
+      job->fail("cannot allocate stacks for threadgroups run side by side");
+      return false;
+    }
+    job_ = job;
+    count_ = count;
+    for (uint32_t b = 0; b < count; ++b) {
+      BatchedGroup& g = groups_[b];
+      job->describe_group(linear[b], arenas_[b], &g.group);
+      g.state = BatchState::runnable;
+      g.declined = 0;
+      g.request = nullptr;
+      g.batch = this;
+      // Staggered stack tops keep the groups' hot frames out of one cache set.
+      auto* top = static_cast<unsigned char*>(stacks_[b]->top()) - (b * 832u) % 4096u;
+      g.stack_pointer = prepare_fiber_stack(top, &GroupBatch::group_main, &g);
+    }
+    sanitizer_context_of_thread(&thread_sanitizer_);
+    while (!job->failed()) {
+      for (uint32_t b = 0; b < count && !job->failed(); ++b) {
+        if (groups_[b].state != BatchState::runnable) continue;
+        scope->set_group(groups_[b].group.position);
+        current_ = b;
+        sanitizer_before_switch(&thread_sanitizer_, stacks_[b]->sanitizer());
+        etm_fiber_switch(&thread_stack_pointer_, groups_[b].stack_pointer);
+        sanitizer_after_switch(thread_sanitizer_);
+        current_ = kNone;
+      }
+      if (!compute_requests()) break;
+    }
+    return true;
+  }
+
+  const BatchedGroup& group(uint32_t b) const { return groups_[b]; }
+
+  // Called on a batched group's stack: parks it until its request was computed.
+  bool await(etm_cpu_group_request* request) {
+    if (current_ == kNone) return false;
+    BatchedGroup& g = groups_[current_];
+    g.request = request;
+    g.state = BatchState::waiting;
+    sanitizer_before_switch(&stacks_[current_]->sanitizer(), thread_sanitizer_);
+    const uint32_t b = current_;
+    etm_fiber_switch(&g.stack_pointer, thread_stack_pointer_);
+    sanitizer_after_switch(stacks_[b]->sanitizer());
+    return true;
+  }
+
+  // A fault handler jumped from a batched group back to the worker's stack: the batch is
+  // abandoned (the next run starts every stack afresh).
+  void abandon_after_fault() {
+    if (current_ == kNone) return;
+    sanitizer_resume_thread_after_fault(thread_sanitizer_);
+    current_ = kNone;
+  }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  static void group_main(void* argument) {
+    BatchedGroup* g = static_cast<BatchedGroup*>(argument);
+    GroupBatch* self = g->batch;
+    const uint32_t b = static_cast<uint32_t>(g - self->groups_);
+    SanitizerContext& sanitizer = self->stacks_[b]->sanitizer();
+    sanitizer.asan_fake_stack = nullptr;  // a fresh start has none saved
+    sanitizer_after_switch(sanitizer);
+    const KernelDispatch& dispatch = self->job_->dispatch();
+    g->declined = dispatch.regions_entry(&dispatch.launch, &g->group);
+    g->state = BatchState::done;
+    // A finished group never resumes: the sanitizers may drop its state.
+    sanitizer_before_switch(nullptr, self->thread_sanitizer_);
+    etm_fiber_switch(&g->stack_pointer, self->thread_stack_pointer_);
+    std::abort();
+  }
+
+  bool reserve() {
+    while (stacks_.size() < kBatchGroups) {
+      auto stack = std::make_unique<FiberStack>();
+      if (!stack->allocate(kBatchStackBytes)) return false;
+      stacks_.push_back(std::move(stack));
+    }
+    while (arenas_.size() < kBatchGroups) {
+      auto* arena = static_cast<unsigned char*>(std::aligned_alloc(64, kThreadgroupMemoryLimit));
+      if (!arena) return false;
+      arenas_.push_back(arena);
+    }
+    return true;
+  }
+
+  // Computes the parked groups' requests, those of one kind together, and makes their groups
+  // runnable; false when none is parked (every group is done).
+  bool compute_requests() {
+    etm_cpu_group_request* pending[kBatchGroups];
+    uint32_t parked = 0;
+    for (uint32_t b = 0; b < count_; ++b) {
+      if (groups_[b].state != BatchState::waiting) continue;
+      pending[parked++] = groups_[b].request;
+      groups_[b].state = BatchState::runnable;
+    }
+    for (uint32_t first = 0; first < parked;) {
+      // Gather this kind's requests after `first`, in order; the rest move behind them.
+      uint32_t same = first + 1;
+      for (uint32_t i = same; i < parked; ++i) {
+        if (pending[i]->compute == pending[first]->compute) std::swap(pending[same++], pending[i]);
+      }
+      pending[first]->compute(pending + first, same - first);
+      first = same;
+    }
+    return parked != 0;
+  }
+
+  BatchedGroup groups_[kBatchGroups];
+  std::vector<std::unique_ptr<FiberStack>> stacks_;
+  std::vector<unsigned char*> arenas_;
+  Job* job_ = nullptr;
+  uint32_t count_ = 0;
+  uint32_t current_ = kNone;
+  void* thread_stack_pointer_ = nullptr;
+  SanitizerContext thread_sanitizer_;
+};
+
 // ------------------------------------------------------------------ worker state
 
 // What the lane calls need to know about the thread they run on.
 struct ExecutionContext {
   Job* job = nullptr;
   FiberScheduler* scheduler = nullptr;  // null on the loop and barrier-region paths
+  GroupBatch* batch = nullptr;          // set while groups run side by side
 };
 
 struct WorkerState;
@@ -353,6 +519,7 @@ struct WorkerState {
   ~WorkerState() { std::free(arena); }
   unsigned char* arena;
   FiberScheduler scheduler;
+  GroupBatch batch;
 };
 
 // The calling thread's state, made at its first job and destroyed when the thread exits.
@@ -405,15 +572,52 @@ void run_job(Job* job) {
     } else {
       scope.after_recovery();
       state.scheduler.abandon_after_fault();
+      state.batch.abandon_after_fault();
       job->fail(scope.message());
     }
   }
   locals.context = saved;
 }
 
+// Groups of a batching region form, kBatchGroups at a time; those it declines then run on
+// fibers.
+void run_batched_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
+                        KernelFaultScope* scope) {
+  uint64_t linear[kBatchGroups];
+  uint32_t count = 0;
+  const auto run_batch = [&] {
+    context.batch = &state.batch;
+    const bool ran = state.batch.run(job, linear, count, scope);
+    context.batch = nullptr;
+    for (uint32_t b = 0; ran && b < count && !job->failed(); ++b) {
+      const BatchedGroup& g = state.batch.group(b);
+      if (!g.declined) continue;
+      scope->set_group(g.group.position);
+      tl_worker.context = &fallback;
+      const bool on_fibers = state.scheduler.run_group(job, &g.group);
+      tl_worker.context = &context;
+      if (!on_fibers) return false;
+    }
+    count = 0;
+    return ran && !job->failed();
+  };
+  uint64_t first = 0, last = 0;
+  while (job->claim(&first, &last)) {
+    for (uint64_t g = first; g < last; ++g) {
+      linear[count++] = g;
+      if (count == job->batch_groups() && !run_batch()) return;
+    }
+  }
+  if (count) run_batch();
+}
+
 void run_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
                 KernelFaultScope* scope) {
   const KernelDispatch& dispatch = job->dispatch();
+  if (dispatch.batches_groups && !dispatch.validation) {
+    run_batched_groups(job, state, context, fallback, scope);
+    return;
+  }
   etm_cpu_group group;
   uint64_t first = 0, last = 0;
   while (job->claim(&first, &last)) {
@@ -574,7 +778,10 @@ Status execute_dispatch(const KernelDispatch& dispatch) {
   const bool parallel = worth_spreading(group_count, threads, per_group);
   // Small enough that the thread taking the last chunk keeps the others waiting briefly.
   const uint64_t chunk = per_group ? 1 : std::max<uint64_t>(1, group_count / (uint64_t{workers} * 32));
-  Job job(dispatch, group_count, chunk);
+  // Side by side, a worker takes at most its share of the groups, so that every worker gets some.
+  const uint32_t batch_groups =
+      static_cast<uint32_t>(std::clamp<uint64_t>(parallel ? group_count / workers : group_count, 1, kBatchGroups));
+  Job job(dispatch, group_count, chunk, batch_groups);
   pool().run(&job, parallel);
   if (job.failed()) return Status::error(job.error());
   return Status();
@@ -639,6 +846,20 @@ bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_s
   *barriers = fiber->barriers;
   if (simd_syncs) *simd_syncs = fiber->simd_syncs;
   return true;
+}
+
+namespace {
+
+int group_await_request(etm_cpu_group_request* request) {
+  ExecutionContext* context = tl_worker.context;
+  return context && context->batch && context->batch->await(request) ? 1 : 0;
+}
+
+}  // namespace
+
+const etm_cpu_group_calls& executor_group_calls() {
+  static const etm_cpu_group_calls calls = {group_await_request};
+  return calls;
 }
 
 const etm_cpu_lane_calls& executor_lane_calls() {

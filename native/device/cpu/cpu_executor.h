@@ -26,6 +26,10 @@ struct KernelDispatch {
   etm_cpu_thread_entry thread_entry = nullptr;
   // Set: groups run as barrier regions (a group the entry declines runs on fibers).
   etm_cpu_regions_entry regions_entry = nullptr;
+  // Set with regions_entry when the region form hands serial chains to the executor
+  // (etm_lane.h's group requests): a worker runs several groups side by side, except while
+  // validating.
+  bool batches_groups = false;
   bool use_fibers = false;
   etm_cpu_launch launch{};
   // Static plus dynamic threadgroup memory; at most kThreadgroupMemoryLimit (plus
@@ -75,5 +79,8 @@ bool current_kernel_thread(uint32_t* index, uint32_t* barriers, uint32_t* simd_s
 
 // The executor's lane calls, which a kernel object that needs them gets in its etm_cpu_lanes.
 const etm_cpu_lane_calls& executor_lane_calls();
+
+// The executor's group calls, for a kernel object's etm_cpu_group_batch.
+const etm_cpu_group_calls& executor_group_calls();
 
 }  // namespace etm::device::cpu

@@ -118,6 +118,14 @@ class KernelObject {
     const bool regions_allowed = choice == ExecutionChoice::regions || (choice == ExecutionChoice::automatic && needs_fibers);
     if (!regions_allowed) object->regions_ = nullptr;
     if (object->regions_) object->use_fibers_ = false;
+    // Region forms that hand serial chains to the executor (etm_lane.h's group requests).
+    auto* group_batch = static_cast<etm_cpu_group_calls*>(::dlsym(object->handle_, "etm_cpu_group_batch"));
+    if (group_batch) {
+      static std::mutex fill_mutex;
+      std::lock_guard<std::mutex> lock(fill_mutex);
+      if (!group_batch->await_request) *group_batch = executor_group_calls();
+    }
+    object->batches_groups_ = object->regions_ && group_batch;
     if (debug_logging()) {
       const char* path = object->regions_ ? "barrier regions" : object->use_fibers_ ? "fibers" : "loop";
       std::string why;
@@ -135,6 +143,7 @@ class KernelObject {
   etm_cpu_loop_entry loop() const { return loop_; }
   etm_cpu_thread_entry thread() const { return thread_; }
   etm_cpu_regions_entry regions() const { return regions_; }
+  bool batches_groups() const { return batches_groups_; }
   bool use_fibers() const { return use_fibers_; }
   // The kernel calls threadgroup_barrier or a SIMD-group function.
   bool needs_fibers() const { return needs_fibers_; }
@@ -158,6 +167,7 @@ class KernelObject {
   etm_cpu_loop_entry loop_ = nullptr;
   etm_cpu_thread_entry thread_ = nullptr;
   etm_cpu_regions_entry regions_ = nullptr;  // null unless the kernel runs as barrier regions
+  bool batches_groups_ = false;  // its groups run side by side (KernelDispatch::batches_groups)
   bool use_fibers_ = true;
   bool needs_fibers_ = true;
   uint64_t static_threadgroup_bytes_ = 0;
@@ -311,6 +321,7 @@ class CpuKernelPipeline : public CpuPipeline {
     dispatch.thread_entry = object_->thread();
     dispatch.use_fibers = object_->use_fibers();
     dispatch.regions_entry = object_->regions();
+    dispatch.batches_groups = object_->batches_groups();
     dispatch.launch = launch;
     dispatch.threadgroup_bytes = threadgroup_bytes;
     dispatch.timeout_ms = timeout_ms_;

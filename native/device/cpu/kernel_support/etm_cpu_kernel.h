@@ -29,8 +29,10 @@
 namespace etm_cpu_kernel {
 
 // The arena of the threadgroup the calling OS thread runs now. Fibers of one group share
-// their OS thread, and a worker finishes a group before it starts the next.
+// their OS thread; a worker that runs several groups side by side (etm_lane.h's group
+// requests) switches between them only inside etm_regions::awaited, which restores it.
 inline thread_local unsigned char* group_arena = nullptr;
+#define ETM_CPU_GROUP_ARENA ::etm_cpu_kernel::group_arena
 
 #if ETM_CPU_COUNTERS
 // The traffic counters of the dispatch the calling OS thread runs now (etm_cpu_counters.h).

@@ -1032,18 +1032,73 @@ inline void c10_whole_data_call(group_call<arguments<A0, A1>, R>& call, uint32_t
   });
 }
 
+// A whole-data result, computed by `together` beside other groups' requests when the executor
+// runs this group side by side with others (etm_lane.h's group requests), else by `alone`.
+// Instrumented kernels (counters, access checks) always compute alone.
+template <class R, class T, class Alone>
+inline R awaited(const T* data, unsigned size, etm_cpu_group_compute together, Alone alone) {
+#if defined(ETM_CPU_GROUP_ARENA) && !ETM_CPU_INSTRUMENTED
+  R result;
+  etm_cpu_group_request request{together, data, size, &result};
+  unsigned char* const arena = ETM_CPU_GROUP_ARENA;
+  if (etm_cpu_group_batch.await_request && etm_cpu_group_batch.await_request(&request)) {
+    ETM_CPU_GROUP_ARENA = arena;  // other groups ran on this OS thread meanwhile
+    return result;
+  }
+#else
+  (void)together;
+#endif
+  return alone(data, size);
+}
+
+// One element of c10's welford_reduce: x, at position idx, folded into the mean m and m2.
+inline void c10_welford_step(float& m, float& m2, float x, unsigned idx) {
+  const float delta = x - m;
+  m += delta / (idx + 1);
+  m2 += delta * (x - m);
+}
+
+// threadgroup_welford_reduce of one group's data[0 .. size): mean, m2 and count, in order.
+template <class R, class T> inline R c10_welford_reduce_alone(const T* data, unsigned size) {
+  float m = data[0];
+  float m2 = 0;
+  for (unsigned idx = 1; idx < size; ++idx) c10_welford_step(m, m2, data[idx], idx);
+  return R(m, m2, size);
+}
+
+// The same for several groups: kChains chains side by side, each the same operations in the
+// same order as alone (so the same bits); lanes past the last request repeat the first.
+inline constexpr uint32_t kChains = 8;
+template <class R, class T>
+void c10_welford_reduce_together(etm_cpu_group_request* const* requests, uint32_t count) {
+  for (uint32_t first = 0; first < count; first += kChains) {
+    const uint32_t chains = count - first < kChains ? count - first : kChains;
+    const T* data[kChains];
+    float m[kChains], m2[kChains];
+    unsigned common = UINT32_MAX;
+    for (uint32_t c = 0; c < kChains; ++c) {
+      const etm_cpu_group_request& r = *requests[first + (c < chains ? c : 0)];
+      data[c] = static_cast<const T*>(r.data);
+      m[c] = data[c][0];
+      m2[c] = 0;
+      common = r.size < common ? r.size : common;
+    }
+    for (unsigned idx = 1; idx < common; ++idx)
+      for (uint32_t c = 0; c < kChains; ++c) c10_welford_step(m[c], m2[c], data[c][idx], idx);
+    for (uint32_t c = 0; c < chains; ++c) {
+      const etm_cpu_group_request& r = *requests[first + c];
+      for (unsigned idx = common > 1 ? common : 1; idx < r.size; ++idx) c10_welford_step(m[c], m2[c], data[c][idx], idx);
+      *static_cast<R*>(r.result) = R(m[c], m2[c], r.size);
+    }
+  }
+}
+
 // threadgroup_welford_reduce (data, size): mean, m2 and count of data[0 .. size) in order.
 template <class R, class A0, class A1>
 inline void c10_threadgroup_welford_reduce(group_call<arguments<A0, A1>, R>& call, uint32_t count) {
-  c10_whole_data_call(call, count, [](const auto* data, unsigned size) {
-    float m = data[0];
-    float m2 = 0;
-    for (unsigned idx = 1; idx < size; ++idx) {
-      float delta = data[idx] - m;
-      m += delta / (idx + 1);
-      m2 += delta * (data[idx] - m);
-    }
-    return R(m, m2, size);
+  using T = std::remove_cv_t<std::remove_pointer_t<A0>>;
+  c10_whole_data_call(call, count, [](const T* data, unsigned size) {
+    return awaited<R>(data, size, &c10_welford_reduce_together<R, T>, &c10_welford_reduce_alone<R, T>);
   });
 }
 

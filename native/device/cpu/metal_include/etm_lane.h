@@ -37,6 +37,29 @@ struct etm_cpu_lane_calls {
 // Exported from the kernel object (the executor finds it with dlsym). g++ must be told
 // -fno-gnu-unique, or every kernel object in the process would share one table.
 __attribute__((visibility("default"))) inline struct etm_cpu_lane_calls etm_cpu_lanes = {nullptr, nullptr};
+
+// Barrier-region kernels whose groups each compute one long serial chain over their data
+// (c10's threadgroup_welford_reduce) hand it to the executor, which runs several groups of a
+// worker side by side (each on its own stack) and computes their chains interleaved: one
+// chain is bound by its latency, several fill the pipeline. A group's request names the
+// kernel's function that computes `count` requests of its kind together.
+struct etm_cpu_group_request;
+typedef void (*etm_cpu_group_compute)(struct etm_cpu_group_request* const* requests, uint32_t count);
+struct etm_cpu_group_request {
+  etm_cpu_group_compute compute;
+  const void* data;
+  uint32_t size;
+  void* result;
+};
+
+struct etm_cpu_group_calls {
+  // Returns 1 once `request` was computed beside other groups' requests, 0 (nothing done)
+  // when the calling group does not run in such a batch: the caller computes it itself.
+  int (*await_request)(struct etm_cpu_group_request* request);
+};
+
+// Exported like etm_cpu_lanes; present only in objects whose code hands such requests over.
+__attribute__((visibility("default"))) inline struct etm_cpu_group_calls etm_cpu_group_batch = {nullptr};
 }
 
 inline void etm_cpu_threadgroup_barrier() { etm_cpu_lanes.threadgroup_barrier(); }
