@@ -579,6 +579,15 @@ void run_job(Job* job) {
   locals.context = saved;
 }
 
+// A group the region form declined, on fibers; false when the fibers could not run it.
+bool run_declined_group(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
+                        const etm_cpu_group* group) {
+  tl_worker.context = &fallback;
+  const bool ran = state.scheduler.run_group(job, group);
+  tl_worker.context = &context;
+  return ran;
+}
+
 // Groups of a batching region form, kBatchGroups at a time; those it declines then run on
 // fibers.
 void run_batched_groups(Job* job, WorkerState& state, ExecutionContext& context, ExecutionContext& fallback,
@@ -593,10 +602,7 @@ void run_batched_groups(Job* job, WorkerState& state, ExecutionContext& context,
       const BatchedGroup& g = state.batch.group(b);
       if (!g.declined) continue;
       scope->set_group(g.group.position);
-      tl_worker.context = &fallback;
-      const bool on_fibers = state.scheduler.run_group(job, &g.group);
-      tl_worker.context = &context;
-      if (!on_fibers) return false;
+      if (!run_declined_group(job, state, context, fallback, &g.group)) return false;
     }
     count = 0;
     return ran && !job->failed();
@@ -626,11 +632,9 @@ void run_groups(Job* job, WorkerState& state, ExecutionContext& context, Executi
       scope->set_group(group.position);
       if (dispatch.validation) dispatch.validation->begin_group(group);
       if (dispatch.regions_entry) {
-        if (dispatch.regions_entry(&dispatch.launch, &group) != 0) {
-          tl_worker.context = &fallback;
-          const bool ran = state.scheduler.run_group(job, &group);
-          tl_worker.context = &context;
-          if (!ran) break;
+        if (dispatch.regions_entry(&dispatch.launch, &group) != 0 &&
+            !run_declined_group(job, state, context, fallback, &group)) {
+          break;
         }
       } else if (dispatch.use_fibers) {
         if (!state.scheduler.run_group(job, &group)) break;

@@ -46,6 +46,16 @@ bool debug_logging() {
   return settings::read_choice("ETMETAL_LOG", &value).ok() && value == "debug";
 }
 
+// Fills a table of executor calls that a kernel object exports (etm_lane.h), unless `first`
+// shows it filled: dlopen hands every load of one file the same object, and kernels of an
+// earlier load may be reading the table.
+template <class Table, class Entry>
+void fill_exported_table(Table* table, Entry Table::*first, const Table& calls) {
+  static std::mutex fill_mutex;
+  std::lock_guard<std::mutex> lock(fill_mutex);
+  if (!(table->*first)) *table = calls;
+}
+
 // Marks kernel objects built without their barrier-region form (it did not compile).
 const char kWithoutRegions[] = "-DETM_CPU_NO_REGIONS=1";
 
@@ -99,12 +109,7 @@ class KernelObject {
     auto* lanes = static_cast<etm_cpu_lane_calls*>(::dlsym(object->handle_, "etm_cpu_lanes"));
     const bool needs_fibers = lanes != nullptr;
     object->needs_fibers_ = needs_fibers;
-    if (lanes) {
-      // dlopen hands every load of one file the same object: fill its table once.
-      static std::mutex fill_mutex;
-      std::lock_guard<std::mutex> lock(fill_mutex);
-      if (!lanes->threadgroup_barrier) *lanes = executor_lane_calls();
-    }
+    if (lanes) fill_exported_table(lanes, &etm_cpu_lane_calls::threadgroup_barrier, executor_lane_calls());
     object->regions_ =
         reinterpret_cast<etm_cpu_regions_entry>(::dlsym(object->handle_, ("etm_kernel_regions_" + n).c_str()));
     const auto* note = static_cast<const char*>(::dlsym(object->handle_, ("etm_kernel_execution_note_" + n).c_str()));
@@ -120,11 +125,7 @@ class KernelObject {
     if (object->regions_) object->use_fibers_ = false;
     // Region forms that hand serial chains to the executor (etm_lane.h's group requests).
     auto* group_batch = static_cast<etm_cpu_group_calls*>(::dlsym(object->handle_, "etm_cpu_group_batch"));
-    if (group_batch) {
-      static std::mutex fill_mutex;
-      std::lock_guard<std::mutex> lock(fill_mutex);
-      if (!group_batch->await_request) *group_batch = executor_group_calls();
-    }
+    if (group_batch) fill_exported_table(group_batch, &etm_cpu_group_calls::await_request, executor_group_calls());
     object->batches_groups_ = object->regions_ && group_batch;
     if (debug_logging()) {
       const char* path = object->regions_ ? "barrier regions" : object->use_fibers_ ? "fibers" : "loop";
